@@ -1,0 +1,340 @@
+use super::*;
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "AWS_REGION" => Some("eu-west-1".into()),
+        "PORT" => Some("8123".into()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, "easeoff.toml", &env)
+}
+
+fn problems(text: &str) -> Vec<String> {
+    match parse(text) {
+        Ok(_) => panic!("config was accepted:\n{text}"),
+        Err(ConfigError::Invalid { problems }) => problems.iter().map(Problem::to_string).collect(),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+const MINIMAL: &str = r#"
+[[upstream]]
+name = "orders"
+listen = "127.0.0.1:8000"
+url = "https://dynamodb.us-east-1.amazonaws.com"
+"#;
+
+#[test]
+fn a_minimal_upstream_gets_the_documented_defaults() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!(c.server.admin_listen, "0.0.0.0:9901".parse().unwrap());
+    assert_eq!(c.server.shutdown_grace, Duration::from_secs(25));
+    assert_eq!(c.server.max_connections, 10_000);
+    let u = &c.upstreams[0];
+    assert_eq!(u.name, "orders");
+    assert_eq!(u.url.scheme, Scheme::HTTPS);
+    assert_eq!(u.url.authority.as_str(), "dynamodb.us-east-1.amazonaws.com");
+    assert_eq!(u.url.base_path, "");
+    assert_eq!(u.preset, Preset::None);
+    assert_eq!(u.request_timeout, Duration::from_secs(60));
+    assert_eq!(u.sleeper, sleeper::Settings::seed_defaults());
+    assert_eq!(u.throttle.statuses, [429, 503]);
+    assert_eq!(u.retry.max_attempts, 3);
+    assert_eq!(u.retry.max_body_bytes, 1 << 20);
+    assert_eq!(u.queue.max_waiting, 1000);
+    assert_eq!(u.connect_backoff.multiplier, 1.6);
+    assert_eq!(u.sigv4, None);
+}
+
+#[test]
+fn the_spec_example_parses() {
+    let text = r#"
+[server]
+admin_listen   = "0.0.0.0:9901"
+shutdown_grace = "25s"
+max_connections = 10000
+
+[[upstream]]
+name   = "dynamodb"
+listen = "127.0.0.1:8000"
+url    = "https://dynamodb.us-east-1.amazonaws.com"
+preset = "dynamodb"
+preserve_host   = false
+connect_timeout = "20s"
+request_timeout = "60s"
+
+[upstream.sleeper]
+strategy = "responsive"
+mode     = "pace"
+initial_interval = "auto"
+min_interval     = "1ms"
+max_interval     = "15m"
+max_randomization = "2m"
+up_multiplier    = 1.5
+down_multiplier  = 0.9
+randomization_factor = 0.3
+down_threshold   = 10
+
+[upstream.throttle]
+statuses   = [429, 503]
+body_codes = []
+headers    = {}
+
+[upstream.retry]
+max_attempts   = 3
+max_body_bytes = "1MiB"
+budget_ratio   = 0.2
+budget_min_per_second = 10
+max_elapsed    = "30s"
+
+[upstream.queue]
+max_waiting = 1000
+max_wait    = "30s"
+
+[upstream.sigv4]
+service = "dynamodb"
+region  = "${AWS_REGION:-us-east-1}"
+
+[upstream.connect_backoff]
+initial = "1s"
+multiplier = 1.6
+jitter = 0.2
+max = "120s"
+min_connect_timeout = "20s"
+"#;
+    let c = parse(text).unwrap();
+    let u = &c.upstreams[0];
+    assert_eq!(u.preset, Preset::DynamoDb);
+    assert_eq!(u.sleeper, sleeper::Settings::seed_defaults());
+    assert_eq!(
+        u.sigv4,
+        Some(SigV4Settings {
+            service: "dynamodb".into(),
+            region: "eu-west-1".into()
+        })
+    );
+}
+
+#[test]
+fn a_misspelt_key_gets_its_position_and_a_suggestion() {
+    let text = format!("{MINIMAL}\n[upstream.sleeper]\nmax_intrval = \"1m\"\n");
+    assert_eq!(
+        problems(&text),
+        [
+            r#"easeoff.toml:8:1: upstream "orders": unknown key "sleeper.max_intrval" (did you mean "sleeper.max_interval"?)"#
+        ]
+    );
+}
+
+#[test]
+fn a_key_in_the_wrong_table_is_pointed_to_its_table() {
+    let text = format!("{MINIMAL}up_multiplier = 2.0\n");
+    assert_eq!(
+        problems(&text),
+        [
+            r#"easeoff.toml:6:1: upstream "orders": unknown key "up_multiplier" (it belongs in the [upstream.sleeper] table)"#
+        ]
+    );
+}
+
+#[test]
+fn every_problem_is_listed_in_file_order() {
+    let text = r#"
+[server]
+admin_listen = "localhost"
+shutdown_grace = 25
+
+[[upstream]]
+name = "orders"
+listen = "127.0.0.1:8000"
+url = "htp://x"
+request_timeout = "fast"
+
+[upstream.sleeper]
+strategy = "responsiv"
+down_multiplier = 1.2
+randomization_factor = 1.0
+up_multiplier = 0.5
+down_threshold = 0
+"#;
+    let got = problems(text);
+    assert_eq!(
+        got,
+        [
+            r#"easeoff.toml:3:16: server.admin_listen: invalid address "localhost": write an IP and a port, e.g. "127.0.0.1:8000" or "[::1]:8000""#,
+            r#"easeoff.toml:4:18: server.shutdown_grace must be a duration string like "500ms" or "15m", got integer 25"#,
+            r#"easeoff.toml:9:7: upstream "orders": url: invalid url "htp://x": scheme must be http or https"#,
+            r#"easeoff.toml:10:19: upstream "orders": request_timeout: invalid duration "fast": write a number and a unit (ns, us, ms, s, m, h, d), e.g. "500ms""#,
+            r#"easeoff.toml:13:12: upstream "orders": sleeper.strategy must be one of responsive | exponential | decorrelated | linear | constant | off, got "responsiv" (did you mean "responsive"?)"#,
+            r#"easeoff.toml:14:19: upstream "orders": sleeper.down_multiplier must be in (0, 1], got 1.2"#,
+            r#"easeoff.toml:15:24: upstream "orders": sleeper.randomization_factor must be in [0, 1), got 1"#,
+            r#"easeoff.toml:16:17: upstream "orders": sleeper.up_multiplier must be at least 1, got 0.5"#,
+            r#"easeoff.toml:17:18: upstream "orders": sleeper.down_threshold must be from 1 to 4294967295, got 0"#,
+        ]
+    );
+}
+
+#[test]
+fn initial_above_max_is_rejected() {
+    let text = format!("{MINIMAL}[upstream.sleeper]\ninitial_interval = \"20m\"\n");
+    assert_eq!(
+        problems(&text),
+        [
+            r#"easeoff.toml:7:20: upstream "orders": sleeper.initial_interval (20m) must not exceed sleeper.max_interval (15m)"#
+        ]
+    );
+}
+
+#[test]
+fn auto_start_needs_pace_mode_and_constant_needs_a_spacing() {
+    let delay =
+        format!("{MINIMAL}[upstream.sleeper]\nmode = \"delay\"\ninitial_interval = \"auto\"\n");
+    assert!(problems(&delay)[0].contains("\"auto\" needs mode = \"pace\""));
+    let constant = format!("{MINIMAL}[upstream.sleeper]\nstrategy = \"constant\"\n");
+    assert!(problems(&constant)[0].contains("must be set to the fixed spacing"));
+}
+
+#[test]
+fn strategies_get_their_own_defaults() {
+    let exp = parse(&format!(
+        "{MINIMAL}[upstream.sleeper]\nstrategy = \"exponential\"\nmode = \"delay\"\n"
+    ))
+    .unwrap();
+    let s = &exp.upstreams[0].sleeper;
+    assert_eq!(s.initial_interval, Initial::Fixed(Duration::from_secs(1)));
+    assert_eq!((s.up_multiplier, s.randomization_factor), (1.6, 0.2));
+    assert_eq!(s.max_interval, Duration::from_secs(120));
+
+    let delay = parse(&format!("{MINIMAL}[upstream.sleeper]\nmode = \"delay\"\n")).unwrap();
+    assert_eq!(
+        delay.upstreams[0].sleeper.initial_interval,
+        Initial::Fixed(Duration::from_millis(500))
+    );
+}
+
+#[test]
+fn duplicate_names_and_listen_addresses_are_rejected() {
+    let text = r#"
+[server]
+admin_listen = "127.0.0.1:9901"
+
+[[upstream]]
+name = "a"
+listen = "127.0.0.1:8000"
+url = "http://a"
+
+[[upstream]]
+name = "a"
+listen = "127.0.0.1:8000"
+url = "http://b"
+
+[[upstream]]
+name = "c"
+listen = "127.0.0.1:9901"
+url = "http://c"
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            r#"easeoff.toml:11:8: upstream "a": name is already used by the upstream on line 6"#,
+            r#"easeoff.toml:12:10: upstream "a": listen address 127.0.0.1:8000 is already used by upstream "a""#,
+            r#"easeoff.toml:17:10: upstream "c": listen address 127.0.0.1:9901 is already used by server.admin_listen"#,
+        ]
+    );
+}
+
+#[test]
+fn port_zero_listeners_never_clash() {
+    let text = r#"
+[[upstream]]
+name = "a"
+listen = "127.0.0.1:0"
+url = "http://a"
+
+[[upstream]]
+name = "b"
+listen = "127.0.0.1:0"
+url = "http://b"
+"#;
+    assert_eq!(parse(text).unwrap().upstreams.len(), 2);
+}
+
+#[test]
+fn missing_required_keys_and_upstreams_are_reported() {
+    assert_eq!(
+        problems("[[upstream]]\nname = \"x\"\n"),
+        [
+            r#"easeoff.toml:1:1: upstream "x": listen is missing"#,
+            r#"easeoff.toml:1:1: upstream "x": url is missing"#,
+        ]
+    );
+    assert_eq!(
+        problems("[server]\n"),
+        [
+            "easeoff.toml:1:1: no [[upstream]] defined: easeoff needs at least one upstream to forward to"
+        ]
+    );
+}
+
+#[test]
+fn syntax_errors_have_positions() {
+    let got = problems("[[upstream]]\nname = \"x\nlisten = 1\n");
+    assert!(got[0].starts_with("easeoff.toml:2:"), "{got:?}");
+}
+
+#[test]
+fn environment_variables_expand_and_unset_ones_are_errors() {
+    let text = r#"
+[[upstream]]
+name = "a"
+listen = "127.0.0.1:${PORT}"
+url = "http://${UPSTREAM}"
+"#;
+    assert_eq!(
+        problems(text),
+        [
+            r#"easeoff.toml:5:7: upstream "a": url: environment variable UPSTREAM is not set (write "${UPSTREAM:-default}" to give a default)"#
+        ]
+    );
+    let ok = text.replace("${UPSTREAM}", "${UPSTREAM:-127.0.0.1:9}");
+    let c = parse(&ok).unwrap();
+    assert_eq!(c.upstreams[0].listen.port(), 8123);
+    assert_eq!(c.upstreams[0].url.authority.as_str(), "127.0.0.1:9");
+}
+
+#[test]
+fn urls_keep_a_base_path_and_refuse_queries() {
+    let c = parse(&MINIMAL.replace("amazonaws.com\"", "amazonaws.com/v1/\"")).unwrap();
+    assert_eq!(c.upstreams[0].url.base_path, "/v1");
+    let bad = MINIMAL.replace("amazonaws.com\"", "amazonaws.com/?a=b\"");
+    assert!(problems(&bad)[0].contains("a query string is not allowed"));
+}
+
+#[test]
+fn throttle_rules_are_validated() {
+    let text = format!(
+        "{MINIMAL}[upstream.throttle]\nstatuses = [429, 700]\nbody_codes = [\"QuotaExceeded\"]\nheaders = {{ \"x-throttled\" = [\"true\"], \"bad header\" = \"x\" }}\n"
+    );
+    let got = problems(&text);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].contains("statuses must hold HTTP statuses from 100 to 599, got 700"));
+    assert!(got[1].contains("throttle.headers has an invalid header name \"bad header\""));
+}
+
+#[test]
+fn the_effective_config_parses_back_to_the_same_config() {
+    let text = format!(
+        "{MINIMAL}preset = \"dynamodb\"\n[upstream.sleeper]\nstrategy = \"linear\"\nmode = \"delay\"\ninitial_interval = \"250ms\"\n[upstream.throttle]\nbody_codes = [\"cost $5\"]\nheaders = {{ \"x-throttled\" = [\"yes\"] }}\n[upstream.sigv4]\nservice = \"dynamodb\"\nregion = \"us-east-1\"\n"
+    );
+    let c = parse(&text).unwrap();
+    let printed = c.to_toml();
+    let again = parse(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+    assert_eq!(again, c);
+    assert!(
+        printed.contains("initial_interval = \"250ms\""),
+        "{printed}"
+    );
+}

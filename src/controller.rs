@@ -1,0 +1,193 @@
+//! What feeds the sleeper: the epoch rule and the pace-mode starting point.
+//!
+//! A proxy sees throttles in bursts (64 requests in flight come back throttled
+//! together), so a result only moves the interval if its request was dispatched in the
+//! current epoch, i.e. after the last raise; otherwise one burst would send the
+//! interval to its maximum. Pure: the observed dispatch spacing and the random source
+//! come in as arguments.
+
+use std::time::Duration;
+
+use crate::sleeper::{Initial, Random, Settings, Sleeper, Step};
+
+/// One upstream's sleeper behind the epoch rule.
+#[derive(Debug)]
+pub struct Controller<R> {
+    sleeper: Sleeper,
+    initial: Initial,
+    up_multiplier: f64,
+    min_interval: Duration,
+    max_interval: Duration,
+    epoch: u64,
+    rng: R,
+}
+
+impl<R: Random> Controller<R> {
+    /// A controller at interval 0, epoch 0.
+    pub fn new(settings: &Settings, rng: R) -> Controller<R> {
+        Controller {
+            sleeper: Sleeper::new(settings),
+            initial: settings.initial_interval,
+            up_multiplier: settings.up_multiplier,
+            min_interval: settings.min_interval,
+            max_interval: settings.max_interval,
+            epoch: 0,
+            rng,
+        }
+    }
+
+    /// The current interval.
+    pub fn interval(&self) -> Duration {
+        self.sleeper.interval()
+    }
+
+    /// Raises so far; a dispatch is stamped with it.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A throttled attempt dispatched in `epoch`. `spacing` is the dispatch spacing
+    /// observed over the last second, used by `initial_interval = "auto"`.
+    /// Returns `None` when the attempt predates the last raise and was only counted.
+    pub fn on_throttle(&mut self, epoch: u64, spacing: Option<Duration>) -> Option<Step> {
+        if epoch < self.epoch {
+            return None;
+        }
+        let start = self.start(spacing);
+        let step = self.sleeper.on_throttle(start, &mut self.rng);
+        if step == Step::Up {
+            self.epoch += 1;
+        }
+        Some(step)
+    }
+
+    /// A successful attempt dispatched in `epoch`. A success from before the last
+    /// raise says nothing about the new interval, so it is not counted either.
+    pub fn on_success(&mut self, epoch: u64) -> Option<Step> {
+        if epoch < self.epoch {
+            return None;
+        }
+        Some(self.sleeper.on_success(&mut self.rng))
+    }
+
+    /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
+    pub fn reset(&mut self, settings: &Settings) {
+        self.sleeper = Sleeper::new(settings);
+        self.epoch += 1;
+    }
+
+    /// Where a raise from 0 goes: the fixed initial interval, or in pace mode the
+    /// observed spacing × up_multiplier, never below `min_interval`.
+    fn start(&self, spacing: Option<Duration>) -> Duration {
+        match self.initial {
+            Initial::Fixed(d) => d,
+            Initial::Auto => spacing
+                .map(|s| s.mul_f64(self.up_multiplier))
+                .unwrap_or(self.min_interval)
+                .clamp(self.min_interval, self.max_interval),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sleeper::testing::Script;
+
+    fn fixed(ms: u64) -> Settings {
+        Settings {
+            initial_interval: Initial::Fixed(Duration::from_millis(ms)),
+            randomization_factor: 0.0,
+            ..Settings::seed_defaults()
+        }
+    }
+
+    #[test]
+    fn a_burst_of_throttles_from_one_epoch_raises_once() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        let steps: Vec<_> = (0..64).map(|_| c.on_throttle(0, None)).collect();
+        assert_eq!(steps[0], Some(Step::Up));
+        assert!(steps[1..].iter().all(Option::is_none));
+        assert_eq!(c.interval(), Duration::from_millis(10));
+        assert_eq!(c.epoch(), 1);
+    }
+
+    #[test]
+    fn throttles_dispatched_after_each_raise_raise_each_time() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        for expected in [10_000, 15_000, 22_500, 33_750] {
+            let epoch = c.epoch();
+            assert_eq!(c.on_throttle(epoch, None), Some(Step::Up));
+            assert_eq!(c.interval(), Duration::from_micros(expected));
+        }
+    }
+
+    #[test]
+    fn successes_from_before_the_last_raise_are_not_counted() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        c.on_throttle(0, None);
+        c.on_throttle(1, None);
+        for epoch in [0, 1] {
+            for _ in 0..30 {
+                assert_eq!(c.on_success(epoch), None);
+            }
+        }
+        assert_eq!(c.interval(), Duration::from_millis(15));
+        for _ in 0..9 {
+            assert_eq!(c.on_success(2), Some(Step::Unchanged));
+        }
+        assert_eq!(c.on_success(2), Some(Step::Down));
+        assert_eq!(c.interval(), Duration::from_micros(13_500));
+    }
+
+    #[test]
+    fn auto_start_is_the_observed_spacing_times_up_multiplier() {
+        let mut c = Controller::new(&Settings::seed_defaults(), Script::new(&[0.5]));
+        // 50 dispatches a second: 20 ms apart, so the first raise goes to 30 ms.
+        c.on_throttle(0, Some(Duration::from_millis(20)));
+        assert_eq!(c.interval(), Duration::from_millis(30));
+    }
+
+    #[test]
+    fn auto_start_never_goes_below_min_interval_or_above_max() {
+        let mut c = Controller::new(&Settings::seed_defaults(), Script::new(&[0.5]));
+        c.on_throttle(0, Some(Duration::from_micros(100)));
+        assert_eq!(c.interval(), Duration::from_millis(1));
+
+        let settings = Settings {
+            max_interval: Duration::from_secs(1),
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        c.on_throttle(0, Some(Duration::from_secs(5)));
+        assert_eq!(c.interval(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn in_auto_mode_a_decrease_below_min_interval_returns_to_zero() {
+        let settings = Settings {
+            randomization_factor: 0.0,
+            down_threshold: 1,
+            down_multiplier: 0.5,
+            min_interval: Duration::from_millis(4),
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        c.on_throttle(0, Some(Duration::from_millis(10))); // 15 ms
+        c.on_success(1); // 7.5 ms
+        assert_eq!(c.interval(), Duration::from_micros(7500));
+        c.on_success(1); // 3.75 ms < 4 ms
+        assert_eq!(c.interval(), Duration::ZERO);
+    }
+
+    #[test]
+    fn reset_returns_to_zero_and_starts_a_new_epoch() {
+        let settings = fixed(10);
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        c.on_throttle(0, None);
+        c.reset(&settings);
+        assert_eq!(c.interval(), Duration::ZERO);
+        assert_eq!(c.on_throttle(1, None), None);
+        assert_eq!(c.on_throttle(2, None), Some(Step::Up));
+    }
+}

@@ -1,0 +1,333 @@
+//! The sleeper: one upstream's interval as a pure function of throttles and successes.
+//!
+//! Each strategy lives in its own file and takes its randomness as an argument, so the
+//! tests can state exact sequences. The epoch rule, the pace-mode starting point and
+//! everything about time belong to `controller.rs`; waiting belongs to `pacer.rs`.
+
+mod constant;
+mod decorrelated;
+mod exponential;
+mod linear;
+mod responsive;
+
+use std::time::Duration;
+
+pub use decorrelated::Decorrelated;
+pub use exponential::Exponential;
+pub use linear::Linear;
+pub use responsive::Responsive;
+
+/// A source of uniform random numbers in `[0, 1)`.
+pub trait Random {
+    /// The next number in `[0, 1)`.
+    fn unit(&mut self) -> f64;
+}
+
+impl Random for fastrand::Rng {
+    fn unit(&mut self) -> f64 {
+        self.f64()
+    }
+}
+
+/// How a sleeper reacts to throttles and successes (config `sleeper.strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// The seed's AutoSleeper: ×up on throttles, ×down after a run of successes.
+    Responsive,
+    /// gRPC connection backoff applied to throttles; a success resets to 0.
+    Exponential,
+    /// Polly/AWS decorrelated jitter; a success resets to 0.
+    Decorrelated,
+    /// +initial per throttle; a success resets to 0.
+    Linear,
+    /// A fixed interval: a static rate limit.
+    Constant,
+    /// Pass-through: the interval stays 0.
+    Off,
+}
+
+impl Strategy {
+    /// Config spellings, in the order of the variants.
+    pub const NAMES: [&'static str; 6] = [
+        "responsive",
+        "exponential",
+        "decorrelated",
+        "linear",
+        "constant",
+        "off",
+    ];
+    const ALL: [Strategy; 6] = [
+        Strategy::Responsive,
+        Strategy::Exponential,
+        Strategy::Decorrelated,
+        Strategy::Linear,
+        Strategy::Constant,
+        Strategy::Off,
+    ];
+
+    /// The strategy at `index` of [`Strategy::NAMES`].
+    pub fn from_index(index: usize) -> Strategy {
+        Self::ALL[index]
+    }
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// Where the interval is applied (config `sleeper.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Dispatches to the upstream are spaced at least the interval apart, in order.
+    Pace,
+    /// Every request waits the interval on its own (the seed's per-call sleep).
+    Delay,
+}
+
+impl Mode {
+    /// Config spellings, in the order of the variants.
+    pub const NAMES: [&'static str; 2] = ["pace", "delay"];
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// The interval a raise from 0 starts at (config `sleeper.initial_interval`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Initial {
+    /// Pace mode: the observed dispatch spacing times `up_multiplier`.
+    Auto,
+    /// The seed's rule: the first throttle sets this; a decrease below it returns to 0.
+    Fixed(Duration),
+}
+
+/// Validated sleeper settings; `config.rs` fills in the defaults of each strategy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub strategy: Strategy,
+    pub mode: Mode,
+    pub initial_interval: Initial,
+    /// With `Initial::Auto`, a decrease below this returns the interval to 0.
+    pub min_interval: Duration,
+    pub max_interval: Duration,
+    /// Upper bound of the random spread, whatever `randomization_factor` gives.
+    pub max_randomization: Duration,
+    /// Also the exponential strategy's multiplier.
+    pub up_multiplier: f64,
+    pub down_multiplier: f64,
+    /// Also the exponential strategy's jitter.
+    pub randomization_factor: f64,
+    /// Successes (counted since the last decrease) that trigger one decrease.
+    pub down_threshold: u32,
+}
+
+impl Settings {
+    /// The seed's AutoSleeper defaults, in pace mode with the automatic start.
+    pub fn seed_defaults() -> Settings {
+        Settings {
+            strategy: Strategy::Responsive,
+            mode: Mode::Pace,
+            initial_interval: Initial::Auto,
+            min_interval: Duration::from_millis(1),
+            max_interval: Duration::from_secs(15 * 60),
+            max_randomization: Duration::from_secs(120),
+            up_multiplier: 1.5,
+            down_multiplier: 0.9,
+            randomization_factor: 0.3,
+            down_threshold: 10,
+        }
+    }
+
+    /// Below this a decrease returns the interval to 0.
+    pub fn floor(&self) -> Duration {
+        match self.initial_interval {
+            Initial::Auto => self.min_interval,
+            Initial::Fixed(d) => d,
+        }
+    }
+}
+
+/// What one throttle or success did to the interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Unchanged,
+    Up,
+    Down,
+}
+
+/// One upstream's interval state under one strategy.
+#[derive(Clone, Debug)]
+pub enum Sleeper {
+    Responsive(Responsive),
+    Exponential(Exponential),
+    Decorrelated(Decorrelated),
+    Linear(Linear),
+    Constant(Duration),
+    Off,
+}
+
+impl Sleeper {
+    /// A sleeper at interval 0 (or at its fixed interval for `constant`).
+    pub fn new(settings: &Settings) -> Sleeper {
+        match settings.strategy {
+            Strategy::Responsive => Sleeper::Responsive(Responsive::new(settings)),
+            Strategy::Exponential => Sleeper::Exponential(Exponential::new(
+                settings.up_multiplier,
+                settings.randomization_factor,
+                settings.max_interval,
+            )),
+            Strategy::Decorrelated => {
+                Sleeper::Decorrelated(Decorrelated::new(settings.max_interval))
+            }
+            Strategy::Linear => Sleeper::Linear(Linear::new(settings.max_interval)),
+            Strategy::Constant => Sleeper::Constant(constant::interval(settings)),
+            Strategy::Off => Sleeper::Off,
+        }
+    }
+
+    /// The current interval.
+    pub fn interval(&self) -> Duration {
+        match self {
+            Sleeper::Responsive(s) => s.interval(),
+            Sleeper::Exponential(s) => s.interval(),
+            Sleeper::Decorrelated(s) => s.interval(),
+            Sleeper::Linear(s) => s.interval(),
+            Sleeper::Constant(d) => *d,
+            Sleeper::Off => Duration::ZERO,
+        }
+    }
+
+    /// A throttle; `start` is the interval a raise from 0 goes to.
+    pub fn on_throttle(&mut self, start: Duration, rng: &mut dyn Random) -> Step {
+        match self {
+            Sleeper::Responsive(s) => s.on_throttle(start, rng),
+            Sleeper::Exponential(s) => {
+                s.next(start, rng);
+                Step::Up
+            }
+            Sleeper::Decorrelated(s) => s.on_throttle(start, rng),
+            Sleeper::Linear(s) => s.on_throttle(start),
+            Sleeper::Constant(_) | Sleeper::Off => Step::Unchanged,
+        }
+    }
+
+    /// A success.
+    pub fn on_success(&mut self, rng: &mut dyn Random) -> Step {
+        match self {
+            Sleeper::Responsive(s) => s.on_success(rng),
+            Sleeper::Exponential(s) => reset_step(s.reset()),
+            Sleeper::Decorrelated(s) => reset_step(s.reset()),
+            Sleeper::Linear(s) => reset_step(s.reset()),
+            Sleeper::Constant(_) | Sleeper::Off => Step::Unchanged,
+        }
+    }
+}
+
+fn reset_step(was_nonzero: bool) -> Step {
+    if was_nonzero {
+        Step::Down
+    } else {
+        Step::Unchanged
+    }
+}
+
+/// `value` spread uniformly over ±min(factor × value, max_spread): the seed's
+/// `getNextRandomInterval`.
+pub fn randomize(value: f64, factor: f64, max_spread: f64, rng: &mut dyn Random) -> f64 {
+    if factor == 0.0 {
+        return value;
+    }
+    let delta = (factor * value).min(max_spread);
+    value - delta + 2.0 * delta * rng.unit()
+}
+
+/// `Duration` from float nanoseconds, saturating at the ends.
+pub fn from_nanos_f64(ns: f64) -> Duration {
+    if ns <= 0.0 {
+        Duration::ZERO
+    } else if ns >= u64::MAX as f64 {
+        Duration::from_nanos(u64::MAX)
+    } else {
+        Duration::from_nanos(ns as u64)
+    }
+}
+
+#[cfg(test)]
+pub mod testing {
+    //! Scripted randomness for exact tests.
+    use super::Random;
+    use std::collections::VecDeque;
+
+    /// Returns the scripted numbers in turn, then repeats the last one.
+    pub struct Script(pub VecDeque<f64>, pub f64);
+
+    impl Script {
+        pub fn new(values: &[f64]) -> Script {
+            Script(
+                values.iter().copied().collect(),
+                values.last().copied().unwrap_or(0.5),
+            )
+        }
+    }
+
+    impl Random for Script {
+        fn unit(&mut self) -> f64 {
+            self.0.pop_front().unwrap_or(self.1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::Script;
+    use super::*;
+
+    #[test]
+    fn randomization_is_bounded_by_the_factor_and_by_max_randomization() {
+        // factor 0.3 of 100 is 30, below the cap of 50: the spread is 70..130.
+        assert_eq!(randomize(100.0, 0.3, 50.0, &mut Script::new(&[0.0])), 70.0);
+        assert_eq!(randomize(100.0, 0.3, 50.0, &mut Script::new(&[0.5])), 100.0);
+        assert!((randomize(100.0, 0.3, 50.0, &mut Script::new(&[0.999_999])) - 130.0).abs() < 1e-3);
+        // factor 0.3 of 1000 is 300, above the cap of 50: the spread is 950..1050.
+        assert_eq!(
+            randomize(1000.0, 0.3, 50.0, &mut Script::new(&[0.0])),
+            950.0
+        );
+        assert_eq!(
+            randomize(1000.0, 0.3, 50.0, &mut Script::new(&[1.0])),
+            1050.0
+        );
+        assert_eq!(
+            randomize(1000.0, 0.0, 50.0, &mut Script::new(&[0.0])),
+            1000.0
+        );
+    }
+
+    #[test]
+    fn strategy_names_round_trip() {
+        for (i, name) in Strategy::NAMES.iter().enumerate() {
+            assert_eq!(Strategy::from_index(i).name(), *name);
+        }
+    }
+
+    #[test]
+    fn constant_and_off_ignore_everything() {
+        let mut settings = Settings::seed_defaults();
+        settings.strategy = Strategy::Constant;
+        settings.initial_interval = Initial::Fixed(Duration::from_millis(20));
+        let mut s = Sleeper::new(&settings);
+        let rng = &mut Script::new(&[0.5]);
+        assert_eq!(s.interval(), Duration::from_millis(20));
+        assert_eq!(s.on_throttle(Duration::from_secs(1), rng), Step::Unchanged);
+        assert_eq!(s.on_success(rng), Step::Unchanged);
+        assert_eq!(s.interval(), Duration::from_millis(20));
+
+        settings.strategy = Strategy::Off;
+        let mut s = Sleeper::new(&settings);
+        assert_eq!(s.on_throttle(Duration::from_secs(1), rng), Step::Unchanged);
+        assert_eq!(s.interval(), Duration::ZERO);
+    }
+}

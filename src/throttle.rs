@@ -1,0 +1,208 @@
+//! Is this upstream answer a throttle? Pure: response parts in, verdict out.
+//!
+//! Classification runs in two steps so the proxy reads a body only when it must:
+//! [`Classifier::classify_head`] decides from status and headers or asks for the body;
+//! [`Classifier::classify_body`] finishes with at most [`MAX_ERROR_BODY`] bytes of it.
+//! Pauses from `Retry-After` and friends are `hints.rs`'s business.
+
+mod aws;
+
+use http::{HeaderMap, HeaderName, StatusCode};
+
+pub use aws::THROTTLING_CODES;
+
+/// Error bodies up to this size are read for codes; larger ones stream untouched.
+pub const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Which upstream family's conventions to apply (config `preset`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    None,
+    /// AWS error codes from `x-amzn-ErrorType` or the JSON/XML body.
+    Aws,
+    /// `aws`, plus DynamoDB's error format for easeoff's own shed answers.
+    DynamoDb,
+    /// `grpc-status: 8` (RESOURCE_EXHAUSTED).
+    Grpc,
+}
+
+impl Preset {
+    /// Config spellings, in the order of the variants.
+    pub const NAMES: [&'static str; 4] = ["none", "aws", "dynamodb", "grpc"];
+    const ALL: [Preset; 4] = [Preset::None, Preset::Aws, Preset::DynamoDb, Preset::Grpc];
+
+    /// The preset at `index` of [`Preset::NAMES`].
+    pub fn from_index(index: usize) -> Preset {
+        Self::ALL[index]
+    }
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Speaks AWS error codes.
+    pub fn is_aws(self) -> bool {
+        matches!(self, Preset::Aws | Preset::DynamoDb)
+    }
+}
+
+/// What gave a throttle away; the `signal` label of `easeoff_throttles_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    Status,
+    Header,
+    Body,
+    Grpc,
+    Partial,
+    RateLimit,
+}
+
+impl Signal {
+    /// Every signal, for metrics that must exist from start-up.
+    pub const ALL: [Signal; 6] = [
+        Signal::Status,
+        Signal::Header,
+        Signal::Body,
+        Signal::Grpc,
+        Signal::Partial,
+        Signal::RateLimit,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Status => "status",
+            Signal::Header => "header",
+            Signal::Body => "body",
+            Signal::Grpc => "grpc",
+            Signal::Partial => "partial",
+            Signal::RateLimit => "ratelimit",
+        }
+    }
+}
+
+/// The classification of one attempt's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Below 500 and not a throttle: counts toward lowering the interval.
+    Success,
+    /// The upstream asks us to slow down.
+    Throttle(Signal),
+    /// A 5xx that is not a throttle: leaves the sleeper alone.
+    Failure,
+}
+
+/// The first step's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Head {
+    Decided(Verdict),
+    /// Read up to [`MAX_ERROR_BODY`] bytes and call [`Classifier::classify_body`].
+    NeedsBody,
+}
+
+/// User rules added to the preset's (config `[upstream.throttle]`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rules {
+    pub statuses: Vec<u16>,
+    /// Substrings looked for in small error bodies.
+    pub body_codes: Vec<String>,
+    /// A header whose value contains one of the substrings marks a throttle.
+    pub headers: Vec<(HeaderName, Vec<String>)>,
+}
+
+/// Classifies one upstream's answers.
+#[derive(Clone, Debug)]
+pub struct Classifier {
+    preset: Preset,
+    rules: Rules,
+}
+
+const GRPC_STATUS: &str = "grpc-status";
+/// gRPC's RESOURCE_EXHAUSTED.
+const GRPC_RESOURCE_EXHAUSTED: &[u8] = b"8";
+
+impl Classifier {
+    pub fn new(preset: Preset, rules: Rules) -> Classifier {
+        Classifier { preset, rules }
+    }
+
+    /// Decides from status and headers, or asks for the body.
+    pub fn classify_head(&self, status: StatusCode, headers: &HeaderMap) -> Head {
+        if self.preset == Preset::Grpc
+            && headers.get(GRPC_STATUS).map(|v| v.as_bytes()) == Some(GRPC_RESOURCE_EXHAUSTED)
+        {
+            return Head::Decided(Verdict::Throttle(Signal::Grpc));
+        }
+        if self.preset.is_aws() && aws::header_code(headers).is_some_and(aws::is_throttling) {
+            return Head::Decided(Verdict::Throttle(Signal::Header));
+        }
+        if self.matches_header_rule(headers) {
+            return Head::Decided(Verdict::Throttle(Signal::Header));
+        }
+        if self.rules.statuses.contains(&status.as_u16()) {
+            return Head::Decided(Verdict::Throttle(Signal::Status));
+        }
+        if status.as_u16() >= 400 && self.wants_body(headers) && body_is_small(headers) {
+            return Head::NeedsBody;
+        }
+        Head::Decided(base_verdict(status))
+    }
+
+    /// Finishes a classification that needed the (complete, small) body.
+    pub fn classify_body(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Verdict {
+        if self.preset.is_aws()
+            && aws::header_code(headers).is_none()
+            && aws::body_code(body).is_some_and(aws::is_throttling)
+        {
+            return Verdict::Throttle(Signal::Body);
+        }
+        if self
+            .rules
+            .body_codes
+            .iter()
+            .any(|code| contains(body, code.as_bytes()))
+        {
+            return Verdict::Throttle(Signal::Body);
+        }
+        base_verdict(status)
+    }
+
+    fn wants_body(&self, headers: &HeaderMap) -> bool {
+        (self.preset.is_aws() && aws::header_code(headers).is_none())
+            || !self.rules.body_codes.is_empty()
+    }
+
+    fn matches_header_rule(&self, headers: &HeaderMap) -> bool {
+        self.rules.headers.iter().any(|(name, needles)| {
+            headers
+                .get_all(name)
+                .iter()
+                .any(|v| needles.iter().any(|n| contains(v.as_bytes(), n.as_bytes())))
+        })
+    }
+}
+
+fn base_verdict(status: StatusCode) -> Verdict {
+    if status.is_server_error() {
+        Verdict::Failure
+    } else {
+        Verdict::Success
+    }
+}
+
+/// A body announced larger than [`MAX_ERROR_BODY`] is not worth reading.
+fn body_is_small(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_none_or(|len| len <= MAX_ERROR_BODY)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+//! Table-driven: upstream answers in, verdicts out.
+
+use super::*;
+use http::HeaderValue;
+
+fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(*k, HeaderValue::from_static(v));
+    }
+    h
+}
+
+fn status(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap()
+}
+
+fn default_rules() -> Rules {
+    Rules {
+        statuses: vec![429, 503],
+        ..Rules::default()
+    }
+}
+
+/// Runs both steps, feeding the body only when asked for.
+fn verdict(c: &Classifier, code: u16, h: &[(&'static str, &'static str)], body: &str) -> Verdict {
+    let (s, h) = (status(code), headers(h));
+    match c.classify_head(s, &h) {
+        Head::Decided(v) => v,
+        Head::NeedsBody => c.classify_body(s, &h, body.as_bytes()),
+    }
+}
+
+const PTEE_JSON: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}"#;
+const VALIDATION_JSON: &str = r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"1 validation error detected"}"#;
+
+#[test]
+fn plain_statuses() {
+    let c = Classifier::new(Preset::None, default_rules());
+    assert_eq!(verdict(&c, 200, &[], ""), Verdict::Success);
+    assert_eq!(verdict(&c, 404, &[], ""), Verdict::Success);
+    assert_eq!(verdict(&c, 429, &[], ""), Verdict::Throttle(Signal::Status));
+    assert_eq!(verdict(&c, 503, &[], ""), Verdict::Throttle(Signal::Status));
+    assert_eq!(verdict(&c, 500, &[], ""), Verdict::Failure);
+    assert_eq!(verdict(&c, 502, &[], ""), Verdict::Failure);
+}
+
+#[test]
+fn dynamodb_throttles_by_header_or_by_body() {
+    let c = Classifier::new(Preset::DynamoDb, default_rules());
+    let header = [(
+        "x-amzn-errortype",
+        "ProvisionedThroughputExceededException:http://internal.amazon.com/coral/com.amazonaws.dynamodb.v20120810/",
+    )];
+    assert_eq!(
+        verdict(&c, 400, &header, ""),
+        Verdict::Throttle(Signal::Header)
+    );
+    assert_eq!(
+        verdict(&c, 400, &[], PTEE_JSON),
+        Verdict::Throttle(Signal::Body)
+    );
+    assert_eq!(
+        verdict(&c, 400, &[], r#"{"code":"ThrottlingException"}"#),
+        Verdict::Throttle(Signal::Body)
+    );
+}
+
+#[test]
+fn a_validation_error_is_not_a_throttle() {
+    let c = Classifier::new(Preset::DynamoDb, default_rules());
+    assert_eq!(verdict(&c, 400, &[], VALIDATION_JSON), Verdict::Success);
+    assert_eq!(
+        verdict(
+            &c,
+            400,
+            &[("x-amzn-errortype", "ValidationException:http://x/")],
+            ""
+        ),
+        Verdict::Success
+    );
+}
+
+#[test]
+fn the_header_code_wins_over_the_body() {
+    // As in the SDKs: with x-amzn-ErrorType present the body's code is not consulted.
+    let c = Classifier::new(Preset::Aws, default_rules());
+    let h = [("x-amzn-errortype", "ValidationException")];
+    assert_eq!(verdict(&c, 400, &h, PTEE_JSON), Verdict::Success);
+}
+
+#[test]
+fn every_code_on_the_sdk_list_is_a_throttle() {
+    let c = Classifier::new(Preset::Aws, Rules::default());
+    for code in THROTTLING_CODES {
+        let body = format!(r#"{{"__type":"x#{code}","message":"m"}}"#);
+        let (s, h) = (status(400), HeaderMap::new());
+        assert_eq!(c.classify_head(s, &h), Head::NeedsBody);
+        assert_eq!(
+            c.classify_body(s, &h, body.as_bytes()),
+            Verdict::Throttle(Signal::Body),
+            "{code}"
+        );
+    }
+}
+
+#[test]
+fn s3_slowdown_in_an_xml_body() {
+    let c = Classifier::new(Preset::Aws, Rules::default());
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+    assert_eq!(verdict(&c, 503, &[], body), Verdict::Throttle(Signal::Body));
+    let other = "<Error><Code>NoSuchKey</Code></Error>";
+    assert_eq!(verdict(&c, 404, &[], other), Verdict::Success);
+}
+
+#[test]
+fn aws_codes_are_only_read_with_an_aws_preset() {
+    let c = Classifier::new(Preset::None, default_rules());
+    let h = [("x-amzn-errortype", "ThrottlingException")];
+    assert_eq!(verdict(&c, 400, &h, PTEE_JSON), Verdict::Success);
+    assert_eq!(
+        c.classify_head(status(400), &HeaderMap::new()),
+        Head::Decided(Verdict::Success)
+    );
+}
+
+#[test]
+fn large_or_successful_bodies_are_never_requested() {
+    let c = Classifier::new(Preset::DynamoDb, Rules::default());
+    let big = headers(&[("content-length", "1000000")]);
+    assert_eq!(
+        c.classify_head(status(400), &big),
+        Head::Decided(Verdict::Success)
+    );
+    assert_eq!(
+        c.classify_head(status(200), &HeaderMap::new()),
+        Head::Decided(Verdict::Success)
+    );
+}
+
+#[test]
+fn grpc_resource_exhausted_in_headers() {
+    let c = Classifier::new(Preset::Grpc, default_rules());
+    let h = [("content-type", "application/grpc"), ("grpc-status", "8")];
+    assert_eq!(verdict(&c, 200, &h, ""), Verdict::Throttle(Signal::Grpc));
+    let ok = [("content-type", "application/grpc"), ("grpc-status", "0")];
+    assert_eq!(verdict(&c, 200, &ok, ""), Verdict::Success);
+    let unavailable = [("grpc-status", "14")];
+    assert_eq!(verdict(&c, 200, &unavailable, ""), Verdict::Success);
+}
+
+#[test]
+fn user_rules_add_statuses_body_codes_and_headers() {
+    let rules = Rules {
+        statuses: vec![420],
+        body_codes: vec!["quota exceeded".into()],
+        headers: vec![(HeaderName::from_static("x-throttled"), vec!["yes".into()])],
+    };
+    let c = Classifier::new(Preset::None, rules);
+    assert_eq!(verdict(&c, 420, &[], ""), Verdict::Throttle(Signal::Status));
+    assert_eq!(
+        verdict(&c, 403, &[], "daily quota exceeded"),
+        Verdict::Throttle(Signal::Body)
+    );
+    assert_eq!(verdict(&c, 403, &[], "forbidden"), Verdict::Success);
+    assert_eq!(
+        verdict(&c, 200, &[("x-throttled", "yes please")], ""),
+        Verdict::Throttle(Signal::Header)
+    );
+    assert_eq!(
+        verdict(&c, 200, &[("x-throttled", "no")], ""),
+        Verdict::Success
+    );
+    // 429 is not in this list.
+    assert_eq!(verdict(&c, 429, &[], ""), Verdict::Success);
+}
+
+#[test]
+fn garbage_bodies_are_not_throttles() {
+    let c = Classifier::new(Preset::DynamoDb, Rules::default());
+    for body in [
+        "",
+        "{",
+        "not json",
+        "<Error><Code>",
+        "\u{0}\u{1}",
+        r#"{"__type": 5}"#,
+    ] {
+        assert_eq!(verdict(&c, 400, &[], body), Verdict::Success, "{body:?}");
+    }
+    assert_eq!(verdict(&c, 500, &[], "{"), Verdict::Failure);
+}
