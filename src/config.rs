@@ -242,39 +242,41 @@ impl Config {
 
         let mut upstreams = Vec::new();
         let mut seen_names: HashMap<String, usize> = HashMap::new();
-        let mut seen_listens: HashMap<SocketAddr, String> = HashMap::new();
-        seen_listens.insert(server.admin_listen, "server.admin_listen".into());
+        let mut seen_listens: Vec<(SocketAddr, String)> =
+            vec![(server.admin_listen, "server.admin_listen".into())];
         for table in upstream_tables {
-            let Some(read) = read_upstream(table) else {
-                continue;
-            };
-            let (upstream, spans) = read;
-            if let Some(line) = seen_names.get(&upstream.name) {
-                sink.push(
-                    spans.name.clone(),
-                    format!(
-                        "upstream \"{}\": name is already used by the upstream on line {line}",
-                        upstream.name
-                    ),
-                );
-            } else {
-                seen_names.insert(upstream.name.clone(), line_of(source, spans.name.start));
-            }
-            // Port 0 asks the system for a free port: never a clash.
-            if upstream.listen.port() != 0 {
-                if let Some(owner) = seen_listens.get(&upstream.listen) {
+            let (upstream, keys) = read_upstream(table);
+            let label = keys.name.as_ref().map(|n| n.get_ref().clone());
+            if let Some(name) = &keys.name {
+                if let Some(line) = seen_names.get(name.get_ref()) {
                     sink.push(
-                        spans.listen.clone(),
+                        name.span(),
                         format!(
-                            "upstream \"{}\": listen address {} is already used by {owner}",
-                            upstream.name, upstream.listen
+                            "upstream \"{}\": name is already used by the upstream on line {line}",
+                            name.get_ref()
                         ),
                     );
                 } else {
-                    seen_listens.insert(upstream.listen, format!("upstream \"{}\"", upstream.name));
+                    seen_names.insert(name.get_ref().clone(), line_of(source, name.span().start));
                 }
             }
-            upstreams.push(upstream);
+            if let Some(listen) = &keys.listen {
+                let me = format!("upstream \"{}\"", label.as_deref().unwrap_or("?"));
+                match seen_listens
+                    .iter()
+                    .find(|(a, _)| overlaps(*a, *listen.get_ref()))
+                {
+                    Some((_, owner)) => sink.push(
+                        listen.span(),
+                        format!(
+                            "{me}: listen address {} is already used by {owner}",
+                            listen.get_ref()
+                        ),
+                    ),
+                    None => seen_listens.push((*listen.get_ref(), me)),
+                }
+            }
+            upstreams.extend(upstream);
         }
         if upstreams.is_empty() && sink.is_empty() {
             sink.push(
@@ -295,10 +297,19 @@ impl Config {
     }
 }
 
-/// Positions of the values that cross-upstream checks point at.
-struct UpstreamSpans {
-    name: Range<usize>,
-    listen: Range<usize>,
+/// Whether two listen addresses cannot both be bound: the same port on the same IP,
+/// or on any IP when one of them is the wildcard address.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// The values that cross-upstream checks look at, with their positions; present
+/// even when the upstream as a whole is invalid.
+struct UpstreamKeys {
+    name: Option<Spanned<String>>,
+    listen: Option<Spanned<SocketAddr>>,
 }
 
 fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
@@ -335,7 +346,7 @@ fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
     s
 }
 
-fn read_upstream(mut t: TableReader<'_, '_>) -> Option<(UpstreamSettings, UpstreamSpans)> {
+fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, UpstreamKeys) {
     let name = t.string("name");
     match &name {
         Some(n) => t.set_context(format!("upstream \"{}\": ", n.get_ref())),
@@ -389,10 +400,12 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> Option<(UpstreamSettings, Upstre
     let connect_backoff = read_connect_backoff(t.table("connect_backoff"));
     t.finish(UPSTREAM_SECTIONS);
 
-    let (name, listen, url) = (name?, listen?, url?);
-    let spans = UpstreamSpans {
-        name: name.span(),
-        listen: listen.span(),
+    let keys = UpstreamKeys {
+        name: name.clone(),
+        listen: listen.clone(),
+    };
+    let (Some(name), Some(listen), Some(url)) = (name, listen, url) else {
+        return (None, keys);
     };
     let upstream = UpstreamSettings {
         name: name.into_inner(),
@@ -410,7 +423,7 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> Option<(UpstreamSettings, Upstre
         sigv4,
         connect_backoff,
     };
-    Some((upstream, spans))
+    (Some(upstream), keys)
 }
 
 fn required<T>(

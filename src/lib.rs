@@ -1,8 +1,38 @@
-//! easeoff: a sidecar proxy that paces requests to throttled upstreams.
+//! easeoff: a sidecar proxy that makes throttled upstreams usable.
+//!
+//! Decision code is pure and takes time and randomness as arguments:
+//! - [`sleeper`]: the strategies (responsive, exponential, ...) that turn throttles
+//!   and successes into an interval;
+//! - [`controller`]: the epoch rule and the pace-mode starting point around a sleeper;
+//! - [`throttle`]: is an upstream answer a throttle, and what gave it away;
+//! - [`hints`]: how long a server asked us to hold off;
+//! - [`config`]: the TOML file turned into validated settings.
+//!
+//! The I/O shell applies the decisions:
+//! - [`pacer`]: spacing, queueing and pauses per upstream;
+//! - [`upstream`]: one upstream's run-time state, where verdicts reach the controller;
+//! - [`proxy`]: listeners, the request path and the upstream client;
+//! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
+//! - [`server`], [`shutdown`]: binding, running and draining.
+//!
+//! Tools built on the same code: [`mock_upstream`], [`demo`] and [`plot`].
 
+pub mod admin;
+pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod demo;
 pub mod hints;
+pub mod metrics;
+pub mod mock_upstream;
 pub mod pacer;
+pub mod plot;
+pub mod proxy;
+pub mod server;
+pub mod shutdown;
 pub mod sleeper;
 pub mod throttle;
+pub mod upstream;
+
+pub use config::Config;
+pub use server::Server;

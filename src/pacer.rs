@@ -30,6 +30,9 @@ pub struct Slot {
     pub dispatched_at: Instant,
     /// How long the request waited for this slot.
     pub waited: Duration,
+    /// Whether the spacing or a pause held the request (its slot lay after its arrival),
+    /// rather than only the hand-over through the queue.
+    pub held: bool,
     /// The interval in force at release, for traces.
     pub interval: Duration,
 }
@@ -107,8 +110,7 @@ impl Pacer {
                 let interval = Duration::from_nanos(s.interval_ns.load(Ordering::Relaxed));
                 let until = (now + interval).max(s.pause_end(now).unwrap_or(now));
                 tokio::time::sleep_until(until).await;
-                let released = Instant::now();
-                s.dispatch(released, now, released)
+                s.dispatch(Instant::now(), now, until)
             }
             Mode::Pace => {
                 let (grant, granted) = oneshot::channel();
@@ -144,6 +146,12 @@ impl Pacer {
         s.pause_until_ns
             .fetch_max(s.ns(until).max(1), Ordering::Relaxed);
         s.changed.notify_one();
+    }
+
+    /// Ends any pause at once.
+    pub fn lift_pause(&self) {
+        self.shared.pause_until_ns.store(0, Ordering::Relaxed);
+        self.shared.changed.notify_one();
     }
 
     /// The interval in force.
@@ -190,6 +198,7 @@ impl Shared {
             epoch: self.epoch.load(Ordering::Acquire),
             dispatched_at: now,
             waited: now - arrived,
+            held: scheduled > arrived,
             interval: Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed)),
         }
     }
@@ -212,12 +221,13 @@ impl Shared {
         Some(self.at(until))
     }
 
-    /// The earliest release for the head of the queue.
+    /// When the head of the queue may go: its place in the schedule.
     fn release_at(&self, now: Instant) -> Instant {
         let last = self.last_dispatch_ns.load(Ordering::Relaxed);
         let interval = self.interval_ns.load(Ordering::Relaxed);
+        // A pacer that never dispatched has had a free slot since it was made.
         let spaced = if last == NEVER {
-            now
+            self.origin
         } else {
             self.at(last.saturating_add(interval))
         };
@@ -231,13 +241,20 @@ impl Shared {
 /// The release task: grants slots to waiters in arrival order.
 async fn release(shared: Arc<Shared>, mut waiters: mpsc::UnboundedReceiver<Waiter>) {
     while let Some(mut waiter) = waiters.recv().await {
+        // The release time this waiter last slept toward: a pause that has since
+        // expired (and been cleared) still held it until then.
+        let mut due = waiter.arrived;
         while !waiter.grant.is_closed() {
             let now = Instant::now();
             let at = shared.release_at(now);
             if at <= now {
-                let _ = waiter.grant.send(shared.dispatch(now, waiter.arrived, at));
+                let scheduled = at.max(due.min(now));
+                let _ = waiter
+                    .grant
+                    .send(shared.dispatch(now, waiter.arrived, scheduled));
                 break;
             }
+            due = at;
             tokio::select! {
                 _ = tokio::time::sleep_until(at) => {}
                 // A new interval or pause: recompute the release time.

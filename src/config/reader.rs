@@ -248,9 +248,7 @@ impl<'t, 'i> TableReader<'t, 'i> {
             return Some(Spanned::new(text.span(), i));
         }
         let list = choices.join(" | ");
-        let hint = suggest(text.get_ref(), choices.iter().copied())
-            .map(|s| format!(" (did you mean \"{s}\"?)"))
-            .unwrap_or_default();
+        let hint = did_you_mean("", &suggest(text.get_ref(), choices.iter().copied()));
         self.error(
             text.span(),
             key,
@@ -379,8 +377,9 @@ impl<'t, 'i> TableReader<'t, 'i> {
             if self.known.contains(&name) {
                 continue;
             }
-            let hint = if let Some(s) = suggest(name, self.known.iter().copied()) {
-                format!(" (did you mean \"{}{s}\"?)", self.prefix)
+            let suggestions = suggest(name, self.known.iter().copied());
+            let hint = if !suggestions.is_empty() {
+                did_you_mean(&self.prefix, &suggestions)
             } else if let Some((section, _)) =
                 sections.iter().find(|(_, keys)| keys.contains(&name))
             {
@@ -399,13 +398,38 @@ impl<'t, 'i> TableReader<'t, 'i> {
     }
 }
 
-/// The closest candidate to `word`, if it is close enough to be a likely typo.
-pub fn suggest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    candidates
+/// Likely meant instead of `word`: the closest candidate if it is a plausible typo,
+/// else the candidates that contain `word` as a `_`-separated part (`timeout` →
+/// `connect_timeout`, `request_timeout`).
+pub fn suggest<'a>(word: &str, candidates: impl Iterator<Item = &'a str> + Clone) -> Vec<&'a str> {
+    let typo = candidates
+        .clone()
         .map(|c| (strsim::damerau_levenshtein(word, c), c))
         .filter(|(d, c)| *d <= 2.max(c.len() / 4) && *d < c.len())
         .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+        .map(|(_, c)| c);
+    if let Some(c) = typo {
+        return vec![c];
+    }
+    let mut parts: Vec<&str> = candidates
+        .filter(|c| c.split('_').any(|p| p == word))
+        .collect();
+    parts.sort_unstable();
+    parts.dedup();
+    parts
+}
+
+/// ` (did you mean "a" or "b"?)`, or nothing without suggestions.
+fn did_you_mean(prefix: &str, suggestions: &[&str]) -> String {
+    let quoted: Vec<String> = suggestions
+        .iter()
+        .map(|s| format!("\"{prefix}{s}\""))
+        .collect();
+    match quoted.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (did you mean {one}?)"),
+        [init @ .., last] => format!(" (did you mean {} or {last}?)", init.join(", ")),
+    }
 }
 
 fn describe_value(value: &DeValue<'_>) -> String {
@@ -429,12 +453,23 @@ mod tests {
         let keys = ["max_interval", "min_interval", "initial_interval"];
         assert_eq!(
             suggest("max_intrval", keys.iter().copied()),
-            Some("max_interval")
+            ["max_interval"]
         );
         assert_eq!(
             suggest("initial_intreval", keys.iter().copied()),
-            Some("initial_interval")
+            ["initial_interval"]
         );
-        assert_eq!(suggest("colour", keys.iter().copied()), None);
+        assert!(suggest("colour", keys.iter().copied()).is_empty());
+    }
+
+    #[test]
+    fn a_word_that_is_part_of_keys_suggests_them_all() {
+        let keys = ["connect_timeout", "request_timeout", "url"];
+        let found = suggest("timeout", keys.iter().copied());
+        assert_eq!(found, ["connect_timeout", "request_timeout"]);
+        assert_eq!(
+            did_you_mean("", &found),
+            " (did you mean \"connect_timeout\" or \"request_timeout\"?)"
+        );
     }
 }

@@ -62,7 +62,7 @@ pub fn format_duration(d: Duration) -> String {
         (1, "ns"),
     ];
     for (size, unit) in UNITS {
-        if ns % size == 0 {
+        if ns.is_multiple_of(size) {
             return format!("{}{unit}", ns / size);
         }
     }
@@ -99,7 +99,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Prints a byte size in the largest binary unit that keeps it exact.
 pub fn format_size(bytes: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes != 0 && bytes % (1 << shift) == 0 {
+        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }

@@ -41,6 +41,7 @@ async fn interval_zero_dispatches_at_once() {
         let slot = pacer.acquire().await;
         assert_eq!(slot.dispatched_at, t0);
         assert_eq!(slot.waited, Duration::ZERO);
+        assert!(!slot.held);
     }
 }
 
@@ -57,7 +58,7 @@ async fn dispatches_are_spaced_by_the_interval_in_arrival_order() {
     assert_eq!(
         grants_of(&grants),
         [
-            (0, 0 * MS),
+            (0, Duration::ZERO),
             (1, 100 * MS),
             (2, 200 * MS),
             (3, 300 * MS),
@@ -80,7 +81,7 @@ async fn a_raise_slows_the_waiting_queue_at_once() {
     finish(handles).await;
     assert_eq!(
         grants_of(&grants),
-        [(0, 0 * MS), (1, 300 * MS), (2, 600 * MS)]
+        [(0, Duration::ZERO), (1, 300 * MS), (2, 600 * MS)]
     );
 }
 
@@ -98,7 +99,7 @@ async fn a_lowered_interval_releases_the_queue_sooner() {
     finish(handles).await;
     assert_eq!(
         grants_of(&grants),
-        [(0, 0 * MS), (1, 10 * MS), (2, 10 * MS)]
+        [(0, Duration::ZERO), (1, 10 * MS), (2, 10 * MS)]
     );
 }
 
@@ -113,7 +114,7 @@ async fn a_client_that_leaves_gives_its_slot_to_the_next() {
     tokio::time::sleep(50 * MS).await;
     second.abort();
     finish(vec![first, third]).await;
-    assert_eq!(grants_of(&grants), [(0, 0 * MS), (2, 100 * MS)]);
+    assert_eq!(grants_of(&grants), [(0, Duration::ZERO), (2, 100 * MS)]);
     assert_eq!(pacer.waiting(), 0);
 }
 
@@ -126,6 +127,7 @@ async fn a_pause_holds_every_dispatch_until_it_ends() {
     let slot = pacer.acquire().await;
     assert_eq!(slot.dispatched_at - t0, 2000 * MS);
     assert_eq!(slot.waited, 2000 * MS);
+    assert!(slot.held);
     // Expired: back on the fast path.
     assert_eq!(pacer.paused_until(Instant::now()), None);
     assert_eq!(pacer.acquire().await.waited, Duration::ZERO);
@@ -165,6 +167,17 @@ async fn slots_carry_the_epoch_in_force_at_release() {
     pacer.set_interval(10 * MS, 3);
     let slot = pacer.acquire().await;
     assert_eq!((slot.epoch, slot.interval), (3, 10 * MS));
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_requests_the_spacing_delays_count_as_held() {
+    let pacer = Pacer::new(Mode::Pace);
+    pacer.set_interval(10 * MS, 1);
+    // Queued, but the slot was free on arrival: not held.
+    assert!(!pacer.acquire().await.held);
+    assert!(pacer.acquire().await.held);
+    tokio::time::sleep(50 * MS).await;
+    assert!(!pacer.acquire().await.held);
 }
 
 #[tokio::test(start_paused = true)]

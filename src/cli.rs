@@ -1,0 +1,96 @@
+//! The command line (SPEC §1), as clap definitions only; `main.rs` acts on them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::units::parse_duration;
+use crate::mock_upstream::Style;
+
+/// easeoff: a sidecar proxy that paces requests to throttled upstreams.
+#[derive(Debug, Parser)]
+#[command(name = "easeoff", version, propagate_version = true)]
+pub struct Cli {
+    /// The config file [also EASEOFF_CONFIG]; `easeoff --config FILE` runs the proxy.
+    #[arg(long, env = "EASEOFF_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log format; the default is text on a terminal, JSON otherwise.
+    #[arg(long, value_enum, global = true)]
+    pub log_format: Option<LogFormat>,
+    /// Log level or filter (e.g. "debug", "easeoff=debug"); RUST_LOG works too.
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy until SIGTERM or SIGINT, then drain.
+    Run,
+    /// Validate the config and print the effective config; exit 0 if valid, 2 if not.
+    Check,
+    /// Show the sleeper at work: a throttling mock, easeoff and 16 clients in one process.
+    Demo(DemoArgs),
+    /// Serve a throttling token-bucket upstream for tests and local stacks.
+    MockUpstream(MockArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How long to run.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Where to write the SVG plot of the interval.
+    #[arg(long, default_value = "demo.svg")]
+    pub out: PathBuf,
+    /// Concurrent clients, each with unbounded demand.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Requests per second the mock accepts.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// Requests the mock accepts at once after a quiet spell.
+    #[arg(long, default_value_t = 5)]
+    pub burst: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct MockArgs {
+    /// Where to listen, e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Requests per second it accepts.
+    #[arg(long)]
+    pub rate: f64,
+    /// Requests it accepts at once after a quiet spell [default: rate / 10, at least 1].
+    #[arg(long)]
+    pub burst: Option<u32>,
+    /// How a throttle looks.
+    #[arg(long, value_enum, default_value = "http429")]
+    pub style: Style,
+    /// Delay added before every answer, e.g. "5ms".
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub latency: Duration,
+    /// Auto-scaling: raise the rate after this much sustained throttling, e.g. "30s".
+    #[arg(long, value_parser = parse_duration)]
+    pub scale_after: Option<Duration>,
+    /// Auto-scaling: multiply the rate by this.
+    #[arg(long, default_value_t = 2.0)]
+    pub scale_factor: f64,
+    /// Auto-scaling: never above this rate [default: 10 × rate].
+    #[arg(long)]
+    pub scale_max: Option<f64>,
+    /// Serve the mock's own /metrics here.
+    #[arg(long)]
+    pub admin: Option<SocketAddr>,
+}

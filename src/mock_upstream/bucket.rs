@@ -1,0 +1,148 @@
+//! The mock's capacity model: a token bucket, and DynamoDB-like auto-scaling that
+//! raises the rate after throttling has lasted a while. Pure: time comes in.
+
+use std::time::{Duration, Instant};
+
+/// Auto-scaling: after `after` of sustained throttling, rate × `factor`, up to `max`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AutoScale {
+    pub after: Duration,
+    pub factor: f64,
+    pub max: f64,
+}
+
+/// A token bucket refilled at `rate` per second, holding at most `burst` tokens.
+#[derive(Debug)]
+pub struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    updated: Instant,
+    scale: Option<AutoScale>,
+    /// Start of the current run of throttling, for auto-scaling.
+    throttling_since: Option<Instant>,
+    last_throttle: Option<Instant>,
+}
+
+/// Gaps between throttles longer than this end a run of sustained throttling.
+const QUIET: Duration = Duration::from_secs(1);
+
+impl Bucket {
+    /// A full bucket.
+    pub fn new(rate: f64, burst: u32, scale: Option<AutoScale>, now: Instant) -> Bucket {
+        let burst = f64::from(burst.max(1));
+        Bucket {
+            rate,
+            burst,
+            tokens: burst,
+            updated: now,
+            scale,
+            throttling_since: None,
+            last_throttle: None,
+        }
+    }
+
+    /// The current refill rate per second.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// Takes a token if there is one; otherwise records a throttle and returns the time
+    /// until the next token.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.updated = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        self.throttled(now);
+        Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+    }
+
+    fn throttled(&mut self, now: Instant) {
+        let quiet = self
+            .last_throttle
+            .is_none_or(|last| now.saturating_duration_since(last) > QUIET);
+        self.last_throttle = Some(now);
+        if quiet {
+            self.throttling_since = Some(now);
+        }
+        let (Some(scale), Some(since)) = (self.scale, self.throttling_since) else {
+            return;
+        };
+        if now.saturating_duration_since(since) >= scale.after && self.rate < scale.max {
+            self.rate = (self.rate * scale.factor).min(scale.max);
+            self.throttling_since = Some(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_full_bucket_allows_its_burst_then_the_rate() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(100.0, 5, None, t0);
+        for _ in 0..5 {
+            assert_eq!(b.take(t0), Ok(()));
+        }
+        let wait = b.take(t0).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.01).abs() < 1e-9, "{wait:?}");
+        assert_eq!(b.take(t0 + 10 * MS), Ok(()));
+        assert!(b.take(t0 + 15 * MS).is_err());
+        assert_eq!(b.take(t0 + 20 * MS), Ok(()));
+    }
+
+    #[test]
+    fn at_the_rate_every_request_passes() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(50.0, 1, None, t0);
+        for i in 0..500 {
+            assert_eq!(b.take(t0 + 20 * MS * i), Ok(()), "request {i}");
+        }
+    }
+
+    #[test]
+    fn sustained_throttling_scales_the_rate_up_to_the_maximum() {
+        let t0 = Instant::now();
+        let scale = AutoScale {
+            after: Duration::from_secs(10),
+            factor: 2.0,
+            max: 300.0,
+        };
+        let mut b = Bucket::new(100.0, 1, Some(scale), t0);
+        // 1000 requests/s for 40 s: throttled throughout.
+        let mut rates = Vec::new();
+        for ms in 0..40_000u64 {
+            let _ = b.take(t0 + Duration::from_millis(ms));
+            if ms % 10_000 == 9_999 {
+                rates.push(b.rate());
+            }
+        }
+        assert_eq!(rates, [100.0, 200.0, 300.0, 300.0]);
+    }
+
+    #[test]
+    fn throttles_with_quiet_gaps_are_not_sustained() {
+        let t0 = Instant::now();
+        let scale = AutoScale {
+            after: Duration::from_secs(3),
+            factor: 2.0,
+            max: 1000.0,
+        };
+        let mut b = Bucket::new(1.0, 1, Some(scale), t0);
+        // One throttle every 2 s: never sustained.
+        for s in 0..20u64 {
+            let at = t0 + Duration::from_secs(2 * s);
+            let _ = b.take(at);
+            let _ = b.take(at);
+        }
+        assert_eq!(b.rate(), 1.0);
+    }
+}

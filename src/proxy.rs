@@ -1,0 +1,18 @@
+//! The forwarding data path: accept client connections, pace, send upstream, answer.
+//!
+//! `listener.rs` accepts and drains connections, `service.rs` runs one request,
+//! `client.rs` talks to the upstream, `body.rs` and `headers.rs` carry bodies and
+//! headers across, and `reply.rs` makes easeoff's own answers. Decisions (is it a
+//! throttle, how long to wait) come from the pure modules through `upstream.rs`.
+
+mod body;
+mod client;
+mod headers;
+mod listener;
+mod reply;
+mod service;
+
+pub use body::ResponseBody;
+pub use client::{ClientError, SendError, UpstreamClient};
+pub use listener::{ListenerContext, serve};
+pub use reply::{REASON_HEADER, Reason, reply};

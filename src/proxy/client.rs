@@ -1,0 +1,179 @@
+//! The pooled client to one upstream: TLS and ALPN, the rewritten request target and
+//! Host, and the per-attempt timeout. Classification and pacing are not its business.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::{Authority, PathAndQuery, Scheme, Uri};
+use http::{HeaderValue, Request, Response, Version};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use super::headers::strip_hop_by_hop;
+use crate::config::UpstreamSettings;
+use crate::throttle::Preset;
+
+/// Why the client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot load CA certificates from \"{path}\": {reason}")]
+    CaFile { path: String, reason: String },
+    #[error("no trusted root certificates: the system store is empty and none were bundled")]
+    NoRoots,
+    #[error("tls setup: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// Why an attempt got no response.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("no response within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot connect: {0}")]
+    Connect(hyper_util::client::legacy::Error),
+    #[error("{0}")]
+    Failed(hyper_util::client::legacy::Error),
+}
+
+/// Sends requests to one upstream.
+pub struct UpstreamClient {
+    client: Client<HttpsConnector<HttpConnector>, Incoming>,
+    scheme: Scheme,
+    authority: Authority,
+    base_path: String,
+    host: HeaderValue,
+    preserve_host: bool,
+    version: Version,
+    request_timeout: Duration,
+}
+
+impl UpstreamClient {
+    /// A client with its own connection pool.
+    pub fn new(settings: &UpstreamSettings) -> Result<UpstreamClient, ClientError> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(settings.connect_timeout));
+        http.set_keepalive(Some(Duration::from_secs(60)));
+
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots(settings)?)
+        .with_no_client_auth();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        // gRPC needs HTTP/2: h2 by ALPN over TLS, prior knowledge over plain http.
+        let grpc = settings.preset == Preset::Grpc;
+        let connector = if grpc {
+            https.enable_http2().wrap_connector(http)
+        } else {
+            https.enable_all_versions().wrap_connector(http)
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .http2_only(grpc)
+            .set_host(false)
+            .build(connector);
+
+        let url = &settings.url;
+        Ok(UpstreamClient {
+            client,
+            scheme: url.scheme.clone(),
+            host: HeaderValue::from_str(url.authority.as_str())
+                .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
+            authority: url.authority.clone(),
+            base_path: url.base_path.clone(),
+            preserve_host: settings.preserve_host,
+            version: if grpc {
+                Version::HTTP_2
+            } else {
+                Version::HTTP_11
+            },
+            request_timeout: settings.request_timeout,
+        })
+    }
+
+    /// Points a client's request at the upstream: target, Host, hop-by-hop headers.
+    pub fn rewrite(&self, req: &mut Request<Incoming>) {
+        let path = std::mem::take(req.uri_mut())
+            .into_parts()
+            .path_and_query
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let path = if self.base_path.is_empty() {
+            path
+        } else {
+            PathAndQuery::try_from(format!("{}{path}", self.base_path)).unwrap_or(path)
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path);
+        // Every part comes from a valid Uri, so this cannot fail; keep the old path if it does.
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+        *req.version_mut() = self.version;
+        let headers = req.headers_mut();
+        strip_hop_by_hop(headers);
+        if !self.preserve_host || !headers.contains_key(http::header::HOST) {
+            headers.insert(http::header::HOST, self.host.clone());
+        }
+    }
+
+    /// Sends one attempt and waits for the response head, at most `request_timeout`.
+    pub async fn send(&self, req: Request<Incoming>) -> Result<Response<Incoming>, SendError> {
+        match tokio::time::timeout(self.request_timeout, self.client.request(req)).await {
+            Err(_) => Err(SendError::Timeout(self.request_timeout)),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(e)),
+            Ok(Err(e)) => Err(SendError::Failed(e)),
+        }
+    }
+
+    /// The per-attempt timeout.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+}
+
+/// The system's trusted roots (the bundled Mozilla set when it has none), plus `ca_file`.
+fn roots(settings: &UpstreamSettings) -> Result<RootCertStore, ClientError> {
+    let mut roots = RootCertStore::empty();
+    if settings.url.scheme == Scheme::HTTPS {
+        let native = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(native.certs);
+        if roots.is_empty() {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+    }
+    if let Some(path) = &settings.ca_file {
+        let ca_error = |reason: String| ClientError::CaFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| ca_error(e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ca_error(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(ca_error("no PEM certificates in the file".into()));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
+        }
+    }
+    if settings.url.scheme == Scheme::HTTPS && roots.is_empty() {
+        return Err(ClientError::NoRoots);
+    }
+    Ok(roots)
+}

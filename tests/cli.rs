@@ -1,0 +1,188 @@
+//! The real binary: `check` on the config fixtures, `run` until SIGTERM, `--version`.
+//!
+//! Every `tests/fixtures/config/valid/*.toml` must pass `check`; every
+//! `invalid/*.toml` must fail with exit 2 and print exactly its `.expected` file.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn easeoff() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_easeoff"))
+}
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/config")
+        .join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no fixtures in {}", dir.display());
+    files
+}
+
+#[test]
+fn valid_fixtures_pass_check_and_print_a_config_that_passes_again() {
+    for file in fixtures("valid") {
+        let out = easeoff()
+            .arg("check")
+            .arg("--config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {stderr}", file.display());
+        let printed =
+            std::env::temp_dir().join(format!("easeoff-effective-{}.toml", std::process::id()));
+        std::fs::write(&printed, &out.stdout).unwrap();
+        let again = easeoff()
+            .arg("check")
+            .arg("--config")
+            .arg(&printed)
+            .output()
+            .unwrap();
+        assert!(
+            again.status.success(),
+            "{}: the effective config does not load: {}",
+            file.display(),
+            String::from_utf8_lossy(&again.stderr)
+        );
+        assert_eq!(
+            again.stdout,
+            out.stdout,
+            "{}: check output is not stable",
+            file.display()
+        );
+        let _ = std::fs::remove_file(printed);
+    }
+}
+
+#[test]
+fn invalid_fixtures_fail_check_with_their_expected_messages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in fixtures("invalid") {
+        let relative = file.strip_prefix(root).unwrap();
+        let out = easeoff()
+            .current_dir(root)
+            .arg("check")
+            .arg("--config")
+            .arg(relative)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", file.display());
+        let expected = std::fs::read_to_string(file.with_extension("expected")).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            expected,
+            "{}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn the_config_can_come_from_the_environment() {
+    let file = &fixtures("valid")[0];
+    let out = easeoff()
+        .arg("check")
+        .env("EASEOFF_CONFIG", file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn no_config_is_a_usage_error() {
+    let out = easeoff()
+        .arg("check")
+        .env_remove("EASEOFF_CONFIG")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pass --config FILE or set EASEOFF_CONFIG")
+    );
+    let missing = easeoff()
+        .args(["check", "--config", "/nonexistent/easeoff.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .starts_with("/nonexistent/easeoff.toml: cannot read the config file")
+    );
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let out = easeoff().arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("easeoff {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn run_gets_ready_and_exits_zero_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("easeoff-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("easeoff.toml");
+    std::fs::write(
+        &config,
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://127.0.0.1:9\"\n",
+    )
+    .unwrap();
+    let mut child = easeoff()
+        .args(["--log-format", "json", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut ready = false;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains("easeoff ready") {
+            ready = true;
+            break;
+        }
+        assert!(Instant::now() < deadline, "not ready within 10 s");
+    }
+    assert!(ready, "the process ended before it was ready");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(rest.iter().any(|l| l.contains("SIGTERM")), "{rest:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_port_in_use_is_a_runtime_failure() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("easeoff-busy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("easeoff.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\nadmin_listen = \"127.0.0.1:0\"\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:{port}\"\nurl = \"http://127.0.0.1:9\"\n"),
+    )
+    .unwrap();
+    let out = easeoff().arg("--config").arg(&config).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!(
+        "cannot listen on 127.0.0.1:{port} for upstream \"up\""
+    )));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,270 @@
+//! The sleeper seen through the real proxy: bursts, sequences and pacing.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use support::*;
+use tokio::sync::Barrier;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// A responsive sleeper with exact numbers: no randomization.
+fn sleeper(initial: &str, up: f64, down: f64, threshold: u32) -> String {
+    format!(
+        "[upstream.sleeper]\ninitial_interval = \"{initial}\"\nup_multiplier = {up}\ndown_multiplier = {down}\ndown_threshold = {threshold}\nrandomization_factor = 0.0\n"
+    )
+}
+
+#[tokio::test]
+async fn sixty_four_requests_throttled_together_raise_the_interval_once() {
+    let barrier = Arc::new(Barrier::new(64));
+    let up = upstream(move |_| {
+        let barrier = Arc::clone(&barrier);
+        async move {
+            // Answer only when all 64 are in flight, so they come back as one burst.
+            barrier.wait().await;
+            respond(429, &[], "slow down")
+        }
+    })
+    .await;
+    let proxy = proxy(up.addr, &sleeper("100ms", 1.5, 0.9, 10)).await;
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    let requests: Vec<_> = (0..64)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { send(&client, "GET", &url, &[], Bytes::new()).await.status })
+        })
+        .collect();
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 429);
+    }
+    assert_eq!(up.count(), 64);
+    let a = proxy.admin;
+    assert_eq!(
+        metric(
+            a,
+            "easeoff_throttles_total{signal=\"status\",upstream=\"up\"}"
+        )
+        .await,
+        64.0
+    );
+    assert_eq!(
+        metric(a, "easeoff_interval_increases_total{upstream=\"up\"}").await,
+        1.0
+    );
+    assert_eq!(
+        metric(a, "easeoff_upstream_interval_seconds{upstream=\"up\"}").await,
+        0.1
+    );
+    assert_eq!(
+        metric(
+            a,
+            "easeoff_requests_total{outcome=\"throttled\",upstream=\"up\"}"
+        )
+        .await,
+        64.0
+    );
+}
+
+#[tokio::test]
+async fn sequential_throttles_raise_the_interval_each_time() {
+    let up = upstream(|_| async { respond(429, &[], "") }).await;
+    let proxy = proxy(up.addr, &sleeper("10ms", 1.5, 0.9, 10)).await;
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        assert_eq!(
+            send(&client, "GET", &url, &[], Bytes::new()).await.status,
+            429
+        );
+        seen.push(interval_ms(proxy.admin).await);
+    }
+    assert_eq!(seen, [10.0, 15.0, 22.5, 33.75, 50.625]);
+    assert_eq!(
+        metric(
+            proxy.admin,
+            "easeoff_interval_increases_total{upstream=\"up\"}"
+        )
+        .await,
+        5.0
+    );
+}
+
+#[tokio::test]
+async fn runs_of_successes_lower_the_interval_step_by_step_to_zero() {
+    // Four throttles, then successes.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let up = upstream(move |_| {
+        let n = answered.fetch_add(1, Ordering::SeqCst);
+        async move { if n < 4 { respond(429, &[], "") } else { ok() } }
+    })
+    .await;
+    let proxy = proxy(up.addr, &sleeper("10ms", 2.0, 0.5, 2)).await;
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    for _ in 0..4 {
+        send(&client, "GET", &url, &[], Bytes::new()).await;
+    }
+    assert_eq!(interval_ms(proxy.admin).await, 80.0);
+    let mut steps = Vec::new();
+    for _ in 0..4 {
+        for _ in 0..2 {
+            assert_eq!(
+                send(&client, "GET", &url, &[], Bytes::new()).await.status,
+                200
+            );
+        }
+        steps.push(interval_ms(proxy.admin).await);
+    }
+    // 80 → 40 → 20 → 10 → 5, which is below the 10 ms initial interval: 0.
+    assert_eq!(steps, [40.0, 20.0, 10.0, 0.0]);
+    let a = proxy.admin;
+    assert_eq!(
+        metric(a, "easeoff_interval_decreases_total{upstream=\"up\"}").await,
+        4.0
+    );
+    // Successes at interval 0 change nothing.
+    for _ in 0..5 {
+        send(&client, "GET", &url, &[], Bytes::new()).await;
+    }
+    assert_eq!(
+        metric(a, "easeoff_interval_decreases_total{upstream=\"up\"}").await,
+        4.0
+    );
+    assert_eq!(
+        metric(a, "easeoff_sleeper_invocations_total{upstream=\"up\"}").await,
+        17.0
+    );
+}
+
+#[tokio::test]
+async fn with_a_fixed_interval_dispatches_are_spaced_and_in_arrival_order() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = proxy(
+        up.addr,
+        "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"50ms\"\n",
+    )
+    .await;
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    let mut requests = Vec::new();
+    for i in 0..10usize {
+        let (client, url) = (client.clone(), url.clone());
+        requests.push(tokio::spawn(async move {
+            send(
+                &client,
+                "GET",
+                &url,
+                &[("x-seq", &i.to_string())],
+                Bytes::new(),
+            )
+            .await
+            .status
+        }));
+        // The next request starts only once this one is queued or dispatched, so
+        // easeoff sees them in this order.
+        wait_until(SECOND * 5, "the request to reach easeoff", || async {
+            up.count() + status(proxy.admin).await["waiting"].as_u64().unwrap() as usize > i
+        })
+        .await;
+    }
+    for r in requests {
+        assert_eq!(r.await.unwrap(), 200);
+    }
+    let arrivals = up.arrivals();
+    let order: Vec<String> = arrivals
+        .iter()
+        .map(|a| a.headers["x-seq"].to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(order, (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
+    // tokio's timer fires on millisecond ticks, so one dispatch may be up to a tick
+    // late; schedule slots stay 50 ms apart, so no gap is shorter than 49 ms.
+    for pair in arrivals.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(49), "gap of {gap:?}");
+    }
+    let span = arrivals[9].at - arrivals[0].at;
+    assert!(span >= Duration::from_millis(449), "9 gaps took {span:?}");
+    assert_eq!(
+        metric(proxy.admin, "easeoff_sleeps_total{upstream=\"up\"}").await,
+        9.0
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_pauses_the_upstream_until_it_has_passed() {
+    let answered = Arc::new(AtomicUsize::new(0));
+    let up = upstream(move |_| {
+        let n = answered.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                respond(429, &[("retry-after", "1")], "")
+            } else {
+                ok()
+            }
+        }
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(
+        send(&client, "GET", &url, &[], Bytes::new()).await.status,
+        429
+    );
+    let paused = status(proxy.admin).await;
+    assert!(paused["paused_until"].is_string(), "{paused}");
+    assert!(
+        metric(
+            proxy.admin,
+            "easeoff_upstream_pause_seconds{upstream=\"up\"}"
+        )
+        .await
+            > 0.5
+    );
+    assert_eq!(
+        send(&client, "GET", &url, &[], Bytes::new()).await.status,
+        200
+    );
+    let arrivals = up.arrivals();
+    let gap = arrivals[1].at - arrivals[0].at;
+    assert!(gap >= SECOND, "the second request went out after {gap:?}");
+}
+
+#[tokio::test]
+async fn an_http_date_retry_after_pauses_too() {
+    let answered = Arc::new(AtomicUsize::new(0));
+    let up = upstream(move |_| {
+        let n = answered.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                let at = std::time::SystemTime::now() + Duration::from_secs(2);
+                respond(503, &[("retry-after", &httpdate::fmt_http_date(at))], "")
+            } else {
+                ok()
+            }
+        }
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(
+        send(&client, "GET", &url, &[], Bytes::new()).await.status,
+        503
+    );
+    assert_eq!(
+        send(&client, "GET", &url, &[], Bytes::new()).await.status,
+        200
+    );
+    let arrivals = up.arrivals();
+    // An HTTP-date has whole seconds: "2 s from now" lies between 1 and 2 s ahead.
+    let gap = arrivals[1].at - arrivals[0].at;
+    assert!(gap >= SECOND, "the second request went out after {gap:?}");
+}

@@ -1,0 +1,253 @@
+//! Shared by the integration tests: in-test upstreams that record what reaches them,
+//! easeoff started in-process on port 0, a client, and readers for /metrics and /status.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use easeoff::{Config, Server};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// One request as the upstream saw it.
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    pub at: Instant,
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub headers: HeaderMap,
+}
+
+/// A scripted upstream on 127.0.0.1:0.
+pub struct TestUpstream {
+    pub addr: SocketAddr,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+}
+
+impl TestUpstream {
+    /// Everything that arrived so far, in arrival order.
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.arrivals.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.arrivals.lock().unwrap().len()
+    }
+}
+
+/// Starts an upstream answering with `handler`; it records every arrival first.
+pub async fn upstream<F, Fut>(handler: F) -> TestUpstream
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
+    let recorded = Arc::clone(&arrivals);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (handler, recorded) = (handler.clone(), Arc::clone(&recorded));
+            tokio::spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    recorded.lock().unwrap().push(Arrival {
+                        at: Instant::now(),
+                        method: req.method().clone(),
+                        uri: req.uri().clone(),
+                        headers: req.headers().clone(),
+                    });
+                    let response = handler(req);
+                    async move { Ok::<_, Infallible>(response.await) }
+                });
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    TestUpstream { addr, arrivals }
+}
+
+/// A response with a status, headers and a body.
+pub fn respond(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()).boxed());
+    *r.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (k, v) in headers {
+        r.headers_mut().append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    r
+}
+
+pub fn ok() -> Response<Body> {
+    respond(200, &[], "ok")
+}
+
+/// easeoff running in this process.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Proxy {
+    /// Stops accepting, drains and waits for the server to end.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Starts easeoff with one upstream named "up" pointing at `target`; `extra` is
+/// appended to the `[[upstream]]` table (keys, then sub-tables).
+pub async fn proxy(target: SocketAddr, extra: &str) -> Proxy {
+    proxy_config(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"5s\"\n\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\n{extra}\n"
+    ))
+    .await
+}
+
+/// Starts easeoff with a whole config text.
+pub async fn proxy_config(text: &str) -> Proxy {
+    let config = Config::parse(text, "test.toml", &|_| None).unwrap_or_else(|e| panic!("{e}"));
+    let server = Server::bind(config).await.unwrap();
+    let addr = server.listen_addr("up").unwrap_or(server.admin_addr());
+    let admin = server.admin_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    Proxy {
+        addr,
+        admin,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+/// An HTTP/1.1 client with a connection pool.
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// A complete answer.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Sends a request and reads the whole answer (10 s at most).
+pub async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Answer {
+    let mut builder = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    let request = builder.body(Full::new(body.into())).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+        .await
+        .expect("no answer within 10 s")
+        .expect("request failed");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+pub async fn get(url: &str) -> Answer {
+    send(&client(), "GET", url, &[], Bytes::new()).await
+}
+
+/// The /metrics text.
+pub async fn metrics(admin: SocketAddr) -> String {
+    get(&format!("http://{admin}/metrics")).await.text()
+}
+
+/// The value of one sample, e.g. `easeoff_interval_increases_total{upstream="up"}`.
+pub async fn metric(admin: SocketAddr, sample: &str) -> f64 {
+    let text = metrics(admin).await;
+    sample_value(&text, sample).unwrap_or_else(|| panic!("no sample {sample} in\n{text}"))
+}
+
+/// Finds a sample in exposition text; labels must be written in the order easeoff
+/// prints them (alphabetical).
+pub fn sample_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// The /status entry of upstream "up".
+pub async fn status(admin: SocketAddr) -> serde_json::Value {
+    let text = get(&format!("http://{admin}/status")).await.text();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["upstreams"][0].clone()
+}
+
+/// The current interval of upstream "up", in milliseconds.
+pub async fn interval_ms(admin: SocketAddr) -> f64 {
+    status(admin).await["interval_ms"].as_f64().unwrap()
+}
+
+/// Polls `condition` until it holds; panics with `what` after `timeout`.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
