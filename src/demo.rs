@@ -246,7 +246,7 @@ fn summary(out: &mut dyn Write, options: &DemoOptions, points: &[Point], client_
             );
         }
         None => {
-            let _ = writeln!(out, "  interval            never raised");
+            let _ = writeln!(out, "  {:<20}never raised", "interval");
         }
     }
 }

@@ -13,7 +13,6 @@ pub enum Reason {
     Shed,
     UpstreamUnavailable,
     Timeout,
-    BadRequest,
 }
 
 impl Reason {
@@ -22,7 +21,6 @@ impl Reason {
             Reason::Shed => "shed",
             Reason::UpstreamUnavailable => "upstream-unavailable",
             Reason::Timeout => "timeout",
-            Reason::BadRequest => "bad-request",
         }
     }
 
@@ -31,7 +29,6 @@ impl Reason {
             Reason::Shed => StatusCode::TOO_MANY_REQUESTS,
             Reason::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            Reason::BadRequest => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -41,7 +38,6 @@ impl Reason {
             Reason::Shed => "8",                 // RESOURCE_EXHAUSTED
             Reason::UpstreamUnavailable => "14", // UNAVAILABLE
             Reason::Timeout => "4",              // DEADLINE_EXCEEDED
-            Reason::BadRequest => "13",          // INTERNAL
         }
     }
 }
