@@ -1,15 +1,26 @@
-//! Server-requested delays: how long the upstream asked us to hold off. Pure: headers
-//! and the wall-clock time in, a duration out. The proxy turns it into a pause of the
-//! whole upstream, capped by `max_interval`.
+//! What an upstream's headers say about pacing: how long to hold off after a throttle,
+//! how much of a rate limit is left, and how long a gRPC client will wait. Pure:
+//! headers and the wall-clock time in, durations out. The proxy turns them into pauses
+//! and spacing floors, capped by `max_interval`.
 
 use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
 
+/// The server's answer to "may I send again?" on a throttle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushback {
+    /// Hold every dispatch for this long.
+    Delay(Duration),
+    /// Do not retry this request (a negative `grpc-retry-pushback-ms`).
+    Refuse,
+}
+
 /// The delay a throttle response asks for: `Retry-After` (delay-seconds or HTTP-date,
-/// RFC 9110 §10.2.3), else `x-amz-retry-after` (milliseconds). `None` when there is
-/// none, it does not parse, or it lies in the past.
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+/// RFC 9110 §10.2.3), else `x-amz-retry-after` (milliseconds), else
+/// `grpc-retry-pushback-ms` (gRPC A6; negative means do not retry). `None` when there
+/// is none, it does not parse, or it lies in the past.
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Pushback> {
     if let Some(value) = headers.get(http::header::RETRY_AFTER) {
         let text = value.to_str().ok()?.trim();
         let delay = match text.parse::<u64>() {
@@ -19,20 +30,129 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
                 .duration_since(now)
                 .ok()?,
         };
-        return nonzero(delay);
+        return delay_of(delay);
     }
-    let millis = headers
-        .get("x-amz-retry-after")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    nonzero(Duration::from_millis(millis))
+    if let Some(millis) = number::<u64>(headers, "x-amz-retry-after") {
+        return delay_of(Duration::from_millis(millis));
+    }
+    let pushback = number::<i64>(headers, "grpc-retry-pushback-ms")?;
+    match u64::try_from(pushback) {
+        Ok(millis) => delay_of(Duration::from_millis(millis)),
+        Err(_) => Some(Pushback::Refuse),
+    }
 }
 
-fn nonzero(d: Duration) -> Option<Duration> {
-    (!d.is_zero()).then_some(d)
+/// What is left of an advertised rate limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests left in the current window.
+    pub remaining: u64,
+    /// The reset as sent: seconds from now, or a Unix time when larger than now.
+    pub reset: u64,
+}
+
+impl Quota {
+    /// Time until the window resets.
+    pub fn reset_in(self, now: SystemTime) -> Duration {
+        let now = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Duration::from_secs(if self.reset > now {
+            self.reset - now
+        } else {
+            self.reset
+        })
+    }
+
+    /// The spacing that spreads what is left over the rest of the window.
+    pub fn spacing(self, now: SystemTime) -> Duration {
+        self.reset_in(now) / u32::try_from(self.remaining.max(1)).unwrap_or(u32::MAX)
+    }
+}
+
+/// The tightest quota the answer advertises: the IETF `RateLimit` field
+/// (`"name";r=R;t=T`, or the older `remaining=R, reset=T`), else
+/// `RateLimit-Remaining`/`RateLimit-Reset`, else the `X-RateLimit-` pair. Three header
+/// look-ups when there is none.
+pub fn quota(headers: &HeaderMap) -> Option<Quota> {
+    if let Some(field) = headers.get("ratelimit").and_then(|v| v.to_str().ok()) {
+        return structured_quota(field).map(|(remaining, reset)| Quota { remaining, reset });
+    }
+    [
+        ("ratelimit-remaining", "ratelimit-reset"),
+        ("x-ratelimit-remaining", "x-ratelimit-reset"),
+    ]
+    .iter()
+    .find_map(|(remaining, reset)| {
+        Some(Quota {
+            remaining: number(headers, remaining)?,
+            reset: number(headers, reset)?,
+        })
+    })
+}
+
+/// `(remaining, reset)` of the tightest policy in a `RateLimit` field.
+fn structured_quota(field: &str) -> Option<(u64, u64)> {
+    let mut tightest: Option<(u64, u64)> = None;
+    let mut consider = |remaining: u64, reset: u64| {
+        // Tightest: least left per second of window (exhausted beats everything).
+        let tighter = tightest.is_none_or(|(r, t)| remaining * t.max(1) < r * reset.max(1));
+        if tighter {
+            tightest = Some((remaining, reset));
+        }
+    };
+    let (mut old_remaining, mut old_reset) = (None, None);
+    for item in field.split(',') {
+        let (mut r, mut t) = (None, None);
+        for part in item.split(';') {
+            let Some((key, value)) = part.split_once('=') else {
+                continue;
+            };
+            let value = value.trim().parse::<u64>().ok();
+            match key.trim() {
+                "r" => r = value,
+                "t" => t = value,
+                "remaining" => old_remaining = value,
+                "reset" => old_reset = value,
+                _ => {}
+            }
+        }
+        if let (Some(r), Some(t)) = (r, t) {
+            consider(r, t);
+        }
+    }
+    if let (Some(r), Some(t)) = (old_remaining, old_reset) {
+        consider(r, t);
+    }
+    tightest
+}
+
+/// A gRPC request's own deadline (`grpc-timeout`: up to 8 digits and a unit H, M, S,
+/// m, u or n).
+pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
+    let text = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let value: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(value * 3600),
+        "M" => Duration::from_secs(value * 60),
+        "S" => Duration::from_secs(value),
+        "m" => Duration::from_millis(value),
+        "u" => Duration::from_micros(value),
+        "n" => Duration::from_nanos(value),
+        _ => return None,
+    })
+}
+
+fn number<T: std::str::FromStr>(headers: &HeaderMap, name: &str) -> Option<T> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+fn delay_of(d: Duration) -> Option<Pushback> {
+    (!d.is_zero()).then_some(Pushback::Delay(d))
 }
 
 #[cfg(test)]
@@ -40,9 +160,11 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn with(name: &'static str, value: &str) -> HeaderMap {
+    fn with(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(name, HeaderValue::from_str(value).unwrap());
+        for (name, value) in pairs {
+            h.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
         h
     }
 
@@ -51,46 +173,122 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777)
     }
 
+    fn delay(ms: u64) -> Option<Pushback> {
+        Some(Pushback::Delay(Duration::from_millis(ms)))
+    }
+
     #[test]
     fn retry_after_in_seconds() {
         assert_eq!(
-            retry_after(&with("retry-after", "2"), now()),
-            Some(Duration::from_secs(2))
+            retry_after(&with(&[("retry-after", "2")]), now()),
+            delay(2000)
         );
         assert_eq!(
-            retry_after(&with("retry-after", " 120 "), now()),
-            Some(Duration::from_secs(120))
+            retry_after(&with(&[("retry-after", " 120 ")]), now()),
+            delay(120_000)
         );
     }
 
     #[test]
     fn retry_after_as_an_http_date() {
-        let h = with("retry-after", "Sun, 06 Nov 1994 08:49:40 GMT");
-        assert_eq!(retry_after(&h, now()), Some(Duration::from_secs(3)));
+        let h = with(&[("retry-after", "Sun, 06 Nov 1994 08:49:40 GMT")]);
+        assert_eq!(retry_after(&h, now()), delay(3000));
     }
 
     #[test]
     fn retry_after_in_the_past_or_zero_means_no_pause() {
-        assert_eq!(
-            retry_after(&with("retry-after", "Sun, 06 Nov 1994 08:49:00 GMT"), now()),
-            None
-        );
-        assert_eq!(retry_after(&with("retry-after", "0"), now()), None);
+        let past = with(&[("retry-after", "Sun, 06 Nov 1994 08:49:00 GMT")]);
+        assert_eq!(retry_after(&past, now()), None);
+        assert_eq!(retry_after(&with(&[("retry-after", "0")]), now()), None);
     }
 
     #[test]
     fn unparsable_retry_after_means_no_pause() {
         for bad in ["soon", "-1", "1.5", "Sun, 06 Nov 1994"] {
-            assert_eq!(retry_after(&with("retry-after", bad), now()), None, "{bad}");
+            assert_eq!(
+                retry_after(&with(&[("retry-after", bad)]), now()),
+                None,
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn x_amz_retry_after_is_in_milliseconds() {
         assert_eq!(
-            retry_after(&with("x-amz-retry-after", "1500"), now()),
-            Some(Duration::from_millis(1500))
+            retry_after(&with(&[("x-amz-retry-after", "1500")]), now()),
+            delay(1500)
         );
         assert_eq!(retry_after(&HeaderMap::new(), now()), None);
+    }
+
+    #[test]
+    fn grpc_pushback_delays_or_refuses() {
+        let h = with(&[("grpc-retry-pushback-ms", "250")]);
+        assert_eq!(retry_after(&h, now()), delay(250));
+        let h = with(&[("grpc-retry-pushback-ms", "-1")]);
+        assert_eq!(retry_after(&h, now()), Some(Pushback::Refuse));
+    }
+
+    fn quota_of(pairs: &[(&'static str, &str)]) -> Option<(u64, Duration)> {
+        quota(&with(pairs)).map(|q| (q.remaining, q.reset_in(now())))
+    }
+
+    #[test]
+    fn ietf_ratelimit_fields_take_the_tightest_policy() {
+        let secs = Duration::from_secs;
+        let q = |field| quota_of(&[("ratelimit", field)]);
+        assert_eq!(q(r#""default";r=50;t=30"#), Some((50, secs(30))));
+        assert_eq!(
+            q(r#""burst";r=5;t=1, "daily";r=1000;t=3600"#),
+            Some((1000, secs(3600)))
+        );
+        assert_eq!(q(r#""a";r=100;t=10, "b";r=0;t=60"#), Some((0, secs(60))));
+        // The earlier draft's form.
+        assert_eq!(q("limit=100, remaining=7, reset=20"), Some((7, secs(20))));
+        assert_eq!(q("nonsense"), None);
+    }
+
+    #[test]
+    fn ratelimit_header_pairs_with_delta_or_epoch_resets() {
+        let secs = Duration::from_secs;
+        let pair = [("ratelimit-remaining", "0"), ("ratelimit-reset", "12")];
+        assert_eq!(quota_of(&pair), Some((0, secs(12))));
+        let epoch = (784_111_777 + 30).to_string();
+        let pair = [
+            ("x-ratelimit-remaining", "60"),
+            ("x-ratelimit-reset", epoch.as_str()),
+        ];
+        assert_eq!(quota_of(&pair), Some((60, secs(30))));
+        assert_eq!(quota_of(&[("x-ratelimit-remaining", "5")]), None);
+    }
+
+    #[test]
+    fn a_quota_spreads_what_is_left_over_the_window() {
+        let q = Quota {
+            remaining: 60,
+            reset: 30,
+        };
+        assert_eq!(q.spacing(now()), Duration::from_millis(500));
+        assert_eq!(
+            Quota {
+                remaining: 0,
+                reset: 30
+            }
+            .spacing(now()),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn grpc_timeouts_in_every_unit() {
+        let t = |v| grpc_timeout(&with(&[("grpc-timeout", v)]));
+        assert_eq!(t("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(t("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(t("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(t("5u"), Some(Duration::from_micros(5)));
+        assert_eq!(t("123456789S"), None);
+        assert_eq!(t("m"), None);
+        assert_eq!(t("10x"), None);
     }
 }

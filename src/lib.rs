@@ -5,8 +5,11 @@
 //!   and successes into an interval;
 //! - [`controller`]: the epoch rule and the pace-mode starting point around a sleeper;
 //! - [`throttle`]: is an upstream answer a throttle, and what gave it away;
-//! - [`hints`]: how long a server asked us to hold off;
-//! - [`config`]: the TOML file turned into validated settings.
+//! - [`hints`]: how long a server asked us to hold off, and how much quota is left;
+//! - [`retry`]: the retry budget and when an attempt may be repeated;
+//! - [`connect_backoff`]: gRPC's connection backoff in front of an unreachable upstream;
+//! - [`config`]: the TOML file turned into validated settings;
+//! - [`window`]: lock-free counts over a sliding window (dispatch rate, retry budget).
 //!
 //! The I/O shell applies the decisions:
 //! - [`pacer`]: spacing, queueing and pauses per upstream;
@@ -20,6 +23,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod connect_backoff;
 pub mod controller;
 pub mod demo;
 pub mod hints;
@@ -28,11 +32,13 @@ pub mod mock_upstream;
 pub mod pacer;
 pub mod plot;
 pub mod proxy;
+pub mod retry;
 pub mod server;
 pub mod shutdown;
 pub mod sleeper;
 pub mod throttle;
 pub mod upstream;
+pub mod window;
 
 pub use config::Config;
 pub use server::Server;

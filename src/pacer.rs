@@ -1,25 +1,26 @@
-//! Spacing of one upstream's dispatches: the fast path, the FIFO queue and pauses.
+//! Spacing of one upstream's dispatches: the fast path, the bounded FIFO queue,
+//! deadlines and shedding, pauses and rate-limit floors.
 //!
 //! `pace` mode: dispatches are spaced at least the current interval apart, first come
 //! first served. One release task per upstream owns the queue; the head waiter is
 //! released against the interval in force at release, so a raise slows the waiting
-//! queue at once. `delay` mode: each request sleeps the interval on its own.
-//! Interval 0, no pause and an empty queue is the fast path: a few atomic loads, no
-//! lock, allocation or timer. The controller decides the interval; this file only
-//! applies it.
+//! queue at once. A request whose slot lies beyond its deadline is answered with
+//! [`Shed`] as soon as that is known: on arrival, or when a raise or pause pushes its
+//! slot out. `delay` mode: each request sleeps the interval on its own.
+//! Interval 0, no pause, no floor and an empty queue is the fast path: a few atomic
+//! loads, no lock, allocation or timer. The controller decides the interval; this
+//! file only applies it.
 
-mod rate;
-
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-pub use rate::DispatchRate;
-
 use crate::sleeper::Mode;
+use crate::window::WindowedCount;
 
 /// Permission to send one attempt upstream.
 #[derive(Clone, Copy, Debug)]
@@ -37,25 +38,59 @@ pub struct Slot {
     pub interval: Duration,
 }
 
+/// A request turned away instead of queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shed {
+    /// When its slot would have come: a fair `Retry-After`.
+    pub retry_after: Duration,
+}
+
+/// Bounds on waiting (config `[upstream.queue]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests waiting at once; more are shed.
+    pub max_waiting: usize,
+}
+
 /// One upstream's pacing state, shared by its requests and its release task.
 #[derive(Clone)]
 pub struct Pacer {
     shared: Arc<Shared>,
-    queue: mpsc::UnboundedSender<Waiter>,
+    _stop: Arc<StopOnDrop>,
+}
+
+/// Ends the release task when the last [`Pacer`] handle goes.
+struct StopOnDrop(Arc<Shared>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Relaxed);
+        self.0.changed.notify_one();
+    }
 }
 
 struct Shared {
     mode: Mode,
+    limits: Limits,
     origin: Instant,
     interval_ns: AtomicU64,
     /// Nanoseconds from `origin`; 0 means no pause.
     pause_until_ns: AtomicU64,
+    /// A minimum spacing from a rate-limit quota, and until when; 0 means none.
+    floor_ns: AtomicU64,
+    floor_until_ns: AtomicU64,
     epoch: AtomicU64,
     waiting: AtomicUsize,
     /// Nanoseconds from `origin` of the last dispatch's place in the schedule, or `NEVER`.
     last_dispatch_ns: AtomicU64,
-    rate: DispatchRate,
+    /// Dispatches over the last second.
+    rate: WindowedCount,
+    /// Waiters behind the one the release task is working on.
+    queue: Mutex<VecDeque<Waiter>>,
+    /// Something changed for the release task: a new waiter, interval, pause or floor.
     changed: Notify,
+    /// Set when the last `Pacer` handle is dropped, to end the release task.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// `last_dispatch_ns` before the first dispatch.
@@ -68,66 +103,93 @@ const TIMER_TICK: Duration = Duration::from_millis(1);
 
 struct Waiter {
     arrived: Instant,
-    grant: oneshot::Sender<Slot>,
+    deadline: Instant,
+    grant: oneshot::Sender<Result<Slot, Shed>>,
 }
 
 impl Pacer {
     /// A pacer at interval 0; in pace mode it spawns its release task, which ends
     /// when the last clone of the pacer is dropped.
-    pub fn new(mode: Mode) -> Pacer {
+    pub fn new(mode: Mode, limits: Limits) -> Pacer {
         let shared = Arc::new(Shared {
             mode,
+            limits,
             origin: Instant::now(),
             interval_ns: AtomicU64::new(0),
             pause_until_ns: AtomicU64::new(0),
+            floor_ns: AtomicU64::new(0),
+            floor_until_ns: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             last_dispatch_ns: AtomicU64::new(NEVER),
-            rate: DispatchRate::default(),
+            rate: WindowedCount::new(Duration::from_secs(1)),
+            queue: Mutex::new(VecDeque::new()),
             changed: Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
-        let (queue, waiters) = mpsc::unbounded_channel();
         if mode == Mode::Pace {
-            tokio::spawn(release(Arc::clone(&shared), waiters));
+            tokio::spawn(release(Arc::clone(&shared)));
         }
-        Pacer { shared, queue }
+        Pacer {
+            _stop: Arc::new(StopOnDrop(Arc::clone(&shared))),
+            shared,
+        }
     }
 
-    /// Waits for this request's slot. Dropping the future gives up the place in the
-    /// queue without using a slot.
-    pub async fn acquire(&self) -> Slot {
+    /// Waits for this request's slot, or sheds it when the slot lies past `deadline`
+    /// or `max_waiting` requests already wait. Dropping the future gives up the place
+    /// in the queue without using a slot.
+    pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
         let s = &*self.shared;
         let now = Instant::now();
         if s.interval_ns.load(Ordering::Relaxed) == 0
             && s.pause_until_ns.load(Ordering::Relaxed) == 0
+            && s.floor_until_ns.load(Ordering::Relaxed) == 0
             && s.waiting.load(Ordering::Relaxed) == 0
         {
-            return s.dispatch(now, now, now);
+            return Ok(s.dispatch(now, now, now));
         }
-        let _waiting = WaitingGuard::enter(&s.waiting);
         match s.mode {
             Mode::Delay => {
-                let interval = Duration::from_nanos(s.interval_ns.load(Ordering::Relaxed));
-                let until = (now + interval).max(s.pause_end(now).unwrap_or(now));
+                let _waiting = s.enter()?;
+                let until = now + s.spacing(now);
+                let until = until.max(s.pause_end(now).unwrap_or(now));
+                if until > deadline {
+                    return Err(Shed {
+                        retry_after: until - now,
+                    });
+                }
                 tokio::time::sleep_until(until).await;
-                s.dispatch(Instant::now(), now, until)
+                Ok(s.dispatch(Instant::now(), now, until))
             }
             Mode::Pace => {
                 let (grant, granted) = oneshot::channel();
-                // The release task is gone only while the runtime shuts down.
-                if self
-                    .queue
-                    .send(Waiter {
+                let _waiting = {
+                    let mut queue = s.lock_queue();
+                    let waiting = s.enter()?;
+                    // Its slot if nothing changes: after everyone already waiting.
+                    let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);
+                    let expected = s.release_at(now) + s.spacing(now) * count(ahead);
+                    if expected > deadline {
+                        return Err(Shed {
+                            retry_after: expected.saturating_duration_since(now),
+                        });
+                    }
+                    queue.push_back(Waiter {
                         arrived: now,
+                        deadline,
                         grant,
-                    })
-                    .is_ok()
-                    && let Ok(slot) = granted.await
-                {
-                    return slot;
+                    });
+                    waiting
+                };
+                s.changed.notify_one();
+                match granted.await {
+                    Ok(result) => result,
+                    // The release task only goes away with the runtime.
+                    Err(_) => Err(Shed {
+                        retry_after: Duration::from_secs(1),
+                    }),
                 }
-                let released = Instant::now();
-                s.dispatch(released, now, released)
             }
         }
     }
@@ -154,7 +216,17 @@ impl Pacer {
         self.shared.changed.notify_one();
     }
 
-    /// The interval in force.
+    /// Keeps dispatches at least `spacing` apart until `until` (a rate-limit quota
+    /// spread over its window); replaces any earlier floor.
+    pub fn set_floor(&self, spacing: Duration, until: Instant) {
+        let s = &*self.shared;
+        s.floor_ns.store(nanos(spacing), Ordering::Relaxed);
+        s.floor_until_ns
+            .store(s.ns(until).max(1), Ordering::Relaxed);
+        s.changed.notify_one();
+    }
+
+    /// The interval in force (the controller's, without floors).
     pub fn interval(&self) -> Duration {
         Duration::from_nanos(self.shared.interval_ns.load(Ordering::Relaxed))
     }
@@ -184,6 +256,24 @@ impl Shared {
         self.origin + Duration::from_nanos(ns)
     }
 
+    fn lock_queue(&self) -> MutexGuard<'_, VecDeque<Waiter>> {
+        // Waiters are only pushed and popped under the lock; a panic elsewhere cannot
+        // leave the deque inconsistent.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a new waiter, or sheds it when `max_waiting` already wait.
+    fn enter(&self) -> Result<WaitingGuard<'_>, Shed> {
+        if self.waiting.load(Ordering::Relaxed) >= self.limits.max_waiting {
+            let now = Instant::now();
+            let wait = self.release_at(now).saturating_duration_since(now)
+                + self.spacing(now) * count(self.limits.max_waiting);
+            return Err(Shed { retry_after: wait });
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Ok(WaitingGuard(&self.waiting))
+    }
+
     /// Releases a request that arrived at `arrived` and was due at `scheduled`.
     fn dispatch(&self, now: Instant, arrived: Instant, scheduled: Instant) -> Slot {
         let place = if arrived <= scheduled {
@@ -193,7 +283,7 @@ impl Shared {
         };
         self.last_dispatch_ns
             .store(self.ns(place), Ordering::Relaxed);
-        self.rate.record(self.ns(now));
+        self.rate.add(self.ns(now));
         Slot {
             epoch: self.epoch.load(Ordering::Acquire),
             dispatched_at: now,
@@ -201,6 +291,25 @@ impl Shared {
             held: scheduled > arrived,
             interval: Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed)),
         }
+    }
+
+    /// The spacing in force: the interval, or a larger rate-limit floor.
+    fn spacing(&self, now: Instant) -> Duration {
+        let interval = self.interval_ns.load(Ordering::Relaxed);
+        let until = self.floor_until_ns.load(Ordering::Relaxed);
+        if until == 0 {
+            return Duration::from_nanos(interval);
+        }
+        if until <= self.ns(now) {
+            let _ = self.floor_until_ns.compare_exchange(
+                until,
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Duration::from_nanos(interval);
+        }
+        Duration::from_nanos(interval.max(self.floor_ns.load(Ordering::Relaxed)))
     }
 
     /// The end of the pause in force; clears an expired one.
@@ -224,23 +333,51 @@ impl Shared {
     /// When the head of the queue may go: its place in the schedule.
     fn release_at(&self, now: Instant) -> Instant {
         let last = self.last_dispatch_ns.load(Ordering::Relaxed);
-        let interval = self.interval_ns.load(Ordering::Relaxed);
         // A pacer that never dispatched has had a free slot since it was made.
         let spaced = if last == NEVER {
             self.origin
         } else {
-            self.at(last.saturating_add(interval))
+            self.at(last) + self.spacing(now)
         };
         match self.pause_end(now) {
             Some(end) => spaced.max(end),
             None => spaced,
         }
     }
+
+    /// Sheds the queued waiters whose expected slots now lie past their deadlines;
+    /// `head_at` is the slot of the waiter being released, and the queue follows it.
+    fn shed_late(&self, head_at: Instant, now: Instant) {
+        let spacing = self.spacing(now);
+        let mut queue = self.lock_queue();
+        let mut position = 1;
+        for waiter in std::mem::take(&mut *queue) {
+            if waiter.grant.is_closed() {
+                continue;
+            }
+            let expected = head_at + spacing * position;
+            if expected > waiter.deadline {
+                let retry_after = expected.saturating_duration_since(now);
+                let _ = waiter.grant.send(Err(Shed { retry_after }));
+            } else {
+                position += 1;
+                queue.push_back(waiter);
+            }
+        }
+    }
 }
 
 /// The release task: grants slots to waiters in arrival order.
-async fn release(shared: Arc<Shared>, mut waiters: mpsc::UnboundedReceiver<Waiter>) {
-    while let Some(mut waiter) = waiters.recv().await {
+async fn release(shared: Arc<Shared>) {
+    loop {
+        let next = shared.lock_queue().pop_front();
+        let Some(mut waiter) = next else {
+            if shared.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            shared.changed.notified().await;
+            continue;
+        };
         // The release time this waiter last slept toward: a pause that has since
         // expired (and been cleared) still held it until then.
         let mut due = waiter.arrived;
@@ -249,15 +386,22 @@ async fn release(shared: Arc<Shared>, mut waiters: mpsc::UnboundedReceiver<Waite
             let at = shared.release_at(now);
             if at <= now {
                 let scheduled = at.max(due.min(now));
-                let _ = waiter
-                    .grant
-                    .send(shared.dispatch(now, waiter.arrived, scheduled));
+                let slot = shared.dispatch(now, waiter.arrived, scheduled);
+                let _ = waiter.grant.send(Ok(slot));
                 break;
             }
+            if at > waiter.deadline {
+                let shed = Shed {
+                    retry_after: at - now,
+                };
+                let _ = waiter.grant.send(Err(shed));
+                break;
+            }
+            shared.shed_late(at, now);
             due = at;
             tokio::select! {
                 _ = tokio::time::sleep_until(at) => {}
-                // A new interval or pause: recompute the release time.
+                // A new interval, pause or floor: recompute the release time.
                 _ = shared.changed.notified() => {}
                 // The client went away: its place goes to the next waiter.
                 _ = waiter.grant.closed() => {}
@@ -269,17 +413,15 @@ async fn release(shared: Arc<Shared>, mut waiters: mpsc::UnboundedReceiver<Waite
 /// Counts a request as waiting for as long as it lives.
 struct WaitingGuard<'a>(&'a AtomicUsize);
 
-impl<'a> WaitingGuard<'a> {
-    fn enter(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        WaitingGuard(count)
-    }
-}
-
 impl Drop for WaitingGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// A count as a `Duration` multiplier.
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -12,7 +12,7 @@ mod listener;
 mod reply;
 mod service;
 
-pub use body::ResponseBody;
+pub use body::ProxyBody;
 pub use client::{ClientError, SendError, UpstreamClient};
 pub use listener::{ListenerContext, serve};
-pub use reply::{REASON_HEADER, Reason, reply};
+pub use reply::{Dialect, REASON_HEADER, Reason, reply};

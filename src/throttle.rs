@@ -6,10 +6,12 @@
 //! Pauses from `Retry-After` and friends are `hints.rs`'s business.
 
 mod aws;
+mod partial;
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
 pub use aws::THROTTLING_CODES;
+pub use partial::{UnprocessedScan, is_batch};
 
 /// Error bodies up to this size are read for codes; larger ones stream untouched.
 pub const MAX_ERROR_BODY: usize = 64 * 1024;

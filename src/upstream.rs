@@ -1,21 +1,27 @@
-//! One upstream at run time: its controller, pacer, classifier, client and metrics.
+//! One upstream at run time: its controller, pacer, retry budget, connection backoff,
+//! classifier, client and metrics.
 //!
 //! `record` is where an attempt's verdict reaches the controller and the new interval
-//! reaches the pacer; a success at interval 0 is the fast path and takes no lock.
+//! reaches the pacer. The fast path (a success at interval 0, a healthy connection)
+//! reads atomics and takes no lock.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use crate::config::UpstreamSettings;
+use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
+use crate::hints::Quota;
 use crate::metrics::{Metrics, UpstreamMetrics};
-use crate::pacer::{Pacer, Slot};
+use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::proxy::{ClientError, UpstreamClient};
+use crate::retry::RetryBudget;
 use crate::sleeper::Step;
-use crate::throttle::{Classifier, Verdict};
+use crate::throttle::{Classifier, Signal, Verdict};
 
 /// One attempt as observers see it (the demo's plot, traces).
 #[derive(Clone, Copy, Debug)]
@@ -39,8 +45,23 @@ pub struct Upstream {
     pub classifier: Classifier,
     pub client: UpstreamClient,
     pub metrics: UpstreamMetrics,
+    pub budget: RetryBudget,
+    /// Time zero for the budget's clock.
+    origin: Instant,
     controller: Mutex<Controller<fastrand::Rng>>,
+    connect: Mutex<(ConnectBackoff, fastrand::Rng)>,
+    /// No connection backoff in force: the fast path skips the lock.
+    connect_healthy: AtomicBool,
     observer: Option<Observer>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name())
+            .field("listen", &self.listen)
+            .finish()
+    }
 }
 
 impl Upstream {
@@ -53,10 +74,23 @@ impl Upstream {
     ) -> Result<Upstream, ClientError> {
         let client = UpstreamClient::new(&settings)?;
         let controller = Controller::new(&settings.sleeper, fastrand::Rng::new());
+        let limits = Limits {
+            max_waiting: settings.queue.max_waiting,
+        };
         let upstream = Upstream {
             classifier: Classifier::new(settings.preset, settings.throttle.clone()),
-            pacer: Pacer::new(settings.sleeper.mode),
+            pacer: Pacer::new(settings.sleeper.mode, limits),
             metrics: metrics.upstream(&settings.name),
+            budget: RetryBudget::new(
+                settings.retry.budget_ratio,
+                settings.retry.budget_min_per_second,
+            ),
+            origin: Instant::now(),
+            connect: Mutex::new((
+                ConnectBackoff::new(&settings.connect_backoff),
+                fastrand::Rng::new(),
+            )),
+            connect_healthy: AtomicBool::new(true),
             settings: Arc::new(settings),
             listen,
             client,
@@ -73,21 +107,79 @@ impl Upstream {
         &self.settings.name
     }
 
-    /// Waits for a slot and counts the wait.
-    pub async fn acquire(&self) -> Slot {
-        let slot = self.pacer.acquire().await;
+    /// Nanoseconds on the budget's clock.
+    pub fn clock(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Waits for a slot (or is shed at once) and counts the wait.
+    pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
+        let slot = self.pacer.acquire(deadline).await?;
         let waited = slot.waited.as_secs_f64();
         self.metrics.queue_wait.observe(waited);
         if slot.held {
             self.metrics.sleeps.inc();
             self.metrics.sleep_seconds.inc_by(waited);
         }
-        slot
+        Ok(slot)
     }
 
-    /// Feeds one attempt's verdict to the controller; `retry_after` is the throttle's
-    /// requested delay, which pauses the whole upstream (capped by `max_interval`).
-    pub fn record(&self, slot: &Slot, verdict: Option<Verdict>, retry_after: Option<Duration>) {
+    /// Whether the connection backoff lets a request try the upstream now.
+    pub fn admit(&self, now: Instant) -> Admission {
+        if self.connect_healthy.load(Ordering::Relaxed) {
+            return Admission::Open;
+        }
+        self.lock_connect().0.admit(now.into_std())
+    }
+
+    /// A connection could not be made: starts or steps the backoff.
+    pub fn connect_failed(&self, now: Instant) {
+        self.metrics.connect_failures.inc();
+        let mut guard = self.lock_connect();
+        let (backoff, rng) = &mut *guard;
+        if let Some(wait) = backoff.on_failure(now.into_std(), rng) {
+            self.connect_healthy.store(false, Ordering::Relaxed);
+            tracing::warn!(upstream = %self.name(), backoff_ms = wait.as_millis() as u64, "cannot connect; backing off");
+        }
+    }
+
+    /// The upstream answered: ends any backoff.
+    pub fn connected(&self) {
+        if self.connect_healthy.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.lock_connect().0.on_success() {
+            tracing::info!(upstream = %self.name(), "connected again; backoff reset");
+        }
+        self.connect_healthy.store(true, Ordering::Relaxed);
+    }
+
+    /// How long the connection backoff still turns requests away.
+    pub fn connect_backoff_remaining(&self, now: Instant) -> Duration {
+        if self.connect_healthy.load(Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
+        self.lock_connect().0.remaining(now.into_std())
+    }
+
+    /// Applies an answer's rate-limit quota: nothing left pauses the upstream until the
+    /// reset (a `ratelimit` throttle); otherwise what is left is spread over the window.
+    pub fn apply_quota(&self, quota: Quota, now: Instant) {
+        let wall = SystemTime::now();
+        let max = self.settings.sleeper.max_interval;
+        let reset = quota.reset_in(wall).min(max);
+        if quota.remaining == 0 {
+            self.metrics.throttle(Signal::RateLimit).inc();
+            self.pacer.pause_until(now + reset);
+        } else {
+            self.pacer
+                .set_floor(quota.spacing(wall).min(max), now + reset);
+        }
+    }
+
+    /// Feeds one attempt's verdict to the controller; `pause` is the throttle's
+    /// requested delay, which holds the whole upstream (capped by `max_interval`).
+    pub fn record(&self, slot: &Slot, verdict: Option<Verdict>, pause: Option<Duration>) {
         if let Some(observe) = &self.observer {
             observe(&Attempt {
                 dispatched_at: slot.dispatched_at,
@@ -99,7 +191,7 @@ impl Upstream {
             Some(Verdict::Throttle(signal)) => {
                 self.metrics.throttle(signal).inc();
                 let now = Instant::now();
-                if let Some(delay) = retry_after {
+                if let Some(delay) = pause {
                     self.pacer
                         .pause_until(now + delay.min(self.settings.sleeper.max_interval));
                 }
@@ -151,6 +243,9 @@ impl Upstream {
             .map_or(0.0, |end| (end - now).as_secs_f64());
         self.metrics.pause.set(pause);
         self.metrics.queue_waiting.set(self.pacer.waiting() as i64);
+        self.metrics
+            .connect_backoff
+            .set(self.connect_backoff_remaining(now).as_secs_f64());
     }
 
     fn apply(&self, controller: &Controller<fastrand::Rng>, step: Option<Step>) {
@@ -180,5 +275,9 @@ impl Upstream {
         self.controller
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_connect(&self) -> MutexGuard<'_, (ConnectBackoff, fastrand::Rng)> {
+        self.connect.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -123,7 +123,7 @@ async fn reset_exists_only_when_mutations_are_allowed() {
     assert_eq!(reset(closed.admin).await.status, 404);
 
     let open = proxy_config(&format!(
-        "[server]\nadmin_listen = \"127.0.0.1:0\"\nadmin_allow_mutations = true\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\n[upstream.sleeper]\ninitial_interval = \"50ms\"\n"
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nadmin_allow_mutations = true\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\n[upstream.sleeper]\ninitial_interval = \"50ms\"\n[upstream.retry]\nmax_attempts = 1\n"
     ))
     .await;
     get(&format!("http://{}/", open.addr)).await;

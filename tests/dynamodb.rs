@@ -9,7 +9,9 @@ use support::*;
 
 const PTEE: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}"#;
 const VALIDATION: &str = r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"One or more parameter values were invalid: Missing the key pk in the item"}"#;
-const PRESET: &str = "preset = \"dynamodb\"\n[upstream.sleeper]\ninitial_interval = \"10ms\"\nrandomization_factor = 0.0\n";
+/// The dynamodb preset with an exact sleeper, and no retries so the upstream's answer
+/// reaches the client as it was.
+const PRESET: &str = "preset = \"dynamodb\"\n[upstream.sleeper]\ninitial_interval = \"10ms\"\nrandomization_factor = 0.0\n[upstream.retry]\nmax_attempts = 1\n";
 
 async fn put_item(proxy: &Proxy) -> Answer {
     send(

@@ -113,7 +113,7 @@ async fn an_unreachable_upstream_gets_a_502() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         l.local_addr().unwrap()
     };
-    let proxy = proxy(dead, "").await;
+    let proxy = proxy(dead, "[upstream.retry]\nmax_attempts = 1").await;
     let answer = get(&format!("http://{}/", proxy.addr)).await;
     assert_eq!(answer.status, 502);
     assert_eq!(answer.headers["x-easeoff-reason"], "upstream-unavailable");
@@ -187,7 +187,7 @@ async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interva
         .unwrap();
     let proxy = proxy(
         addr,
-        "preset = \"grpc\"\n[upstream.sleeper]\ninitial_interval = \"10ms\"\n",
+        "preset = \"grpc\"\n[upstream.sleeper]\ninitial_interval = \"10ms\"\n[upstream.retry]\nmax_attempts = 1\n",
     )
     .await;
 
@@ -231,7 +231,11 @@ async fn grpc_clients_of_a_dead_upstream_get_unavailable() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         l.local_addr().unwrap()
     };
-    let proxy = proxy(dead, "preset = \"grpc\"").await;
+    let proxy = proxy(
+        dead,
+        "preset = \"grpc\"\n[upstream.retry]\nmax_attempts = 1",
+    )
+    .await;
     let answer = send(
         &client(),
         "POST",

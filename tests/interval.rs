@@ -12,12 +12,15 @@ use tokio::sync::Barrier;
 
 const SECOND: Duration = Duration::from_secs(1);
 
-/// A responsive sleeper with exact numbers: no randomization.
+/// A responsive sleeper with exact numbers (no randomization), and no retries so every
+/// answer reaches the client as the upstream gave it.
 fn sleeper(initial: &str, up: f64, down: f64, threshold: u32) -> String {
     format!(
-        "[upstream.sleeper]\ninitial_interval = \"{initial}\"\nup_multiplier = {up}\ndown_multiplier = {down}\ndown_threshold = {threshold}\nrandomization_factor = 0.0\n"
+        "[upstream.sleeper]\ninitial_interval = \"{initial}\"\nup_multiplier = {up}\ndown_multiplier = {down}\ndown_threshold = {threshold}\nrandomization_factor = 0.0\n{NO_RETRY}"
     )
 }
+
+const NO_RETRY: &str = "[upstream.retry]\nmax_attempts = 1\n";
 
 #[tokio::test]
 async fn sixty_four_requests_throttled_together_raise_the_interval_once() {
@@ -211,7 +214,7 @@ async fn a_retry_after_pauses_the_upstream_until_it_has_passed() {
         }
     })
     .await;
-    let proxy = proxy(up.addr, "").await;
+    let proxy = proxy(up.addr, NO_RETRY).await;
     let client = client();
     let url = format!("http://{}/", proxy.addr);
     assert_eq!(
@@ -252,7 +255,7 @@ async fn an_http_date_retry_after_pauses_too() {
         }
     })
     .await;
-    let proxy = proxy(up.addr, "").await;
+    let proxy = proxy(up.addr, NO_RETRY).await;
     let client = client();
     let url = format!("http://{}/", proxy.addr);
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Large bodies stream through without being held: each side waits for the other to
 //! have seen the first megabyte before sending the rest, which deadlocks (and times
-//! out) if easeoff buffered the body.
+//! out) if easeoff buffered the body. easeoff holds at most `retry.max_body_bytes`
+//! (1 MiB) of an upload so it can replay it, so the upload sends 2 MiB before waiting.
 
 mod support;
 
@@ -60,10 +61,10 @@ async fn a_ten_mebibyte_upload_streams_through() {
 
     let mut expected_sum = 0u64;
     for i in 0..TOTAL / CHUNK {
-        if i == MIB / CHUNK {
+        if i == 2 * MIB / CHUNK {
             tokio::time::timeout(PATIENCE, seen.wait_for(|n| *n >= MIB))
                 .await
-                .expect("the upstream never saw the first MiB while the upload was open: easeoff buffers uploads")
+                .expect("the upstream saw less than 1 MiB of a 2 MiB upload still open: easeoff holds uploads")
                 .unwrap();
         }
         let data = chunk(i);
@@ -130,5 +131,35 @@ async fn a_ten_mebibyte_download_streams_through() {
     assert_eq!(
         total, TOTAL,
         "the download ended early: easeoff held the body back"
+    );
+}
+
+#[tokio::test]
+async fn a_body_above_max_body_bytes_streams_and_a_throttle_is_not_retried() {
+    let up = upstream(|req| async move {
+        let n = req.into_body().collect().await.unwrap().to_bytes().len();
+        respond(429, &[], format!("{n}"))
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    let body = Bytes::from(vec![7u8; TOTAL]);
+    let answer = send(
+        &client(),
+        "PUT",
+        &format!("http://{}/big", proxy.addr),
+        &[],
+        body,
+    )
+    .await;
+    assert_eq!(answer.status, 429);
+    assert_eq!(answer.text(), TOTAL.to_string());
+    assert_eq!(up.count(), 1, "a streamed body cannot be replayed");
+    assert_eq!(
+        metric(
+            proxy.admin,
+            "easeoff_retries_total{reason=\"throttle\",upstream=\"up\"}"
+        )
+        .await,
+        0.0
     );
 }

@@ -9,12 +9,23 @@ const MS: Duration = Duration::from_millis(1);
 /// Grants recorded as (request number, time since the test's start).
 type Grants = Arc<Mutex<Vec<(usize, Duration)>>>;
 
+const OPEN: Limits = Limits { max_waiting: 1000 };
+
+fn pacer(mode: Mode) -> Pacer {
+    Pacer::new(mode, OPEN)
+}
+
+/// A deadline far enough away never to shed.
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
 /// Starts request `i` and returns once it is waiting in the pacer (or was granted).
 async fn start(pacer: &Pacer, i: usize, t0: Instant, grants: &Grants) -> JoinHandle<()> {
     let before = pacer.waiting() + grants.lock().unwrap().len();
     let (p, g) = (pacer.clone(), Arc::clone(grants));
     let handle = tokio::spawn(async move {
-        let slot = p.acquire().await;
+        let slot = p.acquire(far()).await.unwrap();
         g.lock().unwrap().push((i, slot.dispatched_at - t0));
     });
     while pacer.waiting() + grants.lock().unwrap().len() == before {
@@ -35,10 +46,10 @@ fn grants_of(grants: &Grants) -> Vec<(usize, Duration)> {
 
 #[tokio::test(start_paused = true)]
 async fn interval_zero_dispatches_at_once() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     let t0 = Instant::now();
     for _ in 0..100 {
-        let slot = pacer.acquire().await;
+        let slot = pacer.acquire(far()).await.unwrap();
         assert_eq!(slot.dispatched_at, t0);
         assert_eq!(slot.waited, Duration::ZERO);
         assert!(!slot.held);
@@ -47,7 +58,7 @@ async fn interval_zero_dispatches_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn dispatches_are_spaced_by_the_interval_in_arrival_order() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     pacer.set_interval(100 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
     let mut handles = Vec::new();
@@ -69,7 +80,7 @@ async fn dispatches_are_spaced_by_the_interval_in_arrival_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_raise_slows_the_waiting_queue_at_once() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     pacer.set_interval(100 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
     let mut handles = Vec::new();
@@ -87,7 +98,7 @@ async fn a_raise_slows_the_waiting_queue_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lowered_interval_releases_the_queue_sooner() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     pacer.set_interval(1000 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
     let mut handles = Vec::new();
@@ -105,7 +116,7 @@ async fn a_lowered_interval_releases_the_queue_sooner() {
 
 #[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_gives_its_slot_to_the_next() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     pacer.set_interval(100 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
     let first = start(&pacer, 0, t0, &grants).await;
@@ -120,31 +131,34 @@ async fn a_client_that_leaves_gives_its_slot_to_the_next() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pause_holds_every_dispatch_until_it_ends() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     let t0 = Instant::now();
     pacer.pause_until(t0 + 2000 * MS);
     assert_eq!(pacer.paused_until(t0), Some(t0 + 2000 * MS));
-    let slot = pacer.acquire().await;
+    let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 2000 * MS);
     assert_eq!(slot.waited, 2000 * MS);
     assert!(slot.held);
     // Expired: back on the fast path.
     assert_eq!(pacer.paused_until(Instant::now()), None);
-    assert_eq!(pacer.acquire().await.waited, Duration::ZERO);
+    assert_eq!(pacer.acquire(far()).await.unwrap().waited, Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_shorter_pause_does_not_cut_a_longer_one() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     let t0 = Instant::now();
     pacer.pause_until(t0 + 2000 * MS);
     pacer.pause_until(t0 + 500 * MS);
-    assert_eq!(pacer.acquire().await.dispatched_at - t0, 2000 * MS);
+    assert_eq!(
+        pacer.acquire(far()).await.unwrap().dispatched_at - t0,
+        2000 * MS
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn delay_mode_sleeps_each_request_on_its_own() {
-    let pacer = Pacer::new(Mode::Delay);
+    let pacer = pacer(Mode::Delay);
     pacer.set_interval(100 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
     let mut handles = Vec::new();
@@ -162,33 +176,168 @@ async fn delay_mode_sleeps_each_request_on_its_own() {
 
 #[tokio::test(start_paused = true)]
 async fn slots_carry_the_epoch_in_force_at_release() {
-    let pacer = Pacer::new(Mode::Pace);
-    assert_eq!(pacer.acquire().await.epoch, 0);
+    let pacer = pacer(Mode::Pace);
+    assert_eq!(pacer.acquire(far()).await.unwrap().epoch, 0);
     pacer.set_interval(10 * MS, 3);
-    let slot = pacer.acquire().await;
+    let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!((slot.epoch, slot.interval), (3, 10 * MS));
 }
 
 #[tokio::test(start_paused = true)]
 async fn only_requests_the_spacing_delays_count_as_held() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     pacer.set_interval(10 * MS, 1);
     // Queued, but the slot was free on arrival: not held.
-    assert!(!pacer.acquire().await.held);
-    assert!(pacer.acquire().await.held);
+    assert!(!pacer.acquire(far()).await.unwrap().held);
+    assert!(pacer.acquire(far()).await.unwrap().held);
     tokio::time::sleep(50 * MS).await;
-    assert!(!pacer.acquire().await.held);
+    assert!(!pacer.acquire(far()).await.unwrap().held);
 }
 
 #[tokio::test(start_paused = true)]
 async fn observed_spacing_follows_the_dispatches() {
-    let pacer = Pacer::new(Mode::Pace);
+    let pacer = pacer(Mode::Pace);
     pacer.set_interval(20 * MS, 1);
     let t0 = Instant::now();
     for _ in 0..100 {
-        pacer.acquire().await;
+        pacer.acquire(far()).await.unwrap();
     }
     // 20 ms apart from 0 to 1980 ms; at 2 s the window holds the 45 from 1100 ms on.
     tokio::time::sleep_until(t0 + 2000 * MS).await;
     assert_eq!(pacer.observed_spacing(Instant::now()), Some(20 * MS));
+}
+
+#[tokio::test(start_paused = true)]
+async fn beyond_max_waiting_a_request_is_shed_at_once_with_its_slot_time() {
+    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 10 });
+    pacer.set_interval(1000 * MS, 1);
+    let t0 = Instant::now();
+    // The slot at t0 is taken; the next ten wait for t0 + 1 s ... t0 + 10 s.
+    pacer.acquire(far()).await.unwrap();
+    let grants = Grants::default();
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        handles.push(start(&pacer, i, t0, &grants).await);
+    }
+    assert_eq!(pacer.waiting(), 10);
+    let shed = pacer.acquire(far()).await.unwrap_err();
+    assert_eq!(shed.retry_after, 11_000 * MS);
+    assert_eq!(Instant::now(), t0, "shed without waiting");
+    finish(handles).await;
+    assert_eq!(grants_of(&grants).len(), 10);
+    assert_eq!(grants_of(&grants)[9], (9, 10_000 * MS));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_beyond_the_deadline_is_shed_on_arrival() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(1000 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let grants = Grants::default();
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        handles.push(start(&pacer, i, t0, &grants).await);
+    }
+    // Three wait for 1, 2 and 3 s; a fourth would go at 4 s, past its 2 s budget.
+    let shed = pacer.acquire(t0 + 2000 * MS).await.unwrap_err();
+    assert_eq!(shed.retry_after, 4000 * MS);
+    assert_eq!(Instant::now(), t0);
+    // One whose budget covers its slot waits for it.
+    let slot = pacer.acquire(t0 + 4000 * MS).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 4000 * MS);
+    finish(handles).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_raise_sheds_the_waiters_it_pushes_past_their_deadlines() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let outcomes: Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>> = Arc::default();
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        let (p, o) = (pacer.clone(), Arc::clone(&outcomes));
+        handles.push(tokio::spawn(async move {
+            let result = p.acquire(t0 + 1000 * MS).await;
+            let outcome = result
+                .map(|s| s.dispatched_at - t0)
+                .map_err(|shed| shed.retry_after);
+            o.lock().unwrap().push((i, outcome));
+        }));
+        while pacer.waiting() <= i {
+            tokio::task::yield_now().await;
+        }
+    }
+    tokio::time::sleep(10 * MS).await;
+    // Now 400 ms apart: slots at 400 and 800 ms fit; the third (1200 ms) is late,
+    // and the fourth moves up into its place, late too.
+    pacer.set_interval(400 * MS, 2);
+    finish(handles).await;
+    let mut got = outcomes.lock().unwrap().clone();
+    got.sort_by_key(|(i, _)| *i);
+    assert_eq!(
+        got,
+        [
+            (0, Ok(400 * MS)),
+            (1, Ok(800 * MS)),
+            (2, Err(1190 * MS)),
+            (3, Err(1190 * MS))
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_beyond_the_deadline_is_shed_at_once() {
+    let pacer = pacer(Mode::Pace);
+    let t0 = Instant::now();
+    pacer.pause_until(t0 + 5000 * MS);
+    let shed = pacer.acquire(t0 + 1000 * MS).await.unwrap_err();
+    assert_eq!(shed.retry_after, 5000 * MS);
+    assert_eq!(Instant::now(), t0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_mode_sheds_a_wait_beyond_the_deadline() {
+    let pacer = pacer(Mode::Delay);
+    pacer.set_interval(2000 * MS, 1);
+    let shed = pacer.acquire(Instant::now() + 1000 * MS).await.unwrap_err();
+    assert_eq!(shed.retry_after, 2000 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_floor_spaces_dispatches_until_it_expires() {
+    let pacer = pacer(Mode::Pace);
+    let t0 = Instant::now();
+    pacer.set_floor(50 * MS, t0 + 200 * MS);
+    let mut times = Vec::new();
+    for _ in 0..6 {
+        times.push(pacer.acquire(far()).await.unwrap().dispatched_at - t0);
+    }
+    // 0, 50, 100, 150; the floor ends at 200 ms, and with it the spacing.
+    assert_eq!(
+        times,
+        [
+            Duration::ZERO,
+            50 * MS,
+            100 * MS,
+            150 * MS,
+            200 * MS,
+            200 * MS
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_floor_never_lowers_a_larger_interval() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.set_floor(10 * MS, t0 + 10_000 * MS);
+    pacer.acquire(far()).await.unwrap();
+    assert_eq!(
+        pacer.acquire(far()).await.unwrap().dispatched_at - t0,
+        100 * MS
+    );
 }

@@ -1,8 +1,12 @@
-//! Response bodies: the upstream's, streamed untouched; one read in full for
-//! classification (at most [`MAX_ERROR_BODY`] bytes, trailers kept); the start of one
-//! that turned out too large, followed by the rest; or easeoff's own.
+//! Bodies in both directions. Upstream and client bodies stream untouched; a request
+//! body of at most `max_body_bytes` is held so a throttled attempt can be replayed; an
+//! error body of at most [`MAX_ERROR_BODY`] is read for classification; a body that
+//! turned out too large goes on as the part already read followed by the rest. A
+//! watched body reports its attempt's verdict once it has passed (DynamoDB batch
+//! answers, gRPC trailers).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -11,37 +15,53 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::throttle::MAX_ERROR_BODY;
+use crate::pacer::Slot;
+use crate::throttle::{MAX_ERROR_BODY, Signal, UnprocessedScan, Verdict};
+use crate::upstream::Upstream;
 
-/// Every body easeoff sends to its clients.
+/// Every body easeoff sends, to the upstream or to a client.
 #[derive(Debug)]
-pub enum ResponseBody {
-    /// Streamed from the upstream as it arrives.
-    Upstream(Incoming),
-    /// Held in memory: a small error body that was classified, or easeoff's own reply.
+pub enum ProxyBody {
+    /// Streamed as it arrives.
+    Stream(Incoming),
+    /// Held in memory: a request kept for replay, a small classified error body, or
+    /// easeoff's own reply.
     Full {
         data: Option<Bytes>,
         trailers: Option<HeaderMap>,
     },
-    /// The part read while classifying, then the rest of the stream.
+    /// The part read before deciding, then the rest of the stream.
     Prefixed {
         prefix: Option<Bytes>,
         rest: Incoming,
     },
+    /// Streamed, and looked at on the way (see [`Watch`]).
+    Watched { inner: Incoming, watch: Box<Watch> },
 }
 
-impl ResponseBody {
+impl ProxyBody {
     /// A complete body of `data`.
-    pub fn full(data: impl Into<Bytes>) -> ResponseBody {
+    pub fn full(data: impl Into<Bytes>) -> ProxyBody {
         let data: Bytes = data.into();
-        ResponseBody::Full {
+        ProxyBody::Full {
             data: (!data.is_empty()).then_some(data),
             trailers: None,
         }
     }
+
+    /// A copy for another attempt, if the body is held in memory.
+    pub fn replay(&self) -> Option<ProxyBody> {
+        match self {
+            ProxyBody::Full { data, trailers } => Some(ProxyBody::Full {
+                data: data.clone(),
+                trailers: trailers.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
-impl Body for ResponseBody {
+impl Body for ProxyBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
@@ -50,35 +70,45 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ResponseBody::Upstream(body) => Pin::new(body).poll_frame(cx),
-            ResponseBody::Full { data, trailers } => Poll::Ready(
+            ProxyBody::Stream(body) => Pin::new(body).poll_frame(cx),
+            ProxyBody::Full { data, trailers } => Poll::Ready(
                 data.take()
                     .map(Frame::data)
                     .or_else(|| trailers.take().map(Frame::trailers))
                     .map(Ok),
             ),
-            ResponseBody::Prefixed { prefix, rest } => match prefix.take() {
+            ProxyBody::Prefixed { prefix, rest } => match prefix.take() {
                 Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
                 None => Pin::new(rest).poll_frame(cx),
             },
+            ProxyBody::Watched { inner, watch } => {
+                let polled = Pin::new(inner).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => watch.see(frame),
+                    Poll::Ready(None) => watch.finish(),
+                    Poll::Ready(Some(Err(_))) | Poll::Pending => {}
+                }
+                polled
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ResponseBody::Upstream(body) => body.is_end_stream(),
-            ResponseBody::Full { data, trailers } => data.is_none() && trailers.is_none(),
-            ResponseBody::Prefixed { prefix, rest } => prefix.is_none() && rest.is_end_stream(),
+            ProxyBody::Stream(body) => body.is_end_stream(),
+            ProxyBody::Full { data, trailers } => data.is_none() && trailers.is_none(),
+            ProxyBody::Prefixed { prefix, rest } => prefix.is_none() && rest.is_end_stream(),
+            ProxyBody::Watched { inner, .. } => inner.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ResponseBody::Upstream(body) => body.size_hint(),
-            ResponseBody::Full { data, .. } => {
+            ProxyBody::Stream(body) | ProxyBody::Watched { inner: body, .. } => body.size_hint(),
+            ProxyBody::Full { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            ResponseBody::Prefixed { prefix, rest } => {
+            ProxyBody::Prefixed { prefix, rest } => {
                 let extra = prefix.as_ref().map_or(0, |p| p.len() as u64);
                 let inner = rest.size_hint();
                 let mut hint = SizeHint::new();
@@ -92,40 +122,132 @@ impl Body for ResponseBody {
     }
 }
 
-/// What reading an error body for classification gave.
-pub enum SmallBody {
-    /// The whole body, short enough to classify.
-    Complete(ResponseBody, Bytes),
-    /// Longer than [`MAX_ERROR_BODY`]: not classified, passed on as it comes.
-    TooLarge(ResponseBody),
-}
-
-/// Reads `body` up to [`MAX_ERROR_BODY`] bytes.
-pub async fn read_small(mut body: Incoming) -> Result<SmallBody, hyper::Error> {
+/// Reads `body` if it fits in `limit` bytes: `Full` when it does (replayable),
+/// `Prefixed` when it turned out larger, `Stream` untouched when its announced length
+/// already says so.
+pub async fn read_up_to(body: Incoming, limit: u64) -> Result<ProxyBody, hyper::Error> {
+    if body.is_end_stream() {
+        return Ok(ProxyBody::Full {
+            data: None,
+            trailers: None,
+        });
+    }
+    if body.size_hint().lower() > limit {
+        return Ok(ProxyBody::Stream(body));
+    }
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut body = body;
     let mut data = BytesMut::new();
     let mut trailers = None;
     while let Some(frame) = body.frame().await {
-        let frame = match frame?.into_data() {
+        match frame?.into_data() {
             Ok(chunk) => {
                 data.extend_from_slice(&chunk);
-                if data.len() > MAX_ERROR_BODY {
-                    return Ok(SmallBody::TooLarge(ResponseBody::Prefixed {
+                if data.len() > limit {
+                    return Ok(ProxyBody::Prefixed {
                         prefix: Some(data.freeze()),
                         rest: body,
-                    }));
+                    });
                 }
-                continue;
             }
-            Err(frame) => frame,
-        };
-        if let Ok(t) = frame.into_trailers() {
-            trailers = Some(t);
+            Err(frame) => trailers = frame.into_trailers().ok(),
         }
     }
     let data = data.freeze();
-    let body = ResponseBody::Full {
-        data: (!data.is_empty()).then(|| data.clone()),
+    Ok(ProxyBody::Full {
+        data: (!data.is_empty()).then_some(data),
         trailers,
+    })
+}
+
+/// Reads an error body for classification: its bytes when it is at most
+/// [`MAX_ERROR_BODY`] long.
+pub async fn read_error_body(body: Incoming) -> Result<(ProxyBody, Option<Bytes>), hyper::Error> {
+    let body = read_up_to(body, MAX_ERROR_BODY as u64).await?;
+    let bytes = match &body {
+        ProxyBody::Full { data, .. } => Some(data.clone().unwrap_or_default()),
+        _ => None,
     };
-    Ok(SmallBody::Complete(body, data))
+    Ok((body, bytes))
+}
+
+/// What a watched body looks for, and where it reports.
+pub struct Watch {
+    upstream: Arc<Upstream>,
+    slot: Slot,
+    /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
+    scan: Option<UnprocessedScan>,
+    /// A gRPC answer: `grpc-status` in the trailers decides.
+    grpc: bool,
+    verdict: Verdict,
+    reported: bool,
+}
+
+impl Watch {
+    /// Watches a DynamoDB batch answer.
+    pub fn batch(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
+        Box::new(Watch::new(
+            upstream,
+            slot,
+            Some(UnprocessedScan::default()),
+            false,
+        ))
+    }
+
+    /// Watches a gRPC answer's trailers.
+    pub fn grpc(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
+        Box::new(Watch::new(upstream, slot, None, true))
+    }
+
+    fn new(
+        upstream: Arc<Upstream>,
+        slot: Slot,
+        scan: Option<UnprocessedScan>,
+        grpc: bool,
+    ) -> Watch {
+        Watch {
+            upstream,
+            slot,
+            scan,
+            grpc,
+            verdict: Verdict::Success,
+            reported: false,
+        }
+    }
+
+    fn see(&mut self, frame: &Frame<Bytes>) {
+        if let (Some(scan), Some(data)) = (&mut self.scan, frame.data_ref())
+            && scan.feed(data)
+        {
+            self.verdict = Verdict::Throttle(Signal::Partial);
+        }
+        if self.grpc
+            && let Some(trailers) = frame.trailers_ref()
+            && trailers.get("grpc-status").is_some_and(|s| s == "8")
+        {
+            self.verdict = Verdict::Throttle(Signal::Grpc);
+        }
+    }
+
+    fn finish(&mut self) {
+        if !self.reported {
+            self.reported = true;
+            self.upstream.record(&self.slot, Some(self.verdict), None);
+        }
+    }
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("verdict", &self.verdict)
+            .finish()
+    }
+}
+
+impl Drop for Watch {
+    /// A client that leaves mid-body still gets what was seen counted.
+    fn drop(&mut self) {
+        self.finish();
+    }
 }

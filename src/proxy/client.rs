@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use http::{HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
@@ -15,6 +16,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use super::body::ProxyBody;
 use super::headers::strip_hop_by_hop;
 use crate::config::UpstreamSettings;
 use crate::throttle::Preset;
@@ -43,7 +45,7 @@ pub enum SendError {
 
 /// Sends requests to one upstream.
 pub struct UpstreamClient {
-    client: Client<HttpsConnector<HttpConnector>, Incoming>,
+    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
     scheme: Scheme,
     authority: Authority,
     base_path: String,
@@ -59,7 +61,11 @@ impl UpstreamClient {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(settings.connect_timeout));
+        // gRPC's rule: every connection attempt gets at least min_connect_timeout.
+        let connect_timeout = settings
+            .connect_timeout
+            .max(settings.connect_backoff.min_connect_timeout);
+        http.set_connect_timeout(Some(connect_timeout));
         http.set_keepalive(Some(Duration::from_secs(60)));
 
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -103,9 +109,9 @@ impl UpstreamClient {
         })
     }
 
-    /// Points a client's request at the upstream: target, Host, hop-by-hop headers.
-    pub fn rewrite(&self, req: &mut Request<Incoming>) {
-        let path = std::mem::take(req.uri_mut())
+    /// Points a client's request head at the upstream: target, Host, hop-by-hop headers.
+    pub fn rewrite(&self, req: &mut Parts) {
+        let path = std::mem::take(&mut req.uri)
             .into_parts()
             .path_and_query
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
@@ -120,10 +126,10 @@ impl UpstreamClient {
         parts.path_and_query = Some(path);
         // Every part comes from a valid Uri, so this cannot fail; keep the old path if it does.
         if let Ok(uri) = Uri::from_parts(parts) {
-            *req.uri_mut() = uri;
+            req.uri = uri;
         }
-        *req.version_mut() = self.version;
-        let headers = req.headers_mut();
+        req.version = self.version;
+        let headers = &mut req.headers;
         strip_hop_by_hop(headers);
         if !self.preserve_host || !headers.contains_key(http::header::HOST) {
             headers.insert(http::header::HOST, self.host.clone());
@@ -131,7 +137,7 @@ impl UpstreamClient {
     }
 
     /// Sends one attempt and waits for the response head, at most `request_timeout`.
-    pub async fn send(&self, req: Request<Incoming>) -> Result<Response<Incoming>, SendError> {
+    pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
         match tokio::time::timeout(self.request_timeout, self.client.request(req)).await {
             Err(_) => Err(SendError::Timeout(self.request_timeout)),
             Ok(Ok(response)) => Ok(response),

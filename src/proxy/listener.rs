@@ -64,7 +64,7 @@ pub async fn serve(listener: TcpListener, upstream: Arc<Upstream>, mut ctx: List
         let service_upstream = Arc::clone(&upstream);
         let service = service_fn(move |req| {
             let upstream = Arc::clone(&service_upstream);
-            async move { Ok::<_, Infallible>(handle(&upstream, req).await) }
+            async move { Ok::<_, Infallible>(handle(upstream, req).await) }
         });
         let builder = Arc::clone(&builder);
         let watcher = ctx.graceful.watcher();

@@ -1,18 +1,26 @@
-//! Answers easeoff makes itself: always with `x-easeoff-reason`, a small JSON body, and
-//! for gRPC clients a trailers-only gRPC status, as Envoy's local replies do.
+//! Answers easeoff makes itself: always with `x-easeoff-reason` and, when it knows
+//! one, a `Retry-After`; in the dialect the client understands: a small JSON body by
+//! default, DynamoDB's error format under the aws/dynamodb presets (so AWS SDKs back
+//! off on their own), a trailers-only gRPC status for gRPC clients.
 
 use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, header};
 
-use super::body::ResponseBody;
+use super::body::ProxyBody;
+use crate::throttle::Preset;
 
 /// Why easeoff answered instead of the upstream (header `x-easeoff-reason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
+    /// Turned away instead of queued: too many waiting, or no slot within the budget.
     Shed,
+    /// No connection (or it broke before an answer), or the connection backoff.
     UpstreamUnavailable,
+    /// No answer within `request_timeout`.
     Timeout,
+    /// The request could not be read.
+    BadRequest,
 }
 
 impl Reason {
@@ -21,6 +29,7 @@ impl Reason {
             Reason::Shed => "shed",
             Reason::UpstreamUnavailable => "upstream-unavailable",
             Reason::Timeout => "timeout",
+            Reason::BadRequest => "bad-request",
         }
     }
 
@@ -29,6 +38,7 @@ impl Reason {
             Reason::Shed => StatusCode::TOO_MANY_REQUESTS,
             Reason::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Reason::BadRequest => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -38,6 +48,7 @@ impl Reason {
             Reason::Shed => "8",                 // RESOURCE_EXHAUSTED
             Reason::UpstreamUnavailable => "14", // UNAVAILABLE
             Reason::Timeout => "4",              // DEADLINE_EXCEEDED
+            Reason::BadRequest => "3",           // INVALID_ARGUMENT
         }
     }
 }
@@ -45,28 +56,40 @@ impl Reason {
 /// The header that marks easeoff's own answers.
 pub const REASON_HEADER: &str = "x-easeoff-reason";
 
-/// easeoff's own answer; `retry_after` is rounded up to whole seconds.
+/// Who is asking, so the answer comes in a form the client acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dialect {
+    pub preset: Preset,
+    pub grpc: bool,
+}
+
+/// easeoff's own answer; `retry_after` is sent rounded up to whole seconds.
 pub fn reply(
     reason: Reason,
+    dialect: Dialect,
     upstream: &str,
     message: &str,
     retry_after: Option<Duration>,
-    grpc: bool,
-) -> Response<ResponseBody> {
-    let mut response = if grpc {
-        let mut r = Response::new(ResponseBody::full(""));
+) -> Response<ProxyBody> {
+    let mut response = if dialect.grpc {
+        grpc_reply(reason, message, retry_after)
+    } else if reason == Reason::Shed && dialect.preset.is_aws() {
+        // DynamoDB's error shape, which every AWS SDK reads as a throttle.
+        let body = serde_json::json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException",
+            "message": message,
+        });
+        let mut r = Response::new(ProxyBody::full(body.to_string()));
+        *r.status_mut() = StatusCode::BAD_REQUEST;
         let h = r.headers_mut();
         h.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
+            HeaderValue::from_static("application/x-amz-json-1.0"),
         );
         h.insert(
-            "grpc-status",
-            HeaderValue::from_static(reason.grpc_status()),
+            "x-amzn-errortype",
+            HeaderValue::from_static("ThrottlingException"),
         );
-        if let Ok(v) = HeaderValue::from_str(&percent_encode(message)) {
-            h.insert("grpc-message", v);
-        }
         r
     } else {
         let body = serde_json::json!({
@@ -74,7 +97,7 @@ pub fn reply(
             "message": message,
             "upstream": upstream,
         });
-        let mut r = Response::new(ResponseBody::full(format!("{body}\n")));
+        let mut r = Response::new(ProxyBody::full(format!("{body}\n")));
         *r.status_mut() = reason.status();
         r.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -85,10 +108,35 @@ pub fn reply(
     let h = response.headers_mut();
     h.insert(REASON_HEADER, HeaderValue::from_static(reason.as_str()));
     if let Some(after) = retry_after {
-        let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-        h.insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+        h.insert(header::RETRY_AFTER, HeaderValue::from(whole_seconds(after)));
     }
     response
+}
+
+fn grpc_reply(reason: Reason, message: &str, retry_after: Option<Duration>) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::full(""));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(
+        "grpc-status",
+        HeaderValue::from_static(reason.grpc_status()),
+    );
+    if let Ok(v) = HeaderValue::from_str(&percent_encode(message)) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(after) = retry_after.filter(|_| reason == Reason::Shed) {
+        let millis = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        h.insert("grpc-retry-pushback-ms", HeaderValue::from(millis));
+    }
+    r
+}
+
+/// Retry-After is whole seconds: round up, and never say 0 for a real wait.
+fn whole_seconds(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
 }
 
 /// grpc-message is percent-encoded (gRPC over HTTP/2 spec).
@@ -109,36 +157,85 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    const PLAIN: Dialect = Dialect {
+        preset: Preset::None,
+        grpc: false,
+    };
+
+    async fn json(r: Response<ProxyBody>) -> serde_json::Value {
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&body).unwrap()
+    }
+
     #[tokio::test]
     async fn json_replies_carry_the_reason_and_retry_after() {
         let r = reply(
             Reason::Timeout,
+            PLAIN,
             "orders",
             "no answer within 60s",
             Some(Duration::from_millis(1500)),
-            false,
         );
         assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
         assert_eq!(r.headers()[REASON_HEADER], "timeout");
         assert_eq!(r.headers()["retry-after"], "2");
-        let body = r.into_body().collect().await.unwrap().to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let v = json(r).await;
         assert_eq!(v["error"], "timeout");
         assert_eq!(v["upstream"], "orders");
     }
 
+    #[tokio::test]
+    async fn shedding_speaks_dynamodb_to_aws_clients() {
+        let dialect = Dialect {
+            preset: Preset::DynamoDb,
+            grpc: false,
+        };
+        let r = reply(
+            Reason::Shed,
+            dialect,
+            "t",
+            "too many requests waiting",
+            Some(Duration::from_secs(3)),
+        );
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()["x-amzn-errortype"], "ThrottlingException");
+        assert_eq!(r.headers()["retry-after"], "3");
+        assert_eq!(r.headers()[REASON_HEADER], "shed");
+        let v = json(r).await;
+        assert_eq!(
+            v["__type"],
+            "com.amazonaws.dynamodb.v20120810#ThrottlingException"
+        );
+        // Other answers stay generic for AWS clients: 5xx is retried by every SDK.
+        let r = reply(Reason::UpstreamUnavailable, dialect, "t", "down", None);
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    }
+
     #[test]
     fn grpc_clients_get_a_grpc_status() {
+        let grpc = Dialect {
+            preset: Preset::Grpc,
+            grpc: true,
+        };
         let r = reply(
             Reason::UpstreamUnavailable,
+            grpc,
             "svc",
             "connection refused: 100%",
             None,
-            true,
         );
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.headers()["grpc-status"], "14");
         assert_eq!(r.headers()["grpc-message"], "connection refused: 100%25");
         assert_eq!(r.headers()[REASON_HEADER], "upstream-unavailable");
+        let r = reply(
+            Reason::Shed,
+            grpc,
+            "svc",
+            "busy",
+            Some(Duration::from_millis(250)),
+        );
+        assert_eq!(r.headers()["grpc-status"], "8");
+        assert_eq!(r.headers()["grpc-retry-pushback-ms"], "250");
     }
 }

@@ -1,139 +1,370 @@
-//! One client request: wait for a slot, forward, classify, record, answer.
+//! One client request, start to answer: hold a small body so the request can be
+//! replayed, wait for a slot (or be shed), pass the connection backoff, forward,
+//! classify, apply the upstream's hints, and retry a throttle or a failed connection
+//! while attempts, budget and time allow. The upstream's own throttle reaches the
+//! client when easeoff cannot absorb it.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use http::{Request, Response};
+use http::request::Parts;
+use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use prometheus::IntGauge;
+use tokio::time::Instant;
 
-use super::body::{ResponseBody, SmallBody, read_small};
+use super::body::{ProxyBody, Watch, read_error_body, read_up_to};
 use super::client::SendError;
 use super::headers::strip_hop_by_hop;
-use super::reply::{Reason, reply};
-use crate::hints;
-use crate::metrics::Outcome;
-use crate::throttle::{Head, Verdict};
+use super::reply::{Dialect, Reason, reply};
+use crate::connect_backoff::Admission;
+use crate::hints::{self, Pushback};
+use crate::metrics::{Outcome, RetryReason};
+use crate::pacer::Slot;
+use crate::retry;
+use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::upstream::Upstream;
 
 /// Serves one request for `upstream`; every path ends in a response.
-pub async fn handle(upstream: &Upstream, mut req: Request<Incoming>) -> Response<ResponseBody> {
-    let grpc = is_grpc(&req);
-    upstream.client.rewrite(&mut req);
-    let slot = upstream.acquire().await;
+pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let arrived = Instant::now();
+    let settings = Arc::clone(&upstream.settings);
+    let dialect = Dialect {
+        preset: settings.preset,
+        grpc: is_grpc(req.headers()),
+    };
+    let ctx = Ctx {
+        upstream: &upstream,
+        dialect,
+        // A gRPC client's own deadline bounds every wait.
+        grpc_deadline: hints::grpc_timeout(req.headers()).map(|t| arrived + t),
+        watch_batch: settings.preset.is_aws() && is_batch(req.headers()),
+    };
+    upstream.budget.deposit(upstream.clock(arrived));
 
-    let in_flight = InFlight::enter(&upstream.metrics.in_flight);
-    let sent = upstream.client.send(req).await;
-    drop(in_flight);
-    let deadline = slot.dispatched_at + upstream.client.request_timeout();
-    upstream
-        .metrics
-        .upstream_duration
-        .observe(slot.dispatched_at.elapsed().as_secs_f64());
-
-    let response = match sent {
-        Ok(response) => response,
-        Err(error) => {
-            upstream.record(&slot, None, None);
-            return failed(upstream, &error, grpc);
+    let (mut head, body) = req.into_parts();
+    upstream.client.rewrite(&mut head);
+    let retry = &settings.retry;
+    let body = if retry.max_attempts > 1 {
+        match read_up_to(body, retry.max_body_bytes).await {
+            Ok(body) => body,
+            Err(error) => {
+                let message = format!("cannot read the request body: {error}");
+                return ctx.local(Reason::BadRequest, Outcome::Error, &message, None);
+            }
         }
+    } else {
+        ProxyBody::Stream(body)
     };
-    upstream.metrics.response(response.status().as_u16());
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
+    // A copy to replay, when there is a body in memory and retries are on.
+    let template = body.replay().map(|copy| Template::of(&head, copy));
+    let mut first = Some(Request::from_parts(head, body));
+    let mut attempts = 0u32;
+    // The latest throttle, kept for the client in case the next attempt cannot go.
+    let mut kept: Option<Response<ProxyBody>> = None;
 
-    let (verdict, body) = match upstream
-        .classifier
-        .classify_head(parts.status, &parts.headers)
-    {
-        Head::Decided(verdict) => (verdict, ResponseBody::Upstream(body)),
-        Head::NeedsBody => match tokio::time::timeout_at(deadline, read_small(body)).await {
-            Ok(Ok(SmallBody::Complete(body, bytes))) => (
-                upstream
-                    .classifier
-                    .classify_body(parts.status, &parts.headers, &bytes),
-                body,
-            ),
-            Ok(Ok(SmallBody::TooLarge(body))) => (Verdict::Success, body),
-            Ok(Err(error)) => {
-                upstream.record(&slot, None, None);
-                let error = format!("the upstream's response broke off: {error}");
-                return local(
-                    upstream,
-                    Reason::UpstreamUnavailable,
-                    Outcome::Error,
-                    &error,
-                    grpc,
-                );
+    loop {
+        attempts += 1;
+        let request = match first.take() {
+            Some(request) => request,
+            None => match &template {
+                Some(template) => template.request(),
+                None => return ctx.give_up(kept, None),
+            },
+        };
+        let now = Instant::now();
+        let mut deadline = ctx.limit(now + settings.queue.max_wait);
+        if attempts > 1 {
+            deadline = deadline.min(arrived + retry.max_elapsed);
+        }
+        let slot = match upstream.acquire(deadline).await {
+            Ok(slot) => slot,
+            Err(shed) => {
+                if kept.is_some() {
+                    return ctx.give_up(kept, None);
+                }
+                let message = "too many requests waiting for this upstream; retry later";
+                return ctx.local(Reason::Shed, Outcome::Shed, message, Some(shed.retry_after));
             }
-            Err(_) => {
-                upstream.record(&slot, None, None);
-                let error = format!(
-                    "no complete response within {:?}",
-                    upstream.client.request_timeout()
-                );
-                return local(upstream, Reason::Timeout, Outcome::Timeout, &error, grpc);
-            }
-        },
-    };
-    let retry_after = match verdict {
-        Verdict::Throttle(_) => hints::retry_after(&parts.headers, SystemTime::now()),
-        _ => None,
-    };
-    upstream.record(&slot, Some(verdict), retry_after);
-    let outcome = match verdict {
-        Verdict::Success => Outcome::Success,
-        Verdict::Throttle(_) => Outcome::Throttled,
-        Verdict::Failure => Outcome::Error,
-    };
-    upstream.metrics.request(outcome).inc();
-    tracing::debug!(upstream = %upstream.name(), status = parts.status.as_u16(), ?verdict, "forwarded");
-    Response::from_parts(parts, body)
-}
-
-/// The answer when an attempt got no response.
-fn failed(upstream: &Upstream, error: &SendError, grpc: bool) -> Response<ResponseBody> {
-    tracing::debug!(upstream = %upstream.name(), %error, "attempt failed");
-    match error {
-        SendError::Timeout(_) => local(
-            upstream,
-            Reason::Timeout,
-            Outcome::Timeout,
-            &error.to_string(),
-            grpc,
-        ),
-        SendError::Connect(_) => {
-            upstream.metrics.connect_failures.inc();
-            local(
-                upstream,
+        };
+        if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
+            let message = "the upstream cannot be reached; connection backoff in force";
+            return ctx.local(
                 Reason::UpstreamUnavailable,
                 Outcome::Error,
-                &error.to_string(),
-                grpc,
-            )
+                message,
+                Some(wait),
+            );
         }
-        SendError::Failed(_) => local(
-            upstream,
-            Reason::UpstreamUnavailable,
-            Outcome::Error,
-            &error.to_string(),
-            grpc,
-        ),
+
+        let sent = {
+            let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
+            upstream.client.send(request).await
+        };
+        upstream
+            .metrics
+            .upstream_duration
+            .observe(slot.dispatched_at.elapsed().as_secs_f64());
+        let response = match sent {
+            Ok(response) => response,
+            Err(SendError::Connect(error)) => {
+                upstream.record(&slot, None, None);
+                let now = Instant::now();
+                upstream.connect_failed(now);
+                let wait = upstream.connect_backoff_remaining(now);
+                let before = ctx.limit(arrived + retry.max_elapsed);
+                let may = retry::allowed(
+                    retry,
+                    attempts,
+                    template.is_some(),
+                    false,
+                    arrived.elapsed(),
+                );
+                if may.is_ok() && now + wait <= before && ctx.withdraw(now) {
+                    upstream.metrics.retry(RetryReason::Connect).inc();
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                let message = format!("cannot connect to the upstream: {error}");
+                return ctx.local(
+                    Reason::UpstreamUnavailable,
+                    Outcome::Error,
+                    &message,
+                    Some(wait),
+                );
+            }
+            Err(error) => {
+                upstream.record(&slot, None, None);
+                let (reason, outcome) = match error {
+                    SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
+                    // It connected, whatever broke afterwards.
+                    _ => {
+                        upstream.connected();
+                        (Reason::UpstreamUnavailable, Outcome::Error)
+                    }
+                };
+                return ctx.local(reason, outcome, &error.to_string(), None);
+            }
+        };
+        upstream.connected();
+        upstream.metrics.response(response.status().as_u16());
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(quota) = hints::quota(&parts.headers) {
+            upstream.apply_quota(quota, Instant::now());
+        }
+
+        let deadline = slot.dispatched_at + upstream.client.request_timeout();
+        let (verdict, body) = match upstream
+            .classifier
+            .classify_head(parts.status, &parts.headers)
+        {
+            Head::Decided(verdict) => (verdict, ProxyBody::Stream(body)),
+            Head::NeedsBody => match tokio::time::timeout_at(deadline, read_error_body(body)).await
+            {
+                Ok(Ok((body, Some(bytes)))) => (
+                    upstream
+                        .classifier
+                        .classify_body(parts.status, &parts.headers, &bytes),
+                    body,
+                ),
+                Ok(Ok((body, None))) => (Verdict::Success, body),
+                Ok(Err(error)) => {
+                    upstream.record(&slot, None, None);
+                    let message = format!("the upstream's answer broke off: {error}");
+                    return ctx.local(Reason::UpstreamUnavailable, Outcome::Error, &message, None);
+                }
+                Err(_) => {
+                    upstream.record(&slot, None, None);
+                    let message = format!(
+                        "no complete answer within {:?}",
+                        upstream.client.request_timeout()
+                    );
+                    return ctx.local(Reason::Timeout, Outcome::Timeout, &message, None);
+                }
+            },
+        };
+
+        let Verdict::Throttle(_) = verdict else {
+            let body = ctx.watch(&slot, verdict, &parts.headers, body);
+            let outcome = if verdict == Verdict::Success {
+                Outcome::Success
+            } else {
+                Outcome::Error
+            };
+            upstream.metrics.request(outcome).inc();
+            return Response::from_parts(parts, body);
+        };
+        let pushback = hints::retry_after(&parts.headers, SystemTime::now());
+        let pause = match pushback {
+            Some(Pushback::Delay(d)) => Some(d),
+            _ => None,
+        };
+        upstream.record(&slot, Some(verdict), pause);
+        let refused = pushback == Some(Pushback::Refuse);
+        let may = retry::allowed(
+            retry,
+            attempts,
+            template.is_some(),
+            refused,
+            arrived.elapsed(),
+        );
+        if may.is_err() {
+            return ctx.give_up(None, Some(Response::from_parts(parts, body)));
+        }
+        // Read what is left of the answer: the connection goes back to the pool, and
+        // the client gets it unchanged if the retry cannot go.
+        let body = match tokio::time::timeout_at(deadline, read_error_body_of(body)).await {
+            Ok(Some(body)) => body,
+            Ok(None) | Err(_) => {
+                let message = "the upstream's throttle answer broke off";
+                return ctx.local(Reason::UpstreamUnavailable, Outcome::Error, message, None);
+            }
+        };
+        let answer = Response::from_parts(parts, body);
+        let body_kept = !matches!(
+            answer.body(),
+            ProxyBody::Prefixed { .. } | ProxyBody::Stream(_)
+        );
+        if !body_kept || !ctx.withdraw(Instant::now()) {
+            return ctx.give_up(None, Some(answer));
+        }
+        upstream.metrics.retry(RetryReason::Throttle).inc();
+        kept = Some(answer);
     }
 }
 
-fn local(
-    upstream: &Upstream,
-    reason: Reason,
-    outcome: Outcome,
-    message: &str,
-    grpc: bool,
-) -> Response<ResponseBody> {
-    upstream.metrics.request(outcome).inc();
-    reply(reason, upstream.name(), message, None, grpc)
+/// What every step of one request needs.
+struct Ctx<'a> {
+    upstream: &'a Arc<Upstream>,
+    dialect: Dialect,
+    grpc_deadline: Option<Instant>,
+    watch_batch: bool,
 }
 
-fn is_grpc<B>(req: &Request<B>) -> bool {
-    req.headers()
+impl Ctx<'_> {
+    /// `deadline`, or the gRPC client's own if that comes first.
+    fn limit(&self, deadline: Instant) -> Instant {
+        self.grpc_deadline.map_or(deadline, |g| deadline.min(g))
+    }
+
+    /// Takes a retry from the budget, counting a refusal.
+    fn withdraw(&self, now: Instant) -> bool {
+        let ok = self.upstream.budget.withdraw(self.upstream.clock(now));
+        if !ok {
+            self.upstream.metrics.budget_exhausted.inc();
+        }
+        ok
+    }
+
+    /// Hands the client the upstream's throttle: `fresh` if given, else the one kept.
+    fn give_up(
+        &self,
+        kept: Option<Response<ProxyBody>>,
+        fresh: Option<Response<ProxyBody>>,
+    ) -> Response<ProxyBody> {
+        let answer = fresh.or(kept).unwrap_or_else(|| {
+            reply(
+                Reason::Shed,
+                self.dialect,
+                self.upstream.name(),
+                "throttled",
+                None,
+            )
+        });
+        self.upstream.metrics.request(Outcome::Throttled).inc();
+        answer
+    }
+
+    /// easeoff's own answer, counted.
+    fn local(
+        &self,
+        reason: Reason,
+        outcome: Outcome,
+        message: &str,
+        retry_after: Option<Duration>,
+    ) -> Response<ProxyBody> {
+        tracing::debug!(upstream = %self.upstream.name(), ?reason, message, "local answer");
+        self.upstream.metrics.request(outcome).inc();
+        reply(
+            reason,
+            self.dialect,
+            self.upstream.name(),
+            message,
+            retry_after,
+        )
+    }
+
+    /// Records `verdict` now, or wraps `body` so it is recorded once the parts that
+    /// decide it have passed: a batch answer's Unprocessed* map, a gRPC answer's
+    /// trailers.
+    fn watch(
+        &self,
+        slot: &Slot,
+        verdict: Verdict,
+        headers: &HeaderMap,
+        body: ProxyBody,
+    ) -> ProxyBody {
+        let ProxyBody::Stream(inner) = body else {
+            self.upstream.record(slot, Some(verdict), None);
+            return body;
+        };
+        let upstream = Arc::clone(self.upstream);
+        let watch = if verdict == Verdict::Success && self.watch_batch {
+            Watch::batch(upstream, *slot)
+        } else if verdict == Verdict::Success
+            && self.dialect.preset == Preset::Grpc
+            && !headers.contains_key("grpc-status")
+        {
+            Watch::grpc(upstream, *slot)
+        } else {
+            self.upstream.record(slot, Some(verdict), None);
+            return ProxyBody::Stream(inner);
+        };
+        ProxyBody::Watched { inner, watch }
+    }
+}
+
+/// The parts of a request head needed to send it again.
+struct Template {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+    body: ProxyBody,
+}
+
+impl Template {
+    fn of(head: &Parts, body: ProxyBody) -> Template {
+        Template {
+            method: head.method.clone(),
+            uri: head.uri.clone(),
+            version: head.version,
+            headers: head.headers.clone(),
+            body,
+        }
+    }
+
+    fn request(&self) -> Request<ProxyBody> {
+        let mut request = Request::new(self.body.replay().unwrap_or_else(|| ProxyBody::full("")));
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.version_mut() = self.version;
+        *request.headers_mut() = self.headers.clone();
+        request
+    }
+}
+
+/// Reads a throttle's body (at most 64 KiB) so it can be kept; `None` if it broke off.
+async fn read_error_body_of(body: ProxyBody) -> Option<ProxyBody> {
+    match body {
+        ProxyBody::Stream(body) => read_error_body(body).await.ok().map(|(body, _)| body),
+        held => Some(held),
+    }
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }

@@ -1,0 +1,119 @@
+//! Counts over a sliding time window, without a lock, so the request path can count
+//! every request: ten buckets, each an atomic word holding its bucket number and its
+//! count; a bucket from an older window is overwritten on first use. Concurrent
+//! rollovers can lose a count or two, which rates and budgets tolerate. Pure: times
+//! are nanoseconds from any origin.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+const BUCKETS: u64 = 10;
+const COUNT_BITS: u32 = 24;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+
+/// A count of events over the last `BUCKETS` × `bucket_ns` nanoseconds.
+#[derive(Debug)]
+pub struct WindowedCount {
+    bucket_ns: u64,
+    buckets: [AtomicU64; BUCKETS as usize],
+}
+
+impl WindowedCount {
+    /// A window of `span`, in ten buckets.
+    pub fn new(span: Duration) -> WindowedCount {
+        let span = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX);
+        WindowedCount {
+            bucket_ns: (span / BUCKETS).max(1),
+            buckets: Default::default(),
+        }
+    }
+
+    /// Counts one event at `now_ns`.
+    pub fn add(&self, now_ns: u64) {
+        let number = now_ns / self.bucket_ns;
+        let tag = number << COUNT_BITS;
+        let bucket = &self.buckets[(number % BUCKETS) as usize];
+        let current = bucket.load(Relaxed);
+        if current & !COUNT_MASK == tag {
+            if current & COUNT_MASK < COUNT_MASK {
+                bucket.fetch_add(1, Relaxed);
+            }
+        } else if bucket
+            .compare_exchange(current, tag | 1, Relaxed, Relaxed)
+            .is_err()
+        {
+            // Another event rolled the bucket over first; count on top of it.
+            bucket.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Events in the window ending at `now_ns`, and how long that window has run
+    /// (from the start of its oldest bucket to now).
+    pub fn count(&self, now_ns: u64) -> (u64, Duration) {
+        let newest = now_ns / self.bucket_ns;
+        let oldest = newest.saturating_sub(BUCKETS - 1);
+        let count = self
+            .buckets
+            .iter()
+            .map(|b| b.load(Relaxed))
+            .filter(|w| (oldest..=newest).contains(&(w >> COUNT_BITS)))
+            .map(|w| w & COUNT_MASK)
+            .sum();
+        (
+            count,
+            Duration::from_nanos(now_ns - oldest * self.bucket_ns),
+        )
+    }
+
+    /// The mean spacing of the events in the window, if there were any.
+    pub fn spacing(&self, now_ns: u64) -> Option<Duration> {
+        let (count, span) = self.count(now_ns);
+        (count > 0).then(|| span / u32::try_from(count).unwrap_or(u32::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn one_second() -> WindowedCount {
+        WindowedCount::new(Duration::from_secs(1))
+    }
+
+    #[test]
+    fn steady_events_give_their_spacing() {
+        let r = one_second();
+        // 20 ms apart for two seconds.
+        for i in 0..100 {
+            r.add(i * 20 * MS);
+        }
+        // At 2 s the window runs from 1.1 s and holds the 45 events from there.
+        assert_eq!(r.count(2000 * MS), (45, Duration::from_millis(900)));
+        assert_eq!(r.spacing(2000 * MS), Some(Duration::from_millis(20)));
+    }
+
+    #[test]
+    fn old_events_fall_out_of_the_window() {
+        let r = one_second();
+        for i in 0..1000 {
+            r.add(i * MS); // 1 ms apart during the first second
+        }
+        for i in 0..10 {
+            r.add(5000 * MS + i * 100 * MS); // then 100 ms apart
+        }
+        assert_eq!(r.spacing(6000 * MS), Some(Duration::from_millis(100)));
+        assert_eq!(r.spacing(60_000 * MS), None);
+    }
+
+    #[test]
+    fn a_ten_second_window_counts_ten_seconds() {
+        let w = WindowedCount::new(Duration::from_secs(10));
+        for s in 0..30 {
+            w.add(s * 1000 * MS);
+        }
+        // At 29.5 s: buckets from 20 s on hold the events at 20..=29 s.
+        assert_eq!(w.count(29_500 * MS).0, 10);
+    }
+}
