@@ -394,7 +394,7 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
     });
     let sleeper = read_sleeper(t.table("sleeper"));
     let throttle = read_throttle(t.table("throttle"));
-    let retry = read_retry(t.table("retry"));
+    let retry = read_retry(t.table("retry"), preset);
     let queue = read_queue(t.table("queue"));
     let sigv4 = t.table("sigv4").map(read_sigv4);
     let connect_backoff = read_connect_backoff(t.table("connect_backoff"));
@@ -616,9 +616,13 @@ fn read_throttle(table: Option<TableReader<'_, '_>>) -> Rules {
     rules
 }
 
-fn read_retry(table: Option<TableReader<'_, '_>>) -> RetrySettings {
+fn read_retry(table: Option<TableReader<'_, '_>>, preset: Preset) -> RetrySettings {
     let mut r = RetrySettings {
-        max_attempts: 3,
+        // botocore's retry policy: 10 attempts for DynamoDB, where throttling is
+        // routine, 5 elsewhere. easeoff's retries are paced and budgeted, so extra
+        // attempts add no load above the interval; they only absorb the clusters of
+        // throttles a controller's probing produces.
+        max_attempts: if preset == Preset::DynamoDb { 10 } else { 5 },
         max_body_bytes: 1 << 20,
         budget_ratio: 0.2,
         budget_min_per_second: 10,

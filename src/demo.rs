@@ -9,15 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::load::{self, Tally, Until};
 use crate::mock_upstream::{self, MockOptions, Style};
 use crate::plot::{self, Point};
 use crate::server::Server;
@@ -53,8 +48,6 @@ pub enum DemoError {
 }
 
 const UPSTREAM: &str = "dynamodb";
-const PUT_ITEM: &str =
-    r#"{"TableName":"demo","Item":{"pk":{"S":"writer"},"payload":{"S":"easeoff demo"}}}"#;
 
 /// Runs the demo and writes the SVG.
 pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoError> {
@@ -115,12 +108,13 @@ preset = "dynamodb"
     );
 
     let start = Instant::now();
-    let deadline = start + options.duration;
-    let client_errors: Arc<std::sync::atomic::AtomicU64> = Arc::default();
-    let mut clients = tokio::task::JoinSet::new();
-    for _ in 0..options.clients {
-        clients.spawn(client_loop(addr, deadline, Arc::clone(&client_errors)));
-    }
+    let tally: Arc<Tally> = Arc::default();
+    let writers = tokio::spawn(load::write(
+        addr,
+        options.clients,
+        Until::Deadline(start + options.duration),
+        Arc::clone(&tally),
+    ));
 
     let mut last = mock.counts();
     let mut last_errors = 0;
@@ -128,7 +122,7 @@ preset = "dynamodb"
     for second in 1..=options.duration.as_secs() {
         tick.tick().await;
         let now = mock.counts();
-        let errors = client_errors.load(std::sync::atomic::Ordering::Relaxed);
+        let (_, errors) = tally.read();
         let _ = writeln!(
             out,
             "{:>4}s  {:>9.1} ms  {:>10}  {:>12}  {:>14}",
@@ -141,7 +135,7 @@ preset = "dynamodb"
         let _ = out.flush();
         (last, last_errors) = (now, errors);
     }
-    while clients.join_next().await.is_some() {}
+    let _ = writers.await;
     let _ = stop.send(());
     proxy
         .await
@@ -161,12 +155,7 @@ preset = "dynamodb"
             })
         })
         .collect();
-    summary(
-        out,
-        options,
-        &points,
-        client_errors.load(std::sync::atomic::Ordering::Relaxed),
-    );
+    summary(out, options, &points, tally.read().1);
     let title = format!(
         "easeoff demo: responsive sleeper, {} clients, mock at {} requests/s",
         options.clients, options.rate
@@ -174,38 +163,6 @@ preset = "dynamodb"
     write_file(&options.out, &plot::interval_svg(&title, &points))?;
     let _ = writeln!(out, "wrote {}", options.out.display());
     Ok(())
-}
-
-/// One client with unbounded demand and no retry logic of its own.
-async fn client_loop(
-    addr: SocketAddr,
-    deadline: Instant,
-    errors: Arc<std::sync::atomic::AtomicU64>,
-) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let uri = format!("http://{addr}/");
-    while Instant::now() < deadline {
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(&uri)
-            .header("x-amz-target", "DynamoDB_20120810.PutItem")
-            .header("content-type", "application/x-amz-json-1.0")
-            .body(Full::new(Bytes::from_static(PUT_ITEM.as_bytes())));
-        let Ok(request) = request else { return };
-        let ok = match tokio::time::timeout_at(deadline, client.request(request)).await {
-            Err(_) => return,
-            Ok(Ok(response)) => {
-                let ok = response.status().is_success();
-                let _ = response.into_body().collect().await;
-                ok
-            }
-            Ok(Err(_)) => false,
-        };
-        if !ok {
-            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
 }
 
 fn summary(out: &mut dyn Write, options: &DemoOptions, points: &[Point], client_errors: u64) {

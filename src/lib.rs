@@ -18,7 +18,8 @@
 //! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
 //! - [`server`], [`shutdown`]: binding, running and draining.
 //!
-//! Tools built on the same code: [`mock_upstream`], [`demo`] and [`plot`].
+//! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
+//! logic), [`demo`] and [`plot`].
 
 pub mod admin;
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod connect_backoff;
 pub mod controller;
 pub mod demo;
 pub mod hints;
+pub mod load;
 pub mod metrics;
 pub mod mock_upstream;
 pub mod pacer;

@@ -237,10 +237,12 @@ fn throttle(style: Style, wait: Duration) -> Response<MockBody> {
                 "text/plain",
                 "rate limit exceeded\n",
             );
-            // Retry-After is whole seconds: the time until the next token, rounded up.
-            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            // Retry-After is whole seconds: the time until the next token, rounded to
+            // the nearest second. Rounding up would tell every client of a 100/s
+            // bucket to stay away a whole second for a token 10 ms off.
+            let seconds = wait.as_secs_f64().round() as u64;
             r.headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
             r
         }
         Style::Dynamodb => text(

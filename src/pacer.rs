@@ -166,6 +166,14 @@ impl Pacer {
                 let (grant, granted) = oneshot::channel();
                 let _waiting = {
                     let mut queue = s.lock_queue();
+                    // Nobody ahead and the slot already free: go now. Under the lock,
+                    // so two arrivals cannot both take the same slot.
+                    if s.waiting.load(Ordering::Relaxed) == 0 {
+                        let at = s.release_at(now);
+                        if at <= now {
+                            return Ok(s.dispatch(now, now, at));
+                        }
+                    }
                     let waiting = s.enter()?;
                     // Its slot if nothing changes: after everyone already waiting.
                     let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);

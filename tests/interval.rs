@@ -37,13 +37,13 @@ async fn sixty_four_requests_throttled_together_raise_the_interval_once() {
     let proxy = proxy(up.addr, &sleeper("100ms", 1.5, 0.9, 10)).await;
     let client = client();
     let url = format!("http://{}/", proxy.addr);
-    let requests: Vec<_> = (0..64)
+    let clients: Vec<_> = (0..64)
         .map(|_| {
             let (client, url) = (client.clone(), url.clone());
             tokio::spawn(async move { send(&client, "GET", &url, &[], Bytes::new()).await.status })
         })
         .collect();
-    for r in requests {
+    for r in clients {
         assert_eq!(r.await.unwrap(), 429);
     }
     assert_eq!(up.count(), 64);
@@ -64,14 +64,7 @@ async fn sixty_four_requests_throttled_together_raise_the_interval_once() {
         metric(a, "easeoff_upstream_interval_seconds{upstream=\"up\"}").await,
         0.1
     );
-    assert_eq!(
-        metric(
-            a,
-            "easeoff_requests_total{outcome=\"throttled\",upstream=\"up\"}"
-        )
-        .await,
-        64.0
-    );
+    assert_eq!(requests(a, "throttled").await, 64.0);
 }
 
 #[tokio::test]

@@ -42,7 +42,7 @@ fn a_minimal_upstream_gets_the_documented_defaults() {
     assert_eq!(u.request_timeout, Duration::from_secs(60));
     assert_eq!(u.sleeper, sleeper::Settings::seed_defaults());
     assert_eq!(u.throttle.statuses, [429, 503]);
-    assert_eq!(u.retry.max_attempts, 3);
+    assert_eq!(u.retry.max_attempts, 5);
     assert_eq!(u.retry.max_body_bytes, 1 << 20);
     assert_eq!(u.queue.max_waiting, 1000);
     assert_eq!(u.connect_backoff.multiplier, 1.6);
@@ -109,6 +109,7 @@ min_connect_timeout = "20s"
     let u = &c.upstreams[0];
     assert_eq!(u.preset, Preset::DynamoDb);
     assert_eq!(u.sleeper, sleeper::Settings::seed_defaults());
+    assert_eq!(u.retry.max_attempts, 3, "as written in the file");
     assert_eq!(
         u.sigv4,
         Some(SigV4Settings {
@@ -195,6 +196,14 @@ fn auto_start_needs_pace_mode_and_constant_needs_a_spacing() {
     assert!(problems(&delay)[0].contains("\"auto\" needs mode = \"pace\""));
     let constant = format!("{MINIMAL}[upstream.sleeper]\nstrategy = \"constant\"\n");
     assert!(problems(&constant)[0].contains("must be set to the fixed spacing"));
+}
+
+#[test]
+fn retries_follow_botocore_ten_for_dynamodb_five_elsewhere() {
+    let c = parse(&format!("{MINIMAL}preset = \"dynamodb\"\n")).unwrap();
+    assert_eq!(c.upstreams[0].retry.max_attempts, 10);
+    let c = parse(&format!("{MINIMAL}preset = \"aws\"\n")).unwrap();
+    assert_eq!(c.upstreams[0].retry.max_attempts, 5);
 }
 
 #[test]

@@ -255,7 +255,8 @@ async fn a_raise_sheds_the_waiters_it_pushes_past_their_deadlines() {
     pacer.set_interval(100 * MS, 1);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
-    let outcomes: Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>> = Arc::default();
+    type Outcomes = Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>>;
+    let outcomes: Outcomes = Arc::default();
     let mut handles = Vec::new();
     for i in 0..4 {
         let (p, o) = (pacer.clone(), Arc::clone(&outcomes));

@@ -35,7 +35,7 @@ pub enum ProxyBody {
         prefix: Option<Bytes>,
         rest: Incoming,
     },
-    /// Streamed, and looked at on the way (see [`Watch`]).
+    /// Streamed, and looked at on the way for batch or gRPC throttle signals.
     Watched { inner: Incoming, watch: Box<Watch> },
 }
 

@@ -55,7 +55,22 @@ where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
+    upstream_at("127.0.0.1:0".parse().unwrap(), handler).await
+}
+
+/// A port nothing listens on (it was free a moment ago).
+pub async fn dead_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// As [`upstream`], on a given address.
+pub async fn upstream_at<F, Fut>(addr: SocketAddr, handler: F) -> TestUpstream
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let listener = TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let arrivals: Arc<Mutex<Vec<Arrival>>> = Arc::default();
     let recorded = Arc::clone(&arrivals);
@@ -210,6 +225,24 @@ pub async fn metrics(admin: SocketAddr) -> String {
 pub async fn metric(admin: SocketAddr, sample: &str) -> f64 {
     let text = metrics(admin).await;
     sample_value(&text, sample).unwrap_or_else(|| panic!("no sample {sample} in\n{text}"))
+}
+
+/// `easeoff_requests_total` of upstream `up` for one outcome.
+pub async fn requests(admin: SocketAddr, outcome: &str) -> f64 {
+    metric(
+        admin,
+        &format!("easeoff_requests_total{{outcome=\"{outcome}\",upstream=\"up\"}}"),
+    )
+    .await
+}
+
+/// `easeoff_retries_total` of upstream `up` for one reason.
+pub async fn retries(admin: SocketAddr, reason: &str) -> f64 {
+    metric(
+        admin,
+        &format!("easeoff_retries_total{{reason=\"{reason}\",upstream=\"up\"}}"),
+    )
+    .await
 }
 
 /// Finds a sample in exposition text; labels must be written in the order easeoff

@@ -1,0 +1,271 @@
+//! Bounded waiting: a request that cannot get a slot in time is answered at once with
+//! an accurate Retry-After; rate-limit hints slow the upstream before any 429.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use support::*;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// A fixed 1 s spacing and the given queue settings.
+fn one_per_second(queue: &str) -> String {
+    format!(
+        "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"1s\"\n[upstream.queue]\n{queue}\n"
+    )
+}
+
+/// Starts a GET and returns once easeoff counts it as waiting.
+async fn start_waiting(proxy: &Proxy, waiting_before: u64) -> tokio::task::JoinHandle<Answer> {
+    let url = format!("http://{}/", proxy.addr);
+    let request = tokio::spawn(async move { get(&url).await });
+    let admin = proxy.admin;
+    wait_until(SECOND * 5, "the request to wait for its slot", || async {
+        status(admin).await["waiting"].as_u64().unwrap() > waiting_before
+    })
+    .await;
+    request
+}
+
+#[tokio::test]
+async fn beyond_max_waiting_the_next_request_is_shed_at_once_and_the_rest_complete() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = proxy(up.addr, &one_per_second("max_waiting = 10")).await;
+    // Takes the current slot, so the next one is a second away.
+    assert_eq!(get(&format!("http://{}/", proxy.addr)).await.status, 200);
+    let mut waiting = Vec::new();
+    for i in 0..10 {
+        waiting.push(start_waiting(&proxy, i).await);
+    }
+    let started = Instant::now();
+    let shed = get(&format!("http://{}/", proxy.addr)).await;
+    assert!(
+        started.elapsed() < SECOND,
+        "shed after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(shed.status, 429);
+    assert_eq!(shed.headers["x-easeoff-reason"], "shed");
+    let retry_after: u64 = shed.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (10..=11).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    let body: serde_json::Value = serde_json::from_slice(&shed.body).unwrap();
+    assert_eq!(body["error"], "shed");
+    for request in waiting {
+        assert_eq!(request.await.unwrap().status, 200);
+    }
+    assert_eq!(up.count(), 11);
+    let a = proxy.admin;
+    assert_eq!(requests(a, "shed").await, 1.0);
+    assert_eq!(requests(a, "success").await, 11.0);
+}
+
+#[tokio::test]
+async fn aws_clients_are_shed_with_a_dynamodb_throttling_exception() {
+    let up = upstream(|_| async { respond(200, &[], "{}") }).await;
+    let config = format!(
+        "preset = \"dynamodb\"\n{}",
+        one_per_second("max_waiting = 0")
+    );
+    let proxy = proxy(up.addr, &config).await;
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(send(&client(), "POST", &url, &[], "{}").await.status, 200);
+    let shed = send(
+        &client(),
+        "POST",
+        &url,
+        &[("x-amz-target", "DynamoDB_20120810.PutItem")],
+        "{}",
+    )
+    .await;
+    assert_eq!(shed.status, 400);
+    assert_eq!(shed.headers["x-amzn-errortype"], "ThrottlingException");
+    assert_eq!(shed.headers["content-type"], "application/x-amz-json-1.0");
+    assert_eq!(shed.headers["retry-after"], "1");
+    let body: serde_json::Value = serde_json::from_slice(&shed.body).unwrap();
+    assert_eq!(
+        body["__type"],
+        "com.amazonaws.dynamodb.v20120810#ThrottlingException"
+    );
+}
+
+#[tokio::test]
+async fn a_slot_beyond_max_wait_is_shed_at_once() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = proxy(up.addr, &one_per_second("max_wait = \"1500ms\"")).await;
+    assert_eq!(get(&format!("http://{}/", proxy.addr)).await.status, 200);
+    let first = start_waiting(&proxy, 0).await; // its slot is 1 s away
+    let started = Instant::now();
+    let shed = get(&format!("http://{}/", proxy.addr)).await; // 2 s away: too far
+    assert!(started.elapsed() < SECOND);
+    assert_eq!(shed.status, 429);
+    assert_eq!(shed.headers["retry-after"], "2");
+    assert_eq!(first.await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn a_grpc_deadline_shorter_than_the_wait_is_shed_at_once() {
+    let up = upstream(|_| async {
+        respond(
+            200,
+            &[("content-type", "application/grpc"), ("grpc-status", "0")],
+            "",
+        )
+    })
+    .await;
+    let config = format!("preset = \"grpc\"\n{}", one_per_second(""));
+    let proxy = proxy(up.addr, &config).await;
+    let call = |timeout: &'static str| {
+        let url = format!("http://{}/svc/M", proxy.addr);
+        async move {
+            send(
+                &client(),
+                "POST",
+                &url,
+                &[
+                    ("content-type", "application/grpc"),
+                    ("grpc-timeout", timeout),
+                ],
+                Bytes::new(),
+            )
+            .await
+        }
+    };
+    assert_eq!(call("5S").await.headers["grpc-status"], "0");
+    let started = Instant::now();
+    let shed = call("200m").await;
+    assert!(started.elapsed() < SECOND / 2);
+    assert_eq!(shed.status, 200);
+    assert_eq!(shed.headers["grpc-status"], "8");
+    assert_eq!(shed.headers["x-easeoff-reason"], "shed");
+    let pushback: u64 = shed.headers["grpc-retry-pushback-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pushback > 500 && pushback <= 1000, "pushback {pushback} ms");
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_waiting_frees_its_slot_and_sends_nothing() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = proxy(up.addr, &one_per_second("")).await;
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(get(&url).await.status, 200);
+    let first = Instant::now();
+    let leaving = start_waiting(&proxy, 0).await;
+    leaving.abort();
+    let admin = proxy.admin;
+    wait_until(
+        SECOND * 5,
+        "the leaving request to stop waiting",
+        || async { status(admin).await["waiting"].as_u64().unwrap() == 0 },
+    )
+    .await;
+    // The next request gets the slot the leaver gave up.
+    assert_eq!(get(&url).await.status, 200);
+    assert!(first.elapsed() < SECOND * 2);
+    assert_eq!(
+        up.count(),
+        2,
+        "the request that left never reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn ratelimit_remaining_zero_pauses_until_the_reset_without_a_429() {
+    let answered = Arc::new(AtomicUsize::new(0));
+    let up = upstream(move |_| {
+        let n = answered.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                respond(
+                    200,
+                    &[("ratelimit-remaining", "0"), ("ratelimit-reset", "1")],
+                    "last one",
+                )
+            } else {
+                ok()
+            }
+        }
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(get(&url).await.status, 200);
+    assert_eq!(get(&url).await.status, 200);
+    let arrivals = up.arrivals();
+    assert!(arrivals[1].at - arrivals[0].at >= SECOND);
+    let a = proxy.admin;
+    assert_eq!(
+        metric(
+            a,
+            "easeoff_throttles_total{signal=\"ratelimit\",upstream=\"up\"}"
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        metric(
+            a,
+            "easeoff_throttles_total{signal=\"status\",upstream=\"up\"}"
+        )
+        .await,
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn a_low_ratelimit_remaining_spreads_what_is_left_over_the_window() {
+    // 4 requests left in the next 2 s: at most one every 500 ms.
+    let up = upstream(|_| async {
+        respond(
+            200,
+            &[("x-ratelimit-remaining", "4"), ("x-ratelimit-reset", "2")],
+            "ok",
+        )
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    let url = format!("http://{}/", proxy.addr);
+    for _ in 0..3 {
+        assert_eq!(get(&url).await.status, 200);
+    }
+    let arrivals = up.arrivals();
+    for pair in arrivals.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(499), "gap {gap:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_ietf_ratelimit_field_is_understood_too() {
+    let answered = Arc::new(AtomicUsize::new(0));
+    let up = upstream(move |_| {
+        let n = answered.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                respond(200, &[("ratelimit", "\"default\";r=0;t=1")], "")
+            } else {
+                ok()
+            }
+        }
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    let url = format!("http://{}/", proxy.addr);
+    get(&url).await;
+    get(&url).await;
+    let arrivals = up.arrivals();
+    assert!(arrivals[1].at - arrivals[0].at >= SECOND);
+}
