@@ -186,7 +186,8 @@ impl Answer {
     }
 }
 
-/// Sends a request and reads the whole answer (10 s at most).
+/// Sends a request and reads the whole answer (30 s at most: the slowest test waits
+/// ten one-second slots).
 pub async fn send(
     client: &Client<HttpConnector, Full<Bytes>>,
     method: &str,
@@ -199,9 +200,9 @@ pub async fn send(
         builder = builder.header(*k, *v);
     }
     let request = builder.body(Full::new(body.into())).unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+    let response = tokio::time::timeout(Duration::from_secs(30), client.request(request))
         .await
-        .expect("no answer within 10 s")
+        .expect("no answer within 30 s")
         .expect("request failed");
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
