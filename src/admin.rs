@@ -1,8 +1,8 @@
 //! The admin server (SPEC §4): `/metrics`, `/healthz`, `/readyz`, `/status`, and with
 //! `server.admin_allow_mutations` the `POST /upstreams/{name}/reset` endpoint.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::Json;
 use axum::Router;
@@ -16,12 +16,25 @@ use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::throttle::Signal;
 use crate::upstream::Upstream;
 
+/// The running upstreams in config order; a reload replaces the list.
+pub type Upstreams = Arc<RwLock<Vec<Arc<Upstream>>>>;
+
 /// What the admin handlers read.
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
-    pub upstreams: Vec<Arc<Upstream>>,
+    pub upstreams: Upstreams,
     /// False until every listener is bound, and again while draining.
     pub ready: Arc<AtomicBool>,
+}
+
+impl AdminState {
+    /// The upstreams as of now.
+    fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The admin routes.
@@ -40,7 +53,7 @@ pub fn router(state: Arc<AdminState>, allow_mutations: bool) -> Router {
 }
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
-    for upstream in &state.upstreams {
+    for upstream in state.upstreams() {
         upstream.refresh_gauges();
     }
     match state.metrics.render() {
@@ -72,12 +85,12 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> (StatusCode, &'static s
 }
 
 async fn status(State(state): State<Arc<AdminState>>) -> Json<Value> {
-    let upstreams: Vec<Value> = state.upstreams.iter().map(|u| describe(u)).collect();
+    let upstreams: Vec<Value> = state.upstreams().iter().map(|u| describe(u)).collect();
     Json(json!({ "upstreams": upstreams }))
 }
 
 async fn reset(State(state): State<Arc<AdminState>>, Path(name): Path<String>) -> Response {
-    match state.upstreams.iter().find(|u| u.name() == name) {
+    match state.upstreams().iter().find(|u| u.name() == name) {
         Some(upstream) => {
             upstream.reset();
             tracing::info!(upstream = %name, "interval reset by the admin endpoint");

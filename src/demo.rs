@@ -191,9 +191,11 @@ fn summary(out: &mut dyn Write, options: &DemoOptions, points: &[Point], client_
         options.rate,
         100.0 * steady_throttled as f64 / steady.len().max(1) as f64
     );
+    // A client error is an upstream throttle easeoff could not absorb (attempts or
+    // retry budget used up), passed through unchanged.
     let _ = writeln!(
         out,
-        "  client errors       {client_errors} (easeoff passes the upstream's throttle through when it cannot absorb it)"
+        "  client errors       {client_errors} (throttles reaching the clients after easeoff's retries)"
     );
     match first_raise {
         Some(t) => {

@@ -16,7 +16,7 @@
 //! - [`upstream`]: one upstream's run-time state, where verdicts reach the controller;
 //! - [`proxy`]: listeners, the request path and the upstream client;
 //! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
-//! - [`server`], [`shutdown`]: binding, running and draining.
+//! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
 //! logic), [`demo`] and [`plot`].
@@ -36,7 +36,7 @@ pub mod plot;
 pub mod proxy;
 pub mod retry;
 pub mod server;
-pub mod shutdown;
+pub mod signals;
 pub mod sleeper;
 pub mod throttle;
 pub mod upstream;

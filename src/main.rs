@@ -9,7 +9,8 @@ use clap::Parser;
 use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
-use easeoff::shutdown::Signals;
+use easeoff::server::Handle;
+use easeoff::signals::{Request, Signals};
 use easeoff::{Config, Server};
 use tracing_subscriber::EnvFilter;
 
@@ -60,14 +61,14 @@ fn check(path: Option<PathBuf>) -> ExitCode {
 }
 
 async fn run(path: Option<PathBuf>) -> ExitCode {
-    let mut signals = match Signals::install() {
+    let signals = match Signals::install() {
         Ok(signals) => signals,
         Err(error) => {
             eprintln!("easeoff: cannot install signal handlers: {error}");
             return ExitCode::from(RUNTIME_FAILURE);
         }
     };
-    let config = match load(path) {
+    let config = match load(path.clone()) {
         Ok(config) => config,
         Err(code) => return code,
     };
@@ -79,16 +80,72 @@ async fn run(path: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(RUNTIME_FAILURE);
         }
     };
-    let stop = async move {
-        let signal = signals.recv().await;
-        tracing::info!(signal, "shutting down");
-    };
-    match server.run(stop).await {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(on_signals(signals, server.handle(), path, stop));
+    match server
+        .run(async move {
+            let _ = stopped.await;
+        })
+        .await
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "stopped on an error");
             ExitCode::from(RUNTIME_FAILURE)
         }
+    }
+}
+
+/// Reloads on SIGHUP; the first SIGTERM/SIGINT starts the drain, a second one ends
+/// the process at once (an impatient Ctrl-C).
+async fn on_signals(
+    mut signals: Signals,
+    handle: Handle,
+    path: Option<PathBuf>,
+    stop: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut stop = Some(stop);
+    loop {
+        match signals.recv().await {
+            Request::Reload => reload(&handle, path.as_deref()).await,
+            Request::Stop(signal) => match stop.take() {
+                Some(stop) => {
+                    tracing::info!(signal, "shutting down");
+                    let _ = stop.send(());
+                }
+                None => {
+                    tracing::warn!(signal, "second stop signal: exiting without draining");
+                    std::process::exit(i32::from(RUNTIME_FAILURE));
+                }
+            },
+        }
+    }
+}
+
+async fn reload(handle: &Handle, path: Option<&std::path::Path>) {
+    let Some(path) = path else { return };
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(error) => {
+            handle.reload_failed();
+            tracing::error!(error = %error, "reload failed; keeping the running config");
+            return;
+        }
+    };
+    match handle.reload(config).await {
+        Ok(done) => {
+            if done.server_changed {
+                tracing::warn!("[server] settings changed; they take effect on restart");
+            }
+            tracing::info!(
+                kept = ?done.kept,
+                rebuilt = ?done.rebuilt,
+                added = ?done.added,
+                removed = ?done.removed,
+                "config reloaded"
+            );
+        }
+        Err(error) => tracing::error!(%error, "reload failed; keeping the running config"),
     }
 }
 
@@ -160,7 +217,7 @@ async fn run_mock(args: MockArgs) -> ExitCode {
         }
     }
     tracing::info!(%addr, rate = options.rate, burst = options.burst, style = ?options.style, "mock upstream listening");
-    signals.recv().await;
+    signals.stop().await;
     ExitCode::SUCCESS
 }
 

@@ -380,6 +380,45 @@ impl Metrics {
         }
     }
 
+    /// Withdraws every label set of an upstream a reload removed, so dashboards stop
+    /// showing it. Handles still held by its draining requests update nothing visible.
+    pub fn remove_upstream(&self, name: &str) {
+        for family in [
+            &self.increases,
+            &self.decreases,
+            &self.invocations,
+            &self.sleeps,
+            &self.budget_exhausted,
+            &self.connect_failures,
+        ] {
+            let _ = family.remove_label_values(&[name]);
+        }
+        let _ = self.sleep_seconds.remove_label_values(&[name]);
+        for family in [&self.interval, &self.pause, &self.connect_backoff] {
+            let _ = family.remove_label_values(&[name]);
+        }
+        for family in [&self.queue_waiting, &self.in_flight] {
+            let _ = family.remove_label_values(&[name]);
+        }
+        for family in [&self.queue_wait, &self.upstream_duration] {
+            let _ = family.remove_label_values(&[name]);
+        }
+        for outcome in Outcome::ALL {
+            let _ = self.requests.remove_label_values(&[name, outcome.as_str()]);
+        }
+        for signal in Signal::ALL {
+            let _ = self.throttles.remove_label_values(&[name, signal.as_str()]);
+        }
+        for reason in RetryReason::ALL {
+            let _ = self.retries.remove_label_values(&[name, reason.as_str()]);
+        }
+        for status in 100..1000u16 {
+            let _ = self
+                .responses
+                .remove_label_values(&[name, &status.to_string()]);
+        }
+    }
+
     /// Counts a configuration reload.
     pub fn config_reload(&self, ok: bool) {
         self.config_reloads
@@ -465,6 +504,18 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line}\n{text}");
         }
+    }
+
+    #[test]
+    fn a_removed_upstream_leaves_no_sample_behind() {
+        let m = Metrics::new().unwrap();
+        let gone = m.upstream("gone");
+        let _kept = m.upstream("kept");
+        gone.response(418);
+        m.remove_upstream("gone");
+        let text = m.render().unwrap();
+        assert!(!text.contains("upstream=\"gone\""), "{text}");
+        assert!(text.contains("easeoff_requests_total{outcome=\"shed\",upstream=\"kept\"} 0"));
     }
 
     #[test]

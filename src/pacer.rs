@@ -91,6 +91,9 @@ struct Shared {
     changed: Notify,
     /// Set when the last `Pacer` handle is dropped, to end the release task.
     closed: std::sync::atomic::AtomicBool,
+    /// Nanoseconds from `origin` by which every request must be dispatched (shutdown
+    /// drain); 0 means none.
+    drain_by_ns: AtomicU64,
 }
 
 /// `last_dispatch_ns` before the first dispatch.
@@ -126,6 +129,7 @@ impl Pacer {
             queue: Mutex::new(VecDeque::new()),
             changed: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            drain_by_ns: AtomicU64::new(0),
         });
         if mode == Mode::Pace {
             tokio::spawn(release(Arc::clone(&shared)));
@@ -149,6 +153,7 @@ impl Pacer {
         {
             return Ok(s.dispatch(now, now, now));
         }
+        let deadline = s.limit(deadline);
         match s.mode {
             Mode::Delay => {
                 let _waiting = s.enter()?;
@@ -218,6 +223,14 @@ impl Pacer {
         s.changed.notify_one();
     }
 
+    /// From now on no request waits past `by` (the shutdown drain): waiters and new
+    /// arrivals whose slots lie later are shed at once.
+    pub fn drain(&self, by: Instant) {
+        let s = &*self.shared;
+        s.drain_by_ns.store(s.ns(by).max(1), Ordering::Relaxed);
+        s.changed.notify_one();
+    }
+
     /// Ends any pause at once.
     pub fn lift_pause(&self) {
         self.shared.pause_until_ns.store(0, Ordering::Relaxed);
@@ -262,6 +275,14 @@ impl Shared {
 
     fn at(&self, ns: u64) -> Instant {
         self.origin + Duration::from_nanos(ns)
+    }
+
+    /// A waiter's deadline, brought forward to the drain deadline if one is set.
+    fn limit(&self, deadline: Instant) -> Instant {
+        match self.drain_by_ns.load(Ordering::Relaxed) {
+            0 => deadline,
+            by => deadline.min(self.at(by)),
+        }
     }
 
     fn lock_queue(&self) -> MutexGuard<'_, VecDeque<Waiter>> {
@@ -364,7 +385,7 @@ impl Shared {
                 continue;
             }
             let expected = head_at + spacing * position;
-            if expected > waiter.deadline {
+            if expected > self.limit(waiter.deadline) {
                 let retry_after = expected.saturating_duration_since(now);
                 let _ = waiter.grant.send(Err(Shed { retry_after }));
             } else {
@@ -398,7 +419,7 @@ async fn release(shared: Arc<Shared>) {
                 let _ = waiter.grant.send(Ok(slot));
                 break;
             }
-            if at > waiter.deadline {
+            if at > shared.limit(waiter.deadline) {
                 let shed = Shed {
                     retry_after: at - now,
                 };

@@ -14,5 +14,5 @@ mod service;
 
 pub use body::ProxyBody;
 pub use client::{ClientError, SendError, UpstreamClient};
-pub use listener::{ListenerContext, serve};
+pub use listener::{Current, ListenerContext, serve};
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};

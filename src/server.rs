@@ -1,21 +1,33 @@
-//! Starting and stopping: bind every listener and the admin server, serve until the
-//! shutdown future completes, then drain within `shutdown_grace`.
+//! Starting, reloading and stopping: bind every listener and the admin server, serve
+//! until the shutdown future completes, apply reloads in between, then drain within
+//! `shutdown_grace`.
+//!
+//! A listener is identified by its configured address, so a reload that keeps an
+//! address keeps the socket: clients see no refused connection. The upstream behind a
+//! listener is swapped per request (see `proxy/listener.rs`); an upstream whose
+//! settings did not change is kept whole, with its learned interval and queue.
+
+mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::time::Duration;
 
-use hyper_util::server::graceful::GracefulShutdown;
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::sync::{Mutex, Semaphore, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-use crate::admin::{self, AdminState};
-use crate::config::Config;
+use crate::admin::{self, AdminState, Upstreams};
+use crate::config::{Config, UpstreamSettings};
 use crate::metrics::Metrics;
-use crate::proxy::{self, ClientError, ListenerContext};
+use crate::proxy::{self, ClientError, Current, ListenerContext};
 use crate::upstream::{Observer, Upstream};
+
+pub use reload::{ReloadError, Reloaded};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,12 +49,52 @@ pub enum StartError {
 
 /// A proxy with every socket bound, ready to run.
 pub struct Server {
-    config: Config,
-    metrics: Arc<Metrics>,
-    upstreams: Vec<(Arc<Upstream>, TcpListener)>,
+    live: Arc<Live>,
     admin: TcpListener,
     admin_addr: SocketAddr,
+}
+
+/// Reloads a running server; cheap to clone.
+#[derive(Clone)]
+pub struct Handle {
+    live: Arc<Live>,
+}
+
+/// What the running server, its reloads and its admin endpoints share.
+struct Live {
+    metrics: Arc<Metrics>,
+    observer: Option<Observer>,
+    /// One permit per open client connection, over every listener.
+    connections: Arc<Semaphore>,
     ready: Arc<AtomicBool>,
+    /// The upstreams in config order, as the admin endpoints list them.
+    upstreams: Upstreams,
+    /// Reloads and the shutdown take turns here.
+    state: Mutex<State>,
+}
+
+struct State {
+    config: Config,
+    listeners: Vec<Listening>,
+    /// Listeners a reload closed, finishing their open connections; and upstreams a
+    /// reload replaced, possibly still holding waiting requests. The shutdown drains
+    /// both.
+    retired: Vec<JoinHandle<()>>,
+    replaced: Vec<Weak<Upstream>>,
+    /// Set once `run` has started the accept loops; reloads before that only bind.
+    started: bool,
+    draining: bool,
+}
+
+/// One bound listener and the upstream it currently serves.
+struct Listening {
+    configured: SocketAddr,
+    bound: SocketAddr,
+    current: Current,
+    stop: watch::Sender<bool>,
+    /// The socket until `run` starts its accept loop; then the loop's task.
+    socket: Option<TcpListener>,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Server {
@@ -59,25 +111,39 @@ impl Server {
         let metrics = Arc::new(Metrics::new()?);
         let admin = bind(config.server.admin_listen, "the admin server").await?;
         let admin_addr = local_addr(&admin, config.server.admin_listen);
+        let mut listeners = Vec::with_capacity(config.upstreams.len());
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for settings in &config.upstreams {
-            let what = format!("upstream \"{}\"", settings.name);
-            let listener = bind(settings.listen, &what).await?;
-            let listen = local_addr(&listener, settings.listen);
-            let upstream = Upstream::new(settings.clone(), listen, &metrics, observer.clone())
-                .map_err(|source| StartError::Client {
-                    upstream: settings.name.clone(),
-                    source,
-                })?;
-            upstreams.push((Arc::new(upstream), listener));
+            let socket = bind(settings.listen, &format!("upstream \"{}\"", settings.name)).await?;
+            let bound = local_addr(&socket, settings.listen);
+            let upstream = build(settings, bound, &metrics, &observer)?;
+            listeners.push(Listening::new(
+                settings.listen,
+                bound,
+                Arc::clone(&upstream),
+                socket,
+            ));
+            upstreams.push(upstream);
         }
-        Ok(Server {
-            config,
+        let live = Live {
             metrics,
-            upstreams,
+            observer,
+            connections: Arc::new(Semaphore::new(config.server.max_connections)),
+            ready: Arc::new(AtomicBool::new(false)),
+            upstreams: Arc::new(RwLock::new(upstreams)),
+            state: Mutex::new(State {
+                config,
+                listeners,
+                retired: Vec::new(),
+                replaced: Vec::new(),
+                started: false,
+                draining: false,
+            }),
+        };
+        Ok(Server {
+            live: Arc::new(live),
             admin,
             admin_addr,
-            ready: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -93,27 +159,31 @@ impl Server {
 
     /// The named upstream's run-time state.
     pub fn upstream(&self, name: &str) -> Option<Arc<Upstream>> {
-        self.upstreams
-            .iter()
-            .find(|(u, _)| u.name() == name)
-            .map(|(u, _)| Arc::clone(u))
+        self.live.upstream(name)
     }
 
-    /// Serves until `shutdown` completes, then stops accepting, reports not-ready and
-    /// lets open requests finish for up to `shutdown_grace`.
+    /// A handle that reloads the server while it runs.
+    pub fn handle(&self) -> Handle {
+        Handle {
+            live: Arc::clone(&self.live),
+        }
+    }
+
+    /// Serves until `shutdown` completes, then reports not-ready, stops accepting and
+    /// lets open and waiting requests finish for up to `shutdown_grace`; a request
+    /// whose slot lies past that is shed at once.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        let server = &self.config.server;
-        let graceful = Arc::new(GracefulShutdown::new());
-        let (stop, stopped) = watch::channel(false);
-        let context = ListenerContext {
-            connections: Arc::new(Semaphore::new(server.max_connections)),
-            header_read_timeout: server.header_read_timeout,
-            graceful: Arc::clone(&graceful),
-            stop: stopped,
+        let live = self.live;
+        let (allow_mutations, grace) = {
+            let mut state = live.state.lock().await;
+            let server = state.config.server.clone();
+            for listening in &mut state.listeners {
+                listening.start(live.context(&server));
+            }
+            state.started = true;
+            (server.admin_allow_mutations, server.shutdown_grace)
         };
-        let mut listeners = JoinSet::new();
-        let mut all = Vec::with_capacity(self.upstreams.len());
-        for (upstream, listener) in self.upstreams {
+        for upstream in live.all() {
             tracing::info!(
                 upstream = %upstream.name(),
                 listen = %upstream.listen,
@@ -121,18 +191,14 @@ impl Server {
                 strategy = upstream.settings.sleeper.strategy.name(),
                 "forwarding"
             );
-            all.push(Arc::clone(&upstream));
-            listeners.spawn(proxy::serve(listener, upstream, context.clone()));
         }
-        drop(context);
-
         let state = Arc::new(AdminState {
-            metrics: Arc::clone(&self.metrics),
-            upstreams: all,
-            ready: Arc::clone(&self.ready),
+            metrics: Arc::clone(&live.metrics),
+            upstreams: Arc::clone(&live.upstreams),
+            ready: Arc::clone(&live.ready),
         });
         let (admin_done, admin_stop) = tokio::sync::oneshot::channel::<()>();
-        let app = admin::router(state, server.admin_allow_mutations);
+        let app = admin::router(state, allow_mutations);
         let mut admin = tokio::spawn(
             axum::serve(self.admin, app)
                 .with_graceful_shutdown(async move {
@@ -140,7 +206,7 @@ impl Server {
                 })
                 .into_future(),
         );
-        self.ready.store(true, Ordering::Relaxed);
+        live.ready.store(true, Ordering::Relaxed);
         tracing::info!(admin = %self.admin_addr, "easeoff ready");
 
         // The admin server only ends early if it fails; then the proxy stops too.
@@ -148,20 +214,8 @@ impl Server {
             () = shutdown => None,
             ended = &mut admin => Some(ended),
         };
-        self.ready.store(false, Ordering::Relaxed);
-        let _ = stop.send(true);
-        while listeners.join_next().await.is_some() {}
-        tracing::info!(open_connections = graceful.count(), grace = ?server.shutdown_grace, "draining");
-        // The accept loops have ended, so this is the last reference.
-        match Arc::try_unwrap(graceful) {
-            Ok(graceful) => {
-                match tokio::time::timeout(server.shutdown_grace, graceful.shutdown()).await {
-                    Ok(()) => tracing::info!("drained"),
-                    Err(_) => tracing::warn!("shutdown grace expired with connections still open"),
-                }
-            }
-            Err(_) => tracing::warn!("cannot wait for open connections to finish"),
-        }
+        live.ready.store(false, Ordering::Relaxed);
+        live.drain(grace).await;
         let ended = match admin_ended {
             Some(ended) => ended,
             None => {
@@ -171,6 +225,119 @@ impl Server {
         };
         ended.map_err(std::io::Error::other)?
     }
+}
+
+impl Handle {
+    /// Applies a new configuration: unchanged upstreams keep their state, changed ones
+    /// are rebuilt, listeners are bound and closed as needed. On any error nothing
+    /// changes. Counted in `easeoff_config_reloads_total` either way.
+    pub async fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
+        let result = self.live.reload(config).await;
+        self.live.metrics.config_reload(result.is_ok());
+        result
+    }
+
+    /// Counts a reload that failed before it reached the server (a broken file).
+    pub fn reload_failed(&self) {
+        self.live.metrics.config_reload(false);
+    }
+}
+
+impl Live {
+    fn context(&self, server: &crate::config::ServerSettings) -> ListenerContext {
+        ListenerContext {
+            connections: Arc::clone(&self.connections),
+            header_read_timeout: server.header_read_timeout,
+            grace: server.shutdown_grace,
+            // Replaced by each listener's own.
+            stop: watch::channel(false).1,
+        }
+    }
+
+    fn all(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn upstream(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.all().into_iter().find(|u| u.name() == name)
+    }
+
+    /// Stops every listener and waits for their connections, the retired ones'
+    /// included. Waiting requests are given until shortly before the grace ends, so
+    /// the shed answers of those that cannot make it still reach their clients.
+    async fn drain(&self, grace: Duration) {
+        let mut state = self.state.lock().await;
+        state.draining = true;
+        let margin = (grace / 10).min(Duration::from_secs(1));
+        let by = Instant::now() + grace.saturating_sub(margin);
+        let replaced = state.replaced.iter().filter_map(Weak::upgrade);
+        for upstream in self.all().into_iter().chain(replaced) {
+            upstream.pacer.drain(by);
+        }
+        let waiting: usize = self.all().iter().map(|u| u.pacer.waiting()).sum();
+        tracing::info!(waiting, grace = ?grace, "draining");
+        let mut tasks = std::mem::take(&mut state.retired);
+        for listening in &mut state.listeners {
+            let _ = listening.stop.send(true);
+            tasks.extend(listening.task.take());
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
+        tracing::info!("drained");
+    }
+}
+
+impl Listening {
+    fn new(
+        configured: SocketAddr,
+        bound: SocketAddr,
+        upstream: Arc<Upstream>,
+        socket: TcpListener,
+    ) -> Listening {
+        Listening {
+            configured,
+            bound,
+            current: Arc::new(ArcSwap::new(upstream)),
+            stop: watch::channel(false).0,
+            socket: Some(socket),
+            task: None,
+        }
+    }
+
+    /// Starts the accept loop.
+    fn start(&mut self, mut context: ListenerContext) {
+        if let Some(socket) = self.socket.take() {
+            context.stop = self.stop.subscribe();
+            let current = Arc::clone(&self.current);
+            self.task = Some(tokio::spawn(proxy::serve(socket, current, context)));
+        }
+    }
+
+    /// Stops accepting; open connections finish within the grace. Returns the task
+    /// to wait for.
+    fn close(mut self) -> Option<JoinHandle<()>> {
+        let _ = self.stop.send(true);
+        self.task.take()
+    }
+}
+
+/// One upstream's run-time state, its client built from `settings`.
+fn build(
+    settings: &UpstreamSettings,
+    bound: SocketAddr,
+    metrics: &Metrics,
+    observer: &Option<Observer>,
+) -> Result<Arc<Upstream>, StartError> {
+    Upstream::new(settings.clone(), bound, metrics, observer.clone())
+        .map(Arc::new)
+        .map_err(|source| StartError::Client {
+            upstream: settings.name.clone(),
+            source,
+        })
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, StartError> {

@@ -342,3 +342,47 @@ async fn the_floor_never_lowers_a_larger_interval() {
         100 * MS
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    type Outcomes = Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>>;
+    let outcomes: Outcomes = Arc::default();
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        let (p, o) = (pacer.clone(), Arc::clone(&outcomes));
+        handles.push(tokio::spawn(async move {
+            let result = p.acquire(far()).await;
+            let outcome = result
+                .map(|s| s.dispatched_at - t0)
+                .map_err(|_| Instant::now() - t0);
+            o.lock().unwrap().push((i, outcome));
+        }));
+        while pacer.waiting() <= i {
+            tokio::task::yield_now().await;
+        }
+    }
+    tokio::time::sleep(50 * MS).await;
+    // Slots at 100 … 1000 ms; the drain ends at 450 ms: four are served, six shed
+    // at once (at 50 ms), not when the deadline comes.
+    pacer.drain(t0 + 450 * MS);
+    let late = pacer.acquire(far()).await.unwrap_err();
+    assert_eq!(late.retry_after, 1050 * MS);
+    finish(handles).await;
+    let mut got = outcomes.lock().unwrap().clone();
+    got.sort_by_key(|(i, _)| *i);
+    let expected: Vec<_> = (0..10)
+        .map(|i| {
+            let outcome = if i < 4 {
+                Ok((i as u32 + 1) * 100 * MS)
+            } else {
+                Err(50 * MS)
+            };
+            (i, outcome)
+        })
+        .collect();
+    assert_eq!(got, expected);
+}

@@ -1,0 +1,51 @@
+//! The process's signals: SIGTERM and SIGINT stop it, SIGHUP reloads the config.
+//!
+//! Handlers are installed by [`Signals::install`], before the proxy binds anything, so
+//! a SIGTERM that arrives right after start-up still drains instead of killing.
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// What a signal asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// SIGTERM or SIGINT (named): drain and exit.
+    Stop(&'static str),
+    /// SIGHUP: read the config file again.
+    Reload,
+}
+
+/// SIGTERM, SIGINT and SIGHUP, caught from the moment of installation.
+pub struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Completes on the next signal.
+    pub async fn recv(&mut self) -> Request {
+        tokio::select! {
+            _ = self.term.recv() => Request::Stop("SIGTERM"),
+            _ = self.int.recv() => Request::Stop("SIGINT"),
+            _ = self.hup.recv() => Request::Reload,
+        }
+    }
+
+    /// Completes on the next SIGTERM or SIGINT, ignoring SIGHUP.
+    pub async fn stop(&mut self) -> &'static str {
+        loop {
+            if let Request::Stop(name) = self.recv().await {
+                return name;
+            }
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! The easeoff process through its life: SIGTERM drains without dropping anything it
+//! accepted, SIGHUP reloads without disturbing unchanged upstreams or failing a request.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// The easeoff binary running a config file; killed when dropped.
+struct Process {
+    child: Child,
+    admin: SocketAddr,
+    /// Bound listen address by upstream name, from the start-up log.
+    listens: HashMap<String, SocketAddr>,
+    /// Every log line so far.
+    log: Arc<Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Process {
+    fn start(config: &Path) -> Process {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_easeoff"))
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let lines = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let value = serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line));
+                lines.lock().unwrap().push(value);
+            }
+        });
+        let mut process = Process {
+            child,
+            admin: "0.0.0.0:0".parse().unwrap(),
+            listens: HashMap::new(),
+            log,
+        };
+        let started = Instant::now();
+        loop {
+            assert!(
+                started.elapsed() < SECOND * 10,
+                "no ready line: {:?}",
+                process.log.lock().unwrap()
+            );
+            if let Some(admin) = process.logged("easeoff ready", "admin").pop() {
+                process.admin = admin.parse().unwrap();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for line in process.log.lock().unwrap().iter() {
+            if line["message"] == "forwarding" {
+                let name = line["upstream"].as_str().unwrap().to_string();
+                process
+                    .listens
+                    .insert(name, line["listen"].as_str().unwrap().parse().unwrap());
+            }
+        }
+        process
+    }
+
+    /// The `field` of every log line with `message`.
+    fn logged(&self, message: &str, field: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line["message"] == message)
+            .filter_map(|line| line[field].as_str().map(str::to_string))
+            .collect()
+    }
+
+    fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// Waits for the process to end (10 s at most).
+    fn wait(&mut self) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < SECOND * 10, "easeoff did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn url(&self, upstream: &str) -> String {
+        format!("http://{}/", self.listens[upstream])
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config file in a fresh temporary directory.
+fn config_file(text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "easeoff-lifecycle-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("easeoff.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+fn upstream_table(name: &str, target: SocketAddr, extra: &str) -> String {
+    format!(
+        "[[upstream]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\n{extra}\n"
+    )
+}
+
+/// `/status` of the named upstream.
+async fn status_of(admin: SocketAddr, name: &str) -> serde_json::Value {
+    let text = get(&format!("http://{admin}/status")).await.text();
+    let all: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let found = all["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == name);
+    found
+        .unwrap_or_else(|| panic!("no upstream {name} in {all}"))
+        .clone()
+}
+
+async fn interval_of(admin: SocketAddr, name: &str) -> f64 {
+    status_of(admin, name).await["interval_ms"]
+        .as_f64()
+        .unwrap()
+}
+
+async fn waiting(admin: SocketAddr) -> u64 {
+    status(admin).await["waiting"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
+    let up = upstream(|_| async { ok() }).await;
+    let grace = SECOND * 2;
+    let config = config_file(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\n{}",
+        upstream_table(
+            "up",
+            up.addr,
+            "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"10ms\""
+        )
+    ));
+    let mut easeoff = Process::start(&config);
+    let url = easeoff.url("up");
+    let admin = easeoff.admin;
+    assert_eq!(get(&format!("http://{admin}/readyz")).await.status, 200);
+
+    // 300 clients at 10 ms apart: 3 s of queue, more than the grace allows.
+    let requests: Vec<_> = (0..300)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url).await })
+        })
+        .collect();
+    // Every request accepted: waiting for its slot or already served.
+    wait_until(SECOND * 10, "all 300 requests to be accepted", || async {
+        waiting(admin).await as usize + up.count() >= 300
+    })
+    .await;
+    let served_before = up.count();
+
+    let term = Instant::now();
+    easeoff.signal("TERM");
+    wait_until(SECOND, "/readyz to turn 503", || async {
+        get(&format!("http://{admin}/readyz")).await.status == 503
+    })
+    .await;
+    let turned = term.elapsed();
+
+    let (mut succeeded, mut shed) = (0, 0);
+    for request in requests {
+        let answer = request.await.unwrap();
+        match answer.status.as_u16() {
+            200 => succeeded += 1,
+            429 => {
+                assert_eq!(answer.headers["x-easeoff-reason"], "shed");
+                assert!(answer.headers.contains_key("retry-after"));
+                shed += 1;
+            }
+            other => panic!("unexpected {other}: {}", answer.text()),
+        }
+    }
+    let status = easeoff.wait();
+    let exited = term.elapsed();
+    println!(
+        "readyz 503 after {turned:?}; {succeeded} succeeded ({} after SIGTERM), {shed} shed; exit {status} after {exited:?}",
+        succeeded - served_before
+    );
+    assert!(status.success(), "{status}");
+    assert_eq!(succeeded + shed, 300);
+    assert_eq!(
+        up.count(),
+        succeeded,
+        "nothing sent upstream went unanswered"
+    );
+    assert!(
+        succeeded > served_before,
+        "waiting requests were served during the drain"
+    );
+    assert!(
+        shed > 0,
+        "the requests that could not make the deadline were shed"
+    );
+    // The grace bounds the drain; the rest is process teardown.
+    assert!(exited < grace + SECOND / 2, "exit after {exited:?}");
+}
+
+/// An upstream that throttles its first request and accepts the rest.
+async fn throttles_once() -> TestUpstream {
+    let first = Arc::new(AtomicBool::new(true));
+    upstream(move |_| {
+        let first = Arc::clone(&first);
+        async move {
+            if first.swap(false, Ordering::Relaxed) {
+                respond(429, &[], "slow down")
+            } else {
+                ok()
+            }
+        }
+    })
+    .await
+}
+
+/// Writers sending requests to their urls in turn until stopped, keeping count.
+#[derive(Default)]
+struct Load {
+    stop: AtomicBool,
+    ok: AtomicUsize,
+    failed: Mutex<Vec<String>>,
+    writers: AtomicUsize,
+}
+
+impl Load {
+    fn start(urls: Vec<String>, writers: usize) -> Arc<Load> {
+        let load = Arc::new(Load::default());
+        for _ in 0..writers {
+            let (load, urls) = (Arc::clone(&load), urls.clone());
+            load.writers.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                while !load.stop.load(Ordering::Relaxed) {
+                    for url in &urls {
+                        let answer = get(url).await;
+                        if answer.status == 200 {
+                            load.ok.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            let failure = format!("{url}: {} {}", answer.status, answer.text());
+                            load.failed.lock().unwrap().push(failure);
+                        }
+                    }
+                }
+                load.writers.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        load
+    }
+
+    /// Stops the writers and waits for their last requests.
+    async fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        wait_until(SECOND * 10, "the writers to stop", || async {
+            self.writers.load(Ordering::Relaxed) == 0
+        })
+        .await;
+    }
+
+    /// Returns once `n` more requests have succeeded.
+    async fn progress(&self, n: usize) {
+        let target = self.ok.load(Ordering::Relaxed) + n;
+        wait_until(SECOND * 10, "the load to go on", || async {
+            self.ok.load(Ordering::Relaxed) >= target
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
+    let (a, b) = (throttles_once().await, throttles_once().await);
+    // A fixed, unrandomized first raise that successes will not undo.
+    let learn = "[upstream.sleeper]\ninitial_interval = \"50ms\"\nrandomization_factor = 0.0\ndown_threshold = 100000\n";
+    let server = "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\n";
+    let text = format!(
+        "{server}{}{}",
+        upstream_table("a", a.addr, learn),
+        upstream_table("b", b.addr, learn)
+    );
+    let config = config_file(&text);
+    let mut easeoff = Process::start(&config);
+    let admin = easeoff.admin;
+    // Each upstream's first request is throttled and retried: both learn 50 ms.
+    for name in ["a", "b"] {
+        assert_eq!(get(&easeoff.url(name)).await.status, 200);
+        assert_eq!(interval_of(admin, name).await, 50.0);
+    }
+
+    let load = Load::start(vec![easeoff.url("a"), easeoff.url("b")], 4);
+    load.progress(10).await;
+    let reloads = |result: &'static str| async move {
+        metric(
+            admin,
+            &format!("easeoff_config_reloads_total{{result=\"{result}\"}}"),
+        )
+        .await
+    };
+
+    // a's max_interval changes; b stays as it was.
+    let changed = text.replacen(learn, &format!("{learn}max_interval = \"10m\"\n"), 1);
+    std::fs::write(&config, &changed).unwrap();
+    easeoff.signal("HUP");
+    wait_until(SECOND * 5, "the reload", || async {
+        reloads("success").await == 1.0
+    })
+    .await;
+    assert_eq!(
+        interval_of(admin, "b").await,
+        50.0,
+        "b keeps its learned interval"
+    );
+    assert_eq!(interval_of(admin, "a").await, 0.0, "a starts afresh");
+    assert_eq!(easeoff.logged("config reloaded", "rebuilt"), ["[\"a\"]"]);
+    load.progress(10).await;
+    // Counters carry on for both: the learning request is still counted.
+    for name in ["a", "b"] {
+        let sample = format!("easeoff_retries_total{{reason=\"throttle\",upstream=\"{name}\"}}");
+        assert_eq!(metric(admin, &sample).await, 1.0);
+    }
+
+    // A broken file keeps the running config.
+    std::fs::write(&config, "[[upstream]\nname = ").unwrap();
+    easeoff.signal("HUP");
+    wait_until(SECOND * 5, "the failed reload", || async {
+        reloads("error").await == 1.0
+    })
+    .await;
+    assert_eq!(interval_of(admin, "b").await, 50.0);
+    assert_eq!(reloads("success").await, 1.0);
+    load.progress(10).await;
+
+    // An added upstream gets a listener; removing it closes the listener and
+    // withdraws its metrics.
+    let c = upstream(|_| async { ok() }).await;
+    std::fs::write(
+        &config,
+        format!("{changed}{}", upstream_table("c", c.addr, "")),
+    )
+    .unwrap();
+    easeoff.signal("HUP");
+    wait_until(SECOND * 5, "the second reload", || async {
+        reloads("success").await == 2.0
+    })
+    .await;
+    let c_listen = status_of(admin, "c").await["listen"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(get(&format!("http://{c_listen}/")).await.status, 200);
+    assert_eq!(c.count(), 1);
+    load.progress(10).await;
+    std::fs::write(&config, &changed).unwrap();
+    easeoff.signal("HUP");
+    wait_until(SECOND * 5, "the third reload", || async {
+        reloads("success").await == 3.0
+    })
+    .await;
+    assert!(!metrics(admin).await.contains("upstream=\"c\""));
+    wait_until(SECOND * 5, "c's listener to close", || async {
+        tokio::net::TcpStream::connect(&c_listen).await.is_err()
+    })
+    .await;
+
+    load.progress(10).await;
+    load.stop().await;
+    let ok = load.ok.load(Ordering::Relaxed);
+    println!("{ok} requests through four reloads");
+    let failed = load.failed.lock().unwrap().clone();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(interval_of(admin, "b").await, 50.0);
+
+    easeoff.signal("TERM");
+    assert!(easeoff.wait().success());
+}
