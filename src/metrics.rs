@@ -75,6 +75,7 @@ impl RetryReason {
 pub struct Metrics {
     registry: Registry,
     interval: GaugeVec,
+    max_interval: GaugeVec,
     pause: GaugeVec,
     requests: IntCounterVec,
     responses: IntCounterVec,
@@ -98,6 +99,7 @@ pub struct Metrics {
 /// One upstream's metric handles.
 pub struct UpstreamMetrics {
     pub interval: Gauge,
+    pub max_interval: Gauge,
     pub pause: Gauge,
     requests: [IntCounter; Outcome::ALL.len()],
     responses: Responses,
@@ -141,6 +143,16 @@ impl Metrics {
                     opts(
                         "easeoff_upstream_interval_seconds",
                         "Current sleeper interval: the spacing between dispatches (pace) or each request's wait (delay).",
+                    ),
+                    up,
+                )?,
+            )?,
+            max_interval: register(
+                &registry,
+                GaugeVec::new(
+                    opts(
+                        "easeoff_upstream_max_interval_seconds",
+                        "The configured sleeper.max_interval; an interval at it means the upstream takes less than easeoff can slow down to.",
                     ),
                     up,
                 )?,
@@ -360,6 +372,7 @@ impl Metrics {
         }
         UpstreamMetrics {
             interval: self.interval.with_label_values(&[name]),
+            max_interval: self.max_interval.with_label_values(&[name]),
             pause: self.pause.with_label_values(&[name]),
             requests: Outcome::ALL.map(|o| self.requests.with_label_values(&[name, o.as_str()])),
             responses,
@@ -394,7 +407,12 @@ impl Metrics {
             let _ = family.remove_label_values(&[name]);
         }
         let _ = self.sleep_seconds.remove_label_values(&[name]);
-        for family in [&self.interval, &self.pause, &self.connect_backoff] {
+        for family in [
+            &self.interval,
+            &self.max_interval,
+            &self.pause,
+            &self.connect_backoff,
+        ] {
             let _ = family.remove_label_values(&[name]);
         }
         for family in [&self.queue_waiting, &self.in_flight] {

@@ -97,6 +97,10 @@ impl Upstream {
             controller: Mutex::new(controller),
             observer,
         };
+        upstream
+            .metrics
+            .max_interval
+            .set(upstream.settings.sleeper.max_interval.as_secs_f64());
         // `constant` starts at its interval.
         upstream.publish(&upstream.lock());
         Ok(upstream)

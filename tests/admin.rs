@@ -35,6 +35,7 @@ async fn every_metric_family_exists_from_start_up() {
     let text = metrics(proxy.admin).await;
     for family in [
         "easeoff_upstream_interval_seconds",
+        "easeoff_upstream_max_interval_seconds",
         "easeoff_upstream_pause_seconds",
         "easeoff_requests_total",
         "easeoff_upstream_responses_total",
