@@ -249,37 +249,57 @@ async fn a_slot_beyond_the_deadline_is_shed_on_arrival() {
     finish(handles).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_raise_sheds_the_waiters_it_pushes_past_their_deadlines() {
-    let pacer = pacer(Mode::Pace);
-    pacer.set_interval(100 * MS, 1);
-    let t0 = Instant::now();
-    pacer.acquire(far()).await.unwrap();
-    type Outcomes = Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>>;
+/// Outcomes by request number: dispatch time, or (for a shed) what `shed_value` says.
+type Outcomes = Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>>;
+
+/// Starts `n` requests with `deadline`, each once the previous one waits; a shed is
+/// recorded as `shed_value(shed, t0)`.
+async fn start_waiters(
+    pacer: &Pacer,
+    n: usize,
+    t0: Instant,
+    deadline: Instant,
+    shed_value: fn(Shed, Instant) -> Duration,
+) -> (Outcomes, Vec<JoinHandle<()>>) {
     let outcomes: Outcomes = Arc::default();
     let mut handles = Vec::new();
-    for i in 0..4 {
+    for i in 0..n {
         let (p, o) = (pacer.clone(), Arc::clone(&outcomes));
         handles.push(tokio::spawn(async move {
-            let result = p.acquire(t0 + 1000 * MS).await;
+            let result = p.acquire(deadline).await;
             let outcome = result
                 .map(|s| s.dispatched_at - t0)
-                .map_err(|shed| shed.retry_after);
+                .map_err(|shed| shed_value(shed, t0));
             o.lock().unwrap().push((i, outcome));
         }));
         while pacer.waiting() <= i {
             tokio::task::yield_now().await;
         }
     }
+    (outcomes, handles)
+}
+
+fn outcomes_of(outcomes: &Outcomes) -> Vec<(usize, Result<Duration, Duration>)> {
+    let mut got = outcomes.lock().unwrap().clone();
+    got.sort_by_key(|(i, _)| *i);
+    got
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_raise_sheds_the_waiters_it_pushes_past_their_deadlines() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let (outcomes, handles) =
+        start_waiters(&pacer, 4, t0, t0 + 1000 * MS, |shed, _| shed.retry_after).await;
     tokio::time::sleep(10 * MS).await;
     // Now 400 ms apart: slots at 400 and 800 ms fit; the third (1200 ms) is late,
     // and the fourth moves up into its place, late too.
     pacer.set_interval(400 * MS, 2);
     finish(handles).await;
-    let mut got = outcomes.lock().unwrap().clone();
-    got.sort_by_key(|(i, _)| *i);
     assert_eq!(
-        got,
+        outcomes_of(&outcomes),
         [
             (0, Ok(400 * MS)),
             (1, Ok(800 * MS)),
@@ -349,22 +369,9 @@ async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once
     pacer.set_interval(100 * MS, 1);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
-    type Outcomes = Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>>;
-    let outcomes: Outcomes = Arc::default();
-    let mut handles = Vec::new();
-    for i in 0..10 {
-        let (p, o) = (pacer.clone(), Arc::clone(&outcomes));
-        handles.push(tokio::spawn(async move {
-            let result = p.acquire(far()).await;
-            let outcome = result
-                .map(|s| s.dispatched_at - t0)
-                .map_err(|_| Instant::now() - t0);
-            o.lock().unwrap().push((i, outcome));
-        }));
-        while pacer.waiting() <= i {
-            tokio::task::yield_now().await;
-        }
-    }
+    // A shed is recorded as the time it came.
+    let (outcomes, handles) =
+        start_waiters(&pacer, 10, t0, far(), |_, t0| Instant::now() - t0).await;
     tokio::time::sleep(50 * MS).await;
     // Slots at 100 … 1000 ms; the drain ends at 450 ms: four are served, six shed
     // at once (at 50 ms), not when the deadline comes.
@@ -372,8 +379,7 @@ async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once
     let late = pacer.acquire(far()).await.unwrap_err();
     assert_eq!(late.retry_after, 1050 * MS);
     finish(handles).await;
-    let mut got = outcomes.lock().unwrap().clone();
-    got.sort_by_key(|(i, _)| *i);
+    let got = outcomes_of(&outcomes);
     let expected: Vec<_> = (0..10)
         .map(|i| {
             let outcome = if i < 4 {
