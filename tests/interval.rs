@@ -195,18 +195,7 @@ async fn with_a_fixed_interval_dispatches_are_spaced_and_in_arrival_order() {
 
 #[tokio::test]
 async fn a_retry_after_pauses_the_upstream_until_it_has_passed() {
-    let answered = Arc::new(AtomicUsize::new(0));
-    let up = upstream(move |_| {
-        let n = answered.fetch_add(1, Ordering::SeqCst);
-        async move {
-            if n == 0 {
-                respond(429, &[("retry-after", "1")], "")
-            } else {
-                ok()
-            }
-        }
-    })
-    .await;
+    let up = throttles_first(1, || respond(429, &[("retry-after", "1")], "")).await;
     let proxy = proxy(up.addr, NO_RETRY).await;
     let client = client();
     let url = format!("http://{}/", proxy.addr);
@@ -235,17 +224,9 @@ async fn a_retry_after_pauses_the_upstream_until_it_has_passed() {
 
 #[tokio::test]
 async fn an_http_date_retry_after_pauses_too() {
-    let answered = Arc::new(AtomicUsize::new(0));
-    let up = upstream(move |_| {
-        let n = answered.fetch_add(1, Ordering::SeqCst);
-        async move {
-            if n == 0 {
-                let at = std::time::SystemTime::now() + Duration::from_secs(2);
-                respond(503, &[("retry-after", &httpdate::fmt_http_date(at))], "")
-            } else {
-                ok()
-            }
-        }
+    let up = throttles_first(1, || {
+        let at = std::time::SystemTime::now() + Duration::from_secs(2);
+        respond(503, &[("retry-after", &httpdate::fmt_http_date(at))], "")
     })
     .await;
     let proxy = proxy(up.addr, NO_RETRY).await;

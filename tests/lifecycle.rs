@@ -239,22 +239,6 @@ async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
     assert!(exited < grace + SECOND / 2, "exit after {exited:?}");
 }
 
-/// An upstream that throttles its first request and accepts the rest.
-async fn throttles_once() -> TestUpstream {
-    let first = Arc::new(AtomicBool::new(true));
-    upstream(move |_| {
-        let first = Arc::clone(&first);
-        async move {
-            if first.swap(false, Ordering::Relaxed) {
-                respond(429, &[], "slow down")
-            } else {
-                ok()
-            }
-        }
-    })
-    .await
-}
-
 /// Writers sending requests to their urls in turn until stopped, keeping count.
 #[derive(Default)]
 struct Load {
@@ -309,7 +293,11 @@ impl Load {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
-    let (a, b) = (throttles_once().await, throttles_once().await);
+    let throttle = || respond(429, &[], "slow down");
+    let (a, b) = (
+        throttles_first(1, throttle).await,
+        throttles_first(1, throttle).await,
+    );
     // A fixed, unrandomized first raise that successes will not undo.
     let learn = "[upstream.sleeper]\ninitial_interval = \"50ms\"\nrandomization_factor = 0.0\ndown_threshold = 100000\n";
     let server = "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\n";

@@ -3,34 +3,12 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use support::*;
 
 const SECOND: Duration = Duration::from_secs(1);
-
-/// An upstream that throttles the first `n` requests with `throttle`, then says 200.
-async fn throttles_first<F>(n: usize, throttle: F) -> TestUpstream
-where
-    F: Fn() -> http::Response<Body> + Clone + Send + Sync + 'static,
-{
-    let answered = Arc::new(AtomicUsize::new(0));
-    upstream(move |_| {
-        let k = answered.fetch_add(1, Ordering::SeqCst);
-        let throttle = throttle.clone();
-        async move {
-            if k < n {
-                throttle()
-            } else {
-                respond(200, &[], "stored")
-            }
-        }
-    })
-    .await
-}
 
 async fn put(proxy: &Proxy, body: &'static str) -> Answer {
     send(

@@ -58,6 +58,27 @@ where
     upstream_at("127.0.0.1:0".parse().unwrap(), handler).await
 }
 
+/// An upstream that answers its first `n` requests with `throttle()`, then 200
+/// "stored".
+pub async fn throttles_first<F>(n: usize, throttle: F) -> TestUpstream
+where
+    F: Fn() -> Response<Body> + Clone + Send + Sync + 'static,
+{
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    upstream(move |_| {
+        let k = answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let throttle = throttle.clone();
+        async move {
+            if k < n {
+                throttle()
+            } else {
+                respond(200, &[], "stored")
+            }
+        }
+    })
+    .await
+}
+
 /// A port nothing listens on (it was free a moment ago).
 pub async fn dead_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
