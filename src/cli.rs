@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::units::parse_duration;
-use crate::mock_upstream::Style;
+use crate::mock_upstream::{Schedule, Style, parse_schedule};
 
 /// easeoff: a sidecar proxy that paces requests to throttled upstreams.
 #[derive(Debug, Parser)]
@@ -69,9 +69,13 @@ pub struct MockArgs {
     /// Where to listen, e.g. 127.0.0.1:8080.
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Requests per second it accepts.
-    #[arg(long)]
-    pub rate: f64,
+    /// Requests per second it accepts (until the first step of --schedule).
+    #[arg(long, required_unless_present = "schedule")]
+    pub rate: Option<f64>,
+    /// Rate changes after start, TIME:RATE[,TIME:RATE...], e.g. "0s:100,60s:50"; a step
+    /// at 0s sets the starting rate.
+    #[arg(long, value_parser = parse_schedule, value_name = "SCHEDULE")]
+    pub schedule: Option<Schedule>,
     /// Requests it accepts at once after a quiet spell [default: rate / 10, at least 1].
     #[arg(long)]
     pub burst: Option<u32>,

@@ -174,26 +174,28 @@ async fn run_mock(args: MockArgs) -> ExitCode {
             return ExitCode::from(RUNTIME_FAILURE);
         }
     };
-    if !args.rate.is_finite() || args.rate <= 0.0 {
+    let schedule = args.schedule.unwrap_or_default();
+    let Some(rate) = schedule.initial_rate().or(args.rate) else {
         eprintln!(
-            "easeoff mock-upstream: --rate must be above 0, got {}",
-            args.rate
+            "easeoff mock-upstream: --schedule {schedule} does not start at 0s: give --rate for the start, or a 0s step"
         );
+        return ExitCode::from(USAGE);
+    };
+    if !rate.is_finite() || rate <= 0.0 {
+        eprintln!("easeoff mock-upstream: --rate must be above 0, got {rate}");
         return ExitCode::from(USAGE);
     }
     let options = MockOptions {
-        rate: args.rate,
-        burst: args
-            .burst
-            .unwrap_or((args.rate / 10.0).ceil() as u32)
-            .max(1),
+        rate,
+        burst: args.burst.unwrap_or((rate / 10.0).ceil() as u32).max(1),
         style: args.style,
         latency: args.latency,
         autoscale: args.scale_after.map(|after| AutoScale {
             after,
             factor: args.scale_factor.max(1.0),
-            max: args.scale_max.unwrap_or(args.rate * 10.0),
+            max: args.scale_max.unwrap_or(rate * 10.0),
         }),
+        schedule,
     };
     let (mock, addr) = match mock_upstream::spawn(options.clone(), args.listen).await {
         Ok(started) => started,
@@ -216,7 +218,7 @@ async fn run_mock(args: MockArgs) -> ExitCode {
             }
         }
     }
-    tracing::info!(%addr, rate = options.rate, burst = options.burst, style = ?options.style, "mock upstream listening");
+    tracing::info!(%addr, rate = options.rate, burst = options.burst, style = ?options.style, schedule = %options.schedule, "mock upstream listening");
     signals.stop().await;
     ExitCode::SUCCESS
 }
