@@ -508,6 +508,11 @@ fn median_summary(s: &[Summary]) -> Summary {
                     throttled: m(&|x| x.phases[k].throttled),
                     convergence: if c.is_finite() {
                         Convergence::After(c)
+                    } else if s
+                        .iter()
+                        .all(|x| x.phases[k].convergence == Convergence::TooShort)
+                    {
+                        Convergence::TooShort
                     } else {
                         Convergence::Never
                     },
