@@ -268,6 +268,58 @@ fn escape(text: &str) -> String {
 mod tests {
     use super::*;
 
+    fn dot(t: f64, interval_ms: f64) -> Point {
+        Point {
+            t,
+            interval_ms,
+            throttled: false,
+        }
+    }
+
+    const STEPS: [CapacityStep; 2] = [
+        CapacityStep {
+            t: 0.0,
+            rate: 100.0,
+            interval_ms: 10.0,
+        },
+        CapacityStep {
+            t: 20.0,
+            rate: 50.0,
+            interval_ms: 20.0,
+        },
+    ];
+
+    #[test]
+    fn capacity_steps_are_one_path_with_a_label_per_level() {
+        let svg = trace_svg("t", &[dot(1.0, 12.0)], &STEPS, 60.0);
+        assert_eq!(svg.matches("<path").count(), 1);
+        assert!(svg.contains("capacity 100/s") && svg.contains("capacity 50/s"));
+        assert!(svg.contains(">interval (ms)<"), "a linear axis");
+        // The step at 20 s of 60 s, a third across the plot.
+        let at = LEFT + (WIDTH - LEFT - RIGHT) / 3.0;
+        assert!(svg.contains(&format!("L{at:.1},")), "{svg}");
+    }
+
+    #[test]
+    fn a_runaway_interval_switches_to_a_log_axis() {
+        let svg = trace_svg("t", &[dot(1.0, 12.0), dot(2.0, 5000.0)], &STEPS, 60.0);
+        assert!(svg.contains("log scale"));
+        assert_eq!(
+            log_ticks(1.0, 100.0),
+            [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
+    }
+
+    #[test]
+    fn dots_on_the_same_spot_are_drawn_once() {
+        let points: Vec<Point> = (0..1000)
+            .map(|i| dot(1.0, 10.0 + f64::from(i) * 1e-6))
+            .collect();
+        let svg = interval_svg("t", &points);
+        // One dot and the two legend dots.
+        assert_eq!(svg.matches("<circle").count(), 3);
+    }
+
     #[test]
     fn steps_are_round_numbers() {
         assert_eq!(nice_step(30.0), 5.0);

@@ -175,7 +175,8 @@ pub fn phase_stats(bins: &[Bin], phase: Phase) -> PhaseStats {
         .windows(WINDOW_BINS)
         .map(|w| on_target(w, phase.capacity))
         .collect();
-    let at = |i: usize| i as f64 * BIN.as_secs_f64();
+    // Milliseconds first, so 29 bins print as 2.9 s rather than 2.9000000000000004.
+    let at = |i: usize| (i as u128 * BIN.as_millis()) as f64 / 1e3;
     let converged = match good.iter().rposition(|g| !g) {
         None if !good.is_empty() => Some(0.0),
         Some(last_bad) if last_bad + 1 < good.len() => Some(at(last_bad + 1)),
@@ -378,4 +379,116 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` bins at `capacity`, each with `ok` successes and `throttled` throttles.
+    fn run(n: usize, capacity: f64, ok: u64, throttled: u64) -> Vec<Bin> {
+        let bin = Bin {
+            capacity,
+            attempts: ok + throttled,
+            successes: ok,
+            throttles: throttled,
+            ..Bin::default()
+        };
+        vec![bin; n]
+    }
+
+    fn phase(bins: &[Bin]) -> PhaseStats {
+        phase_stats(
+            bins,
+            Phase {
+                start: 0,
+                end: bins.len(),
+                capacity: bins[0].capacity,
+            },
+        )
+    }
+
+    #[test]
+    fn a_phase_on_target_from_the_start_converges_at_zero() {
+        // 10 per 100 ms = 100/s at capacity 100, none throttled.
+        let p = phase(&run(100, 100.0, 10, 0));
+        assert_eq!((p.first_on_target, p.converged), (Some(0.0), Some(0.0)));
+        assert_eq!(p.on_target, 1.0);
+        assert!((p.goodput - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn convergence_is_the_start_of_the_first_window_after_the_last_bad_one() {
+        // 3 s of heavy throttling, then on target: a window holding even one of the
+        // throttling bins is off target, so convergence is at 3.0 s.
+        let mut bins = run(30, 100.0, 0, 100);
+        bins.extend(run(100, 100.0, 10, 0));
+        let p = phase(&bins);
+        assert_eq!(p.converged, Some(3.0));
+        assert_eq!(p.first_on_target, Some(3.0));
+    }
+
+    #[test]
+    fn one_bad_window_late_in_the_phase_means_not_converged_yet() {
+        let mut bins = run(100, 100.0, 10, 0);
+        bins[99].throttles = 100;
+        bins[99].attempts = 110;
+        let p = phase(&bins);
+        assert_eq!(p.first_on_target, Some(0.0));
+        assert_eq!(p.converged, None);
+    }
+
+    #[test]
+    fn goodput_below_ninety_percent_is_off_target_even_without_throttles() {
+        let p = phase(&run(100, 100.0, 8, 0));
+        assert_eq!((p.first_on_target, p.converged), (None, None));
+        let p = phase(&run(100, 100.0, 9, 0));
+        assert_eq!(p.converged, Some(0.0));
+    }
+
+    #[test]
+    fn a_phase_shorter_than_a_window_never_converges() {
+        let p = phase(&run(49, 100.0, 10, 0));
+        assert_eq!((p.first_on_target, p.converged), (None, None));
+    }
+
+    #[test]
+    fn phases_split_where_the_capacity_changes() {
+        let mut bins = run(3, 100.0, 1, 0);
+        bins.extend(run(2, 50.0, 1, 0));
+        let found = phases(&bins);
+        assert_eq!(
+            found,
+            [
+                Phase {
+                    start: 0,
+                    end: 3,
+                    capacity: 100.0
+                },
+                Phase {
+                    start: 3,
+                    end: 5,
+                    capacity: 50.0
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn the_csv_has_a_line_per_bin_and_an_interval_column_per_sidecar_when_several() {
+        let mut bins = run(2, 100.0, 3, 1);
+        for b in &mut bins {
+            b.intervals_ms = vec![10.0, 20.0];
+            b.interval_ms = 15.0;
+        }
+        let csv = csv(&bins);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("{CSV_HEADER},interval_ms_0,interval_ms_1")
+        );
+        assert_eq!(lines[2], "0.1,100,4,3,1,0,0,15.000,10.000,20.000");
+        bins.iter_mut().for_each(|b| b.intervals_ms.truncate(1));
+        assert_eq!(super::csv(&bins).lines().next(), Some(CSV_HEADER));
+    }
 }
