@@ -273,11 +273,15 @@ async fn simulate(options: &SimOptions) -> Result<Trace, SimError> {
             rng.fork(),
         )?);
         for _ in 0..options.clients {
+            // Clients start spread over one latency, so no sidecar wins every tie of
+            // the first instant by the order its tasks were spawned in.
+            let first = options.latency.mul_f64(rng.f64());
             tokio::spawn(client(
                 Arc::clone(&upstream),
                 sidecar,
                 Arc::clone(&world),
                 options.latency,
+                first,
             ));
         }
     }
@@ -300,7 +304,14 @@ fn offline(mut settings: UpstreamSettings) -> UpstreamSettings {
 }
 
 /// A client with unbounded demand: sends, waits for the answer, sends again.
-async fn client(upstream: Arc<Upstream>, sidecar: usize, world: Shared, latency: Duration) {
+async fn client(
+    upstream: Arc<Upstream>,
+    sidecar: usize,
+    world: Shared,
+    latency: Duration,
+    first: Duration,
+) {
+    tokio::time::sleep(first).await;
     loop {
         let sent = Instant::now();
         let (ending, hold_off) = request(&upstream, sidecar, &world, latency).await;
