@@ -15,6 +15,7 @@
 //! - [`pacer`]: spacing, queueing and pauses per upstream;
 //! - [`upstream`]: one upstream's run-time state, where verdicts reach the controller;
 //! - [`proxy`]: listeners, the request path and the upstream client;
+//! - [`sigv4`]: AWS credentials and SigV4 re-signing of every attempt;
 //! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
@@ -37,6 +38,7 @@ pub mod proxy;
 pub mod retry;
 pub mod server;
 pub mod signals;
+pub mod sigv4;
 pub mod simulate;
 pub mod sleeper;
 pub mod throttle;

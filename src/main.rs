@@ -9,7 +9,7 @@ use clap::Parser;
 use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
-use easeoff::server::Handle;
+use easeoff::server::{Handle, StartError};
 use easeoff::signals::{Request, Signals};
 use easeoff::simulate::{self, Scenario, SimOptions};
 use easeoff::{Config, Server};
@@ -83,7 +83,12 @@ async fn run(path: Option<PathBuf>) -> ExitCode {
         Err(error) => {
             tracing::error!(%error, "cannot start");
             eprintln!("easeoff: {error}");
-            return ExitCode::from(RUNTIME_FAILURE);
+            // Missing credentials are the deployment's to fix, like a config error.
+            let code = match error {
+                StartError::Credentials { .. } => USAGE,
+                _ => RUNTIME_FAILURE,
+            };
+            return ExitCode::from(code);
         }
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -93,6 +93,7 @@ pub struct Metrics {
     upstream_duration: HistogramVec,
     connect_failures: IntCounterVec,
     connect_backoff: GaugeVec,
+    signing_failures: IntCounterVec,
     config_reloads: IntCounterVec,
 }
 
@@ -117,6 +118,7 @@ pub struct UpstreamMetrics {
     pub upstream_duration: Histogram,
     pub connect_failures: IntCounter,
     pub connect_backoff: Gauge,
+    pub signing_failures: IntCounter,
 }
 
 /// `easeoff_upstream_responses_total` by status, each label set made on first use.
@@ -326,6 +328,16 @@ impl Metrics {
                     up,
                 )?,
             )?,
+            signing_failures: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "easeoff_sigv4_signing_failures_total",
+                        "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.",
+                    ),
+                    up,
+                )?,
+            )?,
             config_reloads: register(
                 &registry,
                 IntCounterVec::new(
@@ -390,6 +402,7 @@ impl Metrics {
             upstream_duration: self.upstream_duration.with_label_values(&[name]),
             connect_failures: one(&self.connect_failures),
             connect_backoff: self.connect_backoff.with_label_values(&[name]),
+            signing_failures: one(&self.signing_failures),
         }
     }
 
@@ -403,6 +416,7 @@ impl Metrics {
             &self.sleeps,
             &self.budget_exhausted,
             &self.connect_failures,
+            &self.signing_failures,
         ] {
             let _ = family.remove_label_values(&[name]);
         }

@@ -25,6 +25,7 @@ use crate::admin::{self, AdminState, Upstreams};
 use crate::config::{Config, UpstreamSettings};
 use crate::metrics::Metrics;
 use crate::proxy::{self, ClientError, Current, ListenerContext};
+use crate::sigv4::{CredentialsError, SigningEnv};
 use crate::upstream::{Observer, Upstream};
 
 pub use reload::{ReloadError, Reloaded};
@@ -42,6 +43,11 @@ pub enum StartError {
     Client {
         upstream: String,
         source: ClientError,
+    },
+    #[error("upstream \"{upstream}\": [upstream.sigv4]: {source}")]
+    Credentials {
+        upstream: String,
+        source: CredentialsError,
     },
     #[error("cannot set up metrics: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -64,6 +70,7 @@ pub struct Handle {
 struct Live {
     metrics: Arc<Metrics>,
     observer: Option<Observer>,
+    signing: SigningEnv,
     /// One permit per open client connection, over every listener.
     connections: Arc<Semaphore>,
     ready: Arc<AtomicBool>,
@@ -108,6 +115,16 @@ impl Server {
         config: Config,
         observer: Option<Observer>,
     ) -> Result<Server, StartError> {
+        Server::bind_signing(config, observer, SigningEnv::default()).await
+    }
+
+    /// As [`Server::bind_with`], with the credentials and clock that upstreams with
+    /// `[upstream.sigv4]` sign with (tests; the default is the AWS default chain).
+    pub async fn bind_signing(
+        config: Config,
+        observer: Option<Observer>,
+        signing: SigningEnv,
+    ) -> Result<Server, StartError> {
         let metrics = Arc::new(Metrics::new()?);
         let admin = bind(config.server.admin_listen, "the admin server").await?;
         let admin_addr = local_addr(&admin, config.server.admin_listen);
@@ -116,7 +133,7 @@ impl Server {
         for settings in &config.upstreams {
             let socket = bind(settings.listen, &format!("upstream \"{}\"", settings.name)).await?;
             let bound = local_addr(&socket, settings.listen);
-            let upstream = build(settings, bound, &metrics, &observer)?;
+            let upstream = build(settings, bound, &metrics, &observer, &signing).await?;
             listeners.push(Listening::new(
                 settings.listen,
                 bound,
@@ -128,6 +145,7 @@ impl Server {
         let live = Live {
             metrics,
             observer,
+            signing,
             connections: Arc::new(Semaphore::new(config.server.max_connections)),
             ready: Arc::new(AtomicBool::new(false)),
             upstreams: Arc::new(RwLock::new(upstreams)),
@@ -325,14 +343,30 @@ impl Listening {
     }
 }
 
-/// One upstream's run-time state, its client built from `settings`.
-fn build(
+/// One upstream's run-time state, its client built from `settings`; with
+/// `[upstream.sigv4]`, its signer, whose credentials must be found now.
+async fn build(
     settings: &UpstreamSettings,
     bound: SocketAddr,
     metrics: &Metrics,
     observer: &Option<Observer>,
+    signing: &SigningEnv,
 ) -> Result<Arc<Upstream>, StartError> {
-    Upstream::new(settings.clone(), bound, metrics, observer.clone())
+    let signer = match &settings.sigv4 {
+        Some(sigv4) => {
+            Some(
+                signing
+                    .signer(sigv4)
+                    .await
+                    .map_err(|source| StartError::Credentials {
+                        upstream: settings.name.clone(),
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
+    Upstream::new(settings.clone(), bound, metrics, observer.clone(), signer)
         .map(Arc::new)
         .map_err(|source| StartError::Client {
             upstream: settings.name.clone(),

@@ -270,6 +270,8 @@ async fn simulate(options: &SimOptions) -> Result<Trace, SimError> {
             nowhere,
             &metrics,
             None,
+            // Nothing is sent anywhere, so nothing is signed.
+            None,
             rng.fork(),
         )?);
         for _ in 0..options.clients {

@@ -20,6 +20,7 @@ use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::proxy::{ClientError, UpstreamClient};
 use crate::retry::RetryBudget;
+use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Signal, Verdict};
 
@@ -46,6 +47,8 @@ pub struct Upstream {
     pub client: UpstreamClient,
     pub metrics: UpstreamMetrics,
     pub budget: RetryBudget,
+    /// Re-signs every attempt when `[upstream.sigv4]` is set.
+    pub signer: Option<Signer>,
     /// Time zero for the budget's clock.
     origin: Instant,
     controller: Mutex<Controller<fastrand::Rng>>,
@@ -65,14 +68,23 @@ impl std::fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// Builds the upstream's state; its metrics are published at once.
+    /// Builds the upstream's state; its metrics are published at once. `signer` is
+    /// required when the settings have `[upstream.sigv4]`, and ignored otherwise.
     pub fn new(
         settings: UpstreamSettings,
         listen: SocketAddr,
         metrics: &Metrics,
         observer: Option<Observer>,
+        signer: Option<Signer>,
     ) -> Result<Upstream, ClientError> {
-        Upstream::with_rng(settings, listen, metrics, observer, fastrand::Rng::new())
+        Upstream::with_rng(
+            settings,
+            listen,
+            metrics,
+            observer,
+            signer,
+            fastrand::Rng::new(),
+        )
     }
 
     /// Like [`Upstream::new`], with the random source of the sleeper and the connection
@@ -82,6 +94,7 @@ impl Upstream {
         listen: SocketAddr,
         metrics: &Metrics,
         observer: Option<Observer>,
+        signer: Option<Signer>,
         mut rng: fastrand::Rng,
     ) -> Result<Upstream, ClientError> {
         let client = UpstreamClient::new(&settings)?;
@@ -98,6 +111,7 @@ impl Upstream {
                 settings.retry.budget_ratio,
                 settings.retry.budget_min_per_second,
             ),
+            signer: signer.filter(|_| settings.sigv4.is_some()),
             origin: Instant::now(),
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),

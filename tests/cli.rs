@@ -213,3 +213,53 @@ fn a_port_in_use_is_a_runtime_failure() {
     )));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn sigv4_without_credentials_fails_at_start_up_naming_every_source() {
+    let dir = std::env::temp_dir().join(format!("easeoff-nocreds-{}", std::process::id()));
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config = dir.join("easeoff.toml");
+    std::fs::write(
+        &config,
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n[[upstream]]\nname = \"orders\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://127.0.0.1:9\"\npreset = \"dynamodb\"\n[upstream.sigv4]\nservice = \"dynamodb\"\nregion = \"${AWS_REGION:-us-east-1}\"\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut command = easeoff();
+    // Nothing of the developer's or CI's AWS set-up may leak in.
+    command.env_clear();
+    for (key, value) in std::env::vars_os() {
+        if key == "PATH" {
+            command.env(key, value);
+        }
+    }
+    let out = command
+        .env("HOME", &home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let home = home.display();
+    for expected in [
+        "easeoff: upstream \"orders\": [upstream.sigv4]: no AWS credentials found; sources tried, in order:",
+        "  - environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY): not configured",
+        &format!(
+            "  - profile \"default\" in {home}/.aws/config and {home}/.aws/credentials: not configured"
+        ),
+        "  - web identity / IRSA (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN): not configured",
+        "  - container: ECS or EKS Pod Identity",
+        "  - instance metadata (IMDS): not configured (IMDS disabled by AWS_EC2_METADATA_DISABLED",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -21,6 +21,10 @@ pub enum Reason {
     Timeout,
     /// The request could not be read.
     BadRequest,
+    /// The body is too large to be held for SigV4 signing.
+    TooLarge,
+    /// The attempt could not be SigV4-signed: no credentials.
+    Signing,
 }
 
 impl Reason {
@@ -30,6 +34,8 @@ impl Reason {
             Reason::UpstreamUnavailable => "upstream-unavailable",
             Reason::Timeout => "timeout",
             Reason::BadRequest => "bad-request",
+            Reason::TooLarge => "too-large",
+            Reason::Signing => "signing",
         }
     }
 
@@ -39,6 +45,8 @@ impl Reason {
             Reason::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::BadRequest => StatusCode::BAD_REQUEST,
+            Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reason::Signing => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -49,6 +57,8 @@ impl Reason {
             Reason::UpstreamUnavailable => "14", // UNAVAILABLE
             Reason::Timeout => "4",              // DEADLINE_EXCEEDED
             Reason::BadRequest => "3",           // INVALID_ARGUMENT
+            Reason::TooLarge => "8",             // RESOURCE_EXHAUSTED
+            Reason::Signing => "14",             // UNAVAILABLE
         }
     }
 }

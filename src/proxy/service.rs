@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
+use http_body::Body;
 use hyper::body::Incoming;
 use prometheus::IntGauge;
 use tokio::time::Instant;
@@ -22,6 +23,7 @@ use crate::hints::{self, Pushback};
 use crate::metrics::{Outcome, RetryReason};
 use crate::pacer::Slot;
 use crate::retry;
+use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::upstream::Upstream;
 
@@ -44,9 +46,21 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
 
     let (mut head, body) = req.into_parts();
     upstream.client.rewrite(&mut head);
+    if let Some(signer) = &upstream.signer
+        && let Err(error) = signer.strip(&mut head.headers)
+    {
+        return ctx.local(Reason::BadRequest, Outcome::Error, &error.to_string(), None);
+    }
     let retry = &settings.retry;
-    let body = if retry.max_attempts > 1 {
-        match read_up_to(body, retry.max_body_bytes).await {
+    // A body is held to be replayed, or to be hashed for its signature.
+    let signed_body = upstream.signer.as_ref().is_some_and(|s| s.needs_body());
+    let hold = if signed_body {
+        SIGNED_BODY_LIMIT.max(retry.max_body_bytes)
+    } else {
+        retry.max_body_bytes
+    };
+    let body = if retry.max_attempts > 1 || signed_body {
+        match read_up_to(body, hold).await {
             Ok(body) => body,
             Err(error) => {
                 let message = format!("cannot read the request body: {error}");
@@ -56,8 +70,23 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
     } else {
         ProxyBody::Stream(body)
     };
-    // A copy to replay, when there is a body in memory and retries are on.
-    let template = body.replay().map(|copy| Template::of(&head, copy));
+    if signed_body && body.replay().is_none() {
+        let message = format!(
+            "the request body is larger than {hold} bytes, the most easeoff holds to sign it"
+        );
+        return ctx.local(Reason::TooLarge, Outcome::Error, &message, None);
+    }
+    // A copy to replay, when retries are on and the body is in memory and small enough
+    // (one held only for signing is sent once, as a streamed one would be).
+    let replayable = retry.max_attempts > 1
+        && body
+            .size_hint()
+            .exact()
+            .is_some_and(|n| n <= retry.max_body_bytes);
+    let template = body
+        .replay()
+        .filter(|_| replayable)
+        .map(|copy| Template::of(&head, copy));
     let mut first = Some(Request::from_parts(head, body));
     let mut attempts = 0u32;
     // The latest throttle, kept for the client in case the next attempt cannot go.
@@ -97,6 +126,15 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
             );
         }
 
+        // Signed at dispatch: a retry minutes later needs a signature of its own.
+        let mut request = request;
+        if let Some(signer) = &upstream.signer
+            && let Err(error) = signer.sign(&mut request).await
+        {
+            upstream.metrics.signing_failures.inc();
+            upstream.record(&slot, None, None);
+            return ctx.local(Reason::Signing, Outcome::Error, &error.to_string(), None);
+        }
         let sent = {
             let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
             upstream.client.send(request).await

@@ -110,7 +110,16 @@ impl Live {
             };
             let upstream = match taken {
                 Some((_, _, upstream)) if placement.keep => Arc::clone(upstream),
-                _ => build(settings, bound, &self.metrics, &self.observer)?,
+                _ => {
+                    build(
+                        settings,
+                        bound,
+                        &self.metrics,
+                        &self.observer,
+                        &self.signing,
+                    )
+                    .await?
+                }
             };
             prepared.push(Prepared {
                 placement,

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use easeoff::sigv4::SigningEnv;
 use easeoff::{Config, Server};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -173,8 +174,13 @@ pub async fn proxy(target: SocketAddr, extra: &str) -> Proxy {
 
 /// Starts easeoff with a whole config text.
 pub async fn proxy_config(text: &str) -> Proxy {
+    proxy_signing(text, SigningEnv::default()).await
+}
+
+/// As [`proxy_config`], with the credentials and clock SigV4 upstreams sign with.
+pub async fn proxy_signing(text: &str, signing: SigningEnv) -> Proxy {
     let config = Config::parse(text, "test.toml", &|_| None).unwrap_or_else(|e| panic!("{e}"));
-    let server = Server::bind(config).await.unwrap();
+    let server = Server::bind_signing(config, None, signing).await.unwrap();
     let addr = server.listen_addr("up").unwrap_or(server.admin_addr());
     let admin = server.admin_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

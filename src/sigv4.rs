@@ -1,0 +1,212 @@
+//! SigV4 re-signing (SPEC §3): with `[upstream.sigv4]` the client's own signature is
+//! removed and every attempt, retries included, is signed afresh for the upstream's
+//! host with the pod's credentials, using the AWS SDK's signer (`aws-sigv4`).
+//!
+//! A signature covers the body's SHA-256, so a body is held in memory to be signed;
+//! `proxy/service.rs` reads it up to [`SIGNED_BODY_LIMIT`]. Only S3 accepts
+//! `UNSIGNED-PAYLOAD`, for a body too large to hold. Credentials come from
+//! `credentials.rs`; the signing time from an injected wall clock.
+
+pub mod credentials;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sigv4::http_request::{
+    PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode, sign,
+};
+use aws_sigv4::sign::v4;
+use http::{HeaderMap, Request};
+
+pub use credentials::{Credentials, CredentialsError};
+
+use crate::config::SigV4Settings;
+use crate::proxy::ProxyBody;
+
+/// The time a signature is made for; `SystemTime::now` outside tests.
+pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// The largest body held to be hashed and signed: DynamoDB's largest request
+/// (`BatchWriteItem`, 16 MB). A larger one gets 413, except for S3.
+pub const SIGNED_BODY_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// The client's signature, removed before easeoff signs.
+const CLIENT_SIGNATURE: [&str; 4] = [
+    "authorization",
+    "x-amz-date",
+    "x-amz-security-token",
+    "x-amz-content-sha256",
+];
+
+const CONTENT_SHA256: &str = "x-amz-content-sha256";
+/// S3's aws-chunked upload without chunk signatures: re-signable as is.
+const STREAMING_UNSIGNED: &str = "STREAMING-UNSIGNED-PAYLOAD-TRAILER";
+
+/// Why an attempt could not be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("cannot sign the request: {0}")]
+    Credentials(#[from] CredentialsError),
+    #[error("cannot sign the request: {0}")]
+    Signing(String),
+    #[error(
+        "the request body must be held to be signed for {0}, and it is larger than easeoff holds"
+    )]
+    BodyNotHeld(String),
+}
+
+/// Why a client's request cannot be re-signed at all.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "chunk-signed uploads (x-amz-content-sha256: {0}) cannot be re-signed: their chunks carry the client's signature; disable chunked signing in the client"
+)]
+pub struct Unsignable(String);
+
+/// Where signing upstreams get their credentials and their clock: the AWS default
+/// chain and the system clock unless a test sets them.
+#[derive(Clone, Default)]
+pub struct SigningEnv {
+    pub credentials: Option<SharedCredentialsProvider>,
+    pub clock: Option<WallClock>,
+}
+
+impl std::fmt::Debug for SigningEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningEnv")
+            .field("credentials", &self.credentials.is_some())
+            .field("clock", &self.clock.is_some())
+            .finish()
+    }
+}
+
+impl SigningEnv {
+    /// A signer for `settings` whose credentials were found once (the start-up probe).
+    pub async fn signer(&self, settings: &SigV4Settings) -> Result<Signer, CredentialsError> {
+        let credentials = match &self.credentials {
+            Some(provider) => Credentials::from_provider(provider.clone())?,
+            None => Credentials::default_chain(&settings.region).await?,
+        };
+        credentials.probe().await?;
+        let clock = self
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(SystemTime::now));
+        Ok(Signer::new(settings, credentials, clock))
+    }
+}
+
+/// Signs attempts for one upstream.
+pub struct Signer {
+    service: String,
+    region: String,
+    /// S3's rules: `UNSIGNED-PAYLOAD` allowed, `x-amz-content-sha256` sent, the path
+    /// signed as sent.
+    s3: bool,
+    credentials: Credentials,
+    clock: WallClock,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("service", &self.service)
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+impl Signer {
+    /// A signer for `settings` with these credentials and clock.
+    pub fn new(settings: &SigV4Settings, credentials: Credentials, clock: WallClock) -> Signer {
+        Signer {
+            s3: matches!(
+                settings.service.as_str(),
+                "s3" | "s3-object-lambda" | "s3express"
+            ),
+            service: settings.service.clone(),
+            region: settings.region.clone(),
+            credentials,
+            clock,
+        }
+    }
+
+    /// Whether a body must be held to be signed (every service but S3).
+    pub fn needs_body(&self) -> bool {
+        !self.s3
+    }
+
+    /// Removes the client's signature from a request head. S3's unsigned aws-chunked
+    /// marker is kept (it says how the body is framed); a chunk-signed upload cannot
+    /// be re-signed.
+    pub fn strip(&self, headers: &mut HeaderMap) -> Result<(), Unsignable> {
+        let kept = match headers.get(CONTENT_SHA256) {
+            Some(v) if v.as_bytes().starts_with(b"STREAMING-") => {
+                if self.s3 && v == STREAMING_UNSIGNED {
+                    Some(v.clone())
+                } else {
+                    return Err(Unsignable(String::from_utf8_lossy(v.as_bytes()).into()));
+                }
+            }
+            _ => None,
+        };
+        for name in CLIENT_SIGNATURE {
+            headers.remove(name);
+        }
+        if let Some(kept) = kept {
+            headers.insert(CONTENT_SHA256, kept);
+        }
+        Ok(())
+    }
+
+    /// Signs one attempt in place: `Authorization`, `X-Amz-Date`, and the session
+    /// token when the credentials have one, for the clock's current time.
+    pub async fn sign(&self, request: &mut Request<ProxyBody>) -> Result<(), SignError> {
+        let identity = self.credentials.resolve().await?;
+        let precomputed = request
+            .headers()
+            .get(CONTENT_SHA256)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = match (precomputed, request.body()) {
+            (Some(marker), _) => SignableBody::Precomputed(marker),
+            (None, ProxyBody::Full { data, .. }) => {
+                SignableBody::Bytes(data.as_deref().unwrap_or_default())
+            }
+            (None, _) if self.s3 => SignableBody::UnsignedPayload,
+            (None, _) => return Err(SignError::BodyNotHeld(self.service.clone())),
+        };
+        let mut settings = SigningSettings::default();
+        if self.s3 {
+            // What the S3 SDKs do: the hash goes in a header, the path is signed as sent.
+            settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+            settings.percent_encoding_mode = PercentEncodingMode::Single;
+            settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        }
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name(&self.service)
+            .time((self.clock)())
+            .settings(settings)
+            .build()
+            .map_err(|e| SignError::Signing(e.to_string()))?
+            .into();
+        let uri = request.uri().to_string();
+        let headers = request
+            .headers()
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
+        let signable = SignableRequest::new(request.method().as_str(), uri, headers, body)
+            .map_err(|e| SignError::Signing(e.to_string()))?;
+        let (instructions, _signature) = sign(signable, &params)
+            .map_err(|e| SignError::Signing(e.to_string()))?
+            .into_parts();
+        instructions.apply_to_request_http1x(request);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

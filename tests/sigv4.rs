@@ -1,0 +1,145 @@
+//! SigV4 re-signing through the real proxy: the client's signature is replaced, and a
+//! throttled write retried after more than a signature's validity (5 minutes) carries
+//! a new `X-Amz-Date` and a signature that verifies for it. The signer's clock is
+//! injected and jumps six minutes per signature; nothing waits in real time.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
+use easeoff::sigv4::{SigningEnv, WallClock};
+use support::*;
+
+const BODY: &str = r#"{"TableName":"orders","Item":{"id":{"S":"1"}}}"#;
+
+fn keys() -> Credentials {
+    Credentials::new("AKIDEASEOFF", "easeoff-secret", None, None, "test")
+}
+
+/// 2026-01-01T00:00:00Z.
+const START: Duration = Duration::from_secs(1_767_225_600);
+const JUMP: Duration = Duration::from_secs(360);
+
+/// [`START`], then six minutes later on every reading.
+fn jumping_clock() -> WallClock {
+    let next = Arc::new(Mutex::new(UNIX_EPOCH + START));
+    Arc::new(move || {
+        let mut next = next.lock().unwrap();
+        let now = *next;
+        *next += JUMP;
+        now
+    })
+}
+
+/// The Authorization header a correct signer makes for what arrived, at `time`, over
+/// the headers its `SignedHeaders` names.
+fn expected_authorization(arrival: &Arrival, host: &str, time: SystemTime) -> String {
+    let h = &arrival.headers;
+    let auth = h["authorization"].to_str().unwrap();
+    let signed = auth
+        .split("SignedHeaders=")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    let headers: Vec<(&str, &str)> = signed
+        .split(';')
+        .filter(|name| *name != "x-amz-date")
+        .map(|name| (name, h[name].to_str().unwrap()))
+        .collect();
+    let identity: Identity = keys().into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("dynamodb")
+        .time(time)
+        .settings(SigningSettings::default())
+        .build()
+        .unwrap()
+        .into();
+    let uri = format!("http://{host}{}", arrival.uri);
+    let request = SignableRequest::new(
+        arrival.method.as_str(),
+        uri,
+        headers.into_iter(),
+        SignableBody::Bytes(BODY.as_bytes()),
+    )
+    .unwrap();
+    let (instructions, _) = sign(request, &params).unwrap().into_parts();
+    let mut out = http::Request::new(());
+    instructions.apply_to_request_http1x(&mut out);
+    out.headers()["authorization"].to_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_retry_after_the_signatures_validity_is_signed_afresh() {
+    let up = throttles_first(1, || {
+        respond(
+            400,
+            &[("x-amzn-errortype", "ProvisionedThroughputExceededException")],
+            "",
+        )
+    })
+    .await;
+    let text = format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\npreset = \"dynamodb\"\n[upstream.sigv4]\nservice = \"dynamodb\"\nregion = \"us-east-1\"\n",
+        up.addr
+    );
+    let signing = SigningEnv {
+        credentials: Some(SharedCredentialsProvider::new(keys())),
+        clock: Some(jumping_clock()),
+    };
+    let proxy = proxy_signing(&text, signing).await;
+    let answer = send(
+        &client(),
+        "POST",
+        &format!("http://{}/", proxy.addr),
+        &[
+            ("content-type", "application/x-amz-json-1.0"),
+            ("x-amz-target", "DynamoDB_20120810.PutItem"),
+            ("x-amz-date", "20200101T000000Z"),
+            (
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=wrong/20200101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00",
+            ),
+        ],
+        BODY,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+
+    let arrivals = up.arrivals();
+    assert_eq!(arrivals.len(), 2, "the throttled write and its retry");
+    let host = up.addr.to_string();
+    let dates: Vec<_> = arrivals
+        .iter()
+        .map(|a| a.headers["x-amz-date"].clone())
+        .collect();
+    assert_eq!(dates, ["20260101T000000Z", "20260101T000600Z"]);
+    for (arrival, time) in arrivals
+        .iter()
+        .zip([UNIX_EPOCH + START, UNIX_EPOCH + START + JUMP])
+    {
+        assert_eq!(arrival.headers["host"], host.as_str());
+        let auth = arrival.headers["authorization"].to_str().unwrap();
+        assert!(
+            auth.starts_with(
+                "AWS4-HMAC-SHA256 Credential=AKIDEASEOFF/20260101/us-east-1/dynamodb/aws4_request"
+            ),
+            "{auth}"
+        );
+        assert_eq!(auth, expected_authorization(arrival, &host, time));
+    }
+    assert_ne!(
+        arrivals[0].headers["authorization"],
+        arrivals[1].headers["authorization"]
+    );
+    proxy.stop().await.unwrap();
+}
