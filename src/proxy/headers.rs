@@ -1,34 +1,32 @@
 //! Hop-by-hop headers (RFC 9110 §7.6.1) stay on their own connection.
 
-use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue, TE};
+use http::header::{
+    CONNECTION, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, TE, TRAILER,
+    TRANSFER_ENCODING, UPGRADE,
+};
 
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "transfer-encoding",
-    "trailer",
-    "upgrade",
-];
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Removes hop-by-hop headers and those the Connection header names. `TE: trailers`
 /// is kept: gRPC needs it end to end and HTTP/2 allows exactly that value.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(CONNECTION) {
-        // Rare on keep-alive traffic, so the small allocation is fine here.
-        let named: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
+    // One pass over the names decides: most requests carry none of them, and a name
+    // compared with a constant costs less than a removal's hashing (see
+    // bench/instructions.sh).
+    if !headers.keys().any(|name| is_hop_by_hop(name) || name == TE) {
+        return;
     }
-    for name in HOP_BY_HOP {
+    remove_connection_named(headers);
+    for name in [
+        CONNECTION,
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        PROXY_AUTHENTICATE,
+        TRANSFER_ENCODING,
+        TRAILER,
+        UPGRADE,
+    ] {
         headers.remove(name);
     }
     if let Some(te) = headers.get(TE) {
@@ -40,6 +38,43 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.insert(TE, HeaderValue::from_static("trailers"));
         } else {
             headers.remove(TE);
+        }
+    }
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == CONNECTION
+        || name == TRANSFER_ENCODING
+        || name == UPGRADE
+        || name == TRAILER
+        || name == PROXY_AUTHENTICATE
+        || name == KEEP_ALIVE
+        || name == PROXY_CONNECTION
+}
+
+/// Removes the headers the Connection header names (`keep-alive` on most HTTP/1.1
+/// answers). A single Connection value, the usual case, is read from a cheap copy
+/// of the value, so nothing is allocated.
+fn remove_connection_named(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(CONNECTION).iter();
+    let (Some(first), None) = (values.next(), values.next()) else {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        return;
+    };
+    let first = first.clone();
+    for token in first.to_str().unwrap_or_default().split(',') {
+        let token = token.trim();
+        if !token.is_empty() {
+            headers.remove(token);
         }
     }
 }
@@ -66,6 +101,29 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-amz-target"));
+    }
+
+    #[test]
+    fn every_connection_header_value_names_headers_to_drop() {
+        let mut h = HeaderMap::new();
+        h.append("connection", HeaderValue::from_static("X-One"));
+        h.append("connection", HeaderValue::from_static("x-two, close"));
+        h.insert("x-one", HeaderValue::from_static("1"));
+        h.insert("x-two", HeaderValue::from_static("2"));
+        h.insert("x-three", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-three"));
+    }
+
+    #[test]
+    fn headers_without_hop_by_hop_ones_stay_as_they_are() {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("example.com"));
+        h.insert("content-length", HeaderValue::from_static("2"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
     }
 
     #[test]
