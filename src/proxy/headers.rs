@@ -8,28 +8,40 @@ use http::header::{
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// The hop-by-hop names, each removed only when present.
+static HOP_BY_HOP: [HeaderName; 7] = [
+    CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    PROXY_AUTHENTICATE,
+    TRANSFER_ENCODING,
+    TRAILER,
+    UPGRADE,
+];
+
 /// Removes hop-by-hop headers and those the Connection header names. `TE: trailers`
 /// is kept: gRPC needs it end to end and HTTP/2 allows exactly that value.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the names decides: most requests carry none of them, and a name
-    // compared with a constant costs less than a removal's hashing (see
-    // bench/instructions.sh).
-    if !headers.keys().any(|name| is_hop_by_hop(name) || name == TE) {
-        return;
+    // One pass over the names finds which are present: most requests carry none, most
+    // HTTP/1.1 answers only `Connection`, and comparing a name with a constant costs
+    // less than a removal's hashing (see bench/instructions.sh).
+    let mut present = 0u8;
+    let mut te = false;
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present |= 1 << i;
+        }
+        te |= name == TE;
     }
-    remove_connection_named(headers);
-    for name in [
-        CONNECTION,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        PROXY_AUTHENTICATE,
-        TRANSFER_ENCODING,
-        TRAILER,
-        UPGRADE,
-    ] {
-        headers.remove(name);
+    if present & 1 != 0 {
+        remove_connection_named(headers);
     }
-    if let Some(te) = headers.get(TE) {
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
+    }
+    if te && let Some(te) = headers.get(TE) {
         let trailers = te.to_str().is_ok_and(|v| {
             v.split(',')
                 .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
@@ -40,16 +52,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(TE);
         }
     }
-}
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == CONNECTION
-        || name == TRANSFER_ENCODING
-        || name == UPGRADE
-        || name == TRAILER
-        || name == PROXY_AUTHENTICATE
-        || name == KEEP_ALIVE
-        || name == PROXY_CONNECTION
 }
 
 /// Removes the headers the Connection header names (`keep-alive` on most HTTP/1.1
