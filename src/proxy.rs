@@ -13,6 +13,6 @@ mod reply;
 mod service;
 
 pub use body::ProxyBody;
-pub use client::{ClientError, SendError, UpstreamClient};
+pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
 pub use listener::{Current, ListenerContext, serve};
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};
