@@ -14,5 +14,6 @@ mod service;
 
 pub use body::ProxyBody;
 pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
+pub use headers::strip_hop_by_hop;
 pub use listener::{Current, ListenerContext, serve};
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};

@@ -63,11 +63,10 @@ async fn per_core_runtimes_share_one_pacer() {
     assert_eq!(at_once(&url, 8).await, vec![200; 8]);
     let arrivals = up.arrivals();
     assert_eq!(arrivals.len(), 8);
-    // One schedule for all runtimes: no two dispatches closer than the interval
-    // (less tokio's millisecond timer tick).
-    for pair in arrivals.windows(2) {
-        let gap = pair[1].at - pair[0].at;
-        assert!(gap >= Duration::from_millis(49), "gap of {gap:?}");
-    }
+    // One schedule for all runtimes: eight dispatches span seven intervals. (Single
+    // gaps also carry each attempt's connection set-up, so the span is what is
+    // checked; a pacer per runtime would fit the eight into about four intervals.)
+    let span = arrivals[7].at - arrivals[0].at;
+    assert!(span >= Duration::from_millis(330), "8 dispatches took {span:?}");
     proxy.stop().await.unwrap();
 }
