@@ -169,7 +169,7 @@ fn head_work(c: &mut Criterion) {
     g.bench_function("strip_answer", |b| {
         b.iter_batched_ref(
             || ok.clone(),
-            |h| strip_hop_by_hop(h),
+            strip_hop_by_hop,
             criterion::BatchSize::SmallInput,
         )
     });

@@ -67,6 +67,9 @@ async fn per_core_runtimes_share_one_pacer() {
     // gaps also carry each attempt's connection set-up, so the span is what is
     // checked; a pacer per runtime would fit the eight into about four intervals.)
     let span = arrivals[7].at - arrivals[0].at;
-    assert!(span >= Duration::from_millis(330), "8 dispatches took {span:?}");
+    assert!(
+        span >= Duration::from_millis(330),
+        "8 dispatches took {span:?}"
+    );
     proxy.stop().await.unwrap();
 }
