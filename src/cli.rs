@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::units::parse_duration;
-use crate::mock_upstream::Style;
+use crate::mock_upstream::{Schedule, Style, parse_schedule};
+use crate::simulate::Scenario;
 
 /// easeoff: a sidecar proxy that paces requests to throttled upstreams.
 #[derive(Debug, Parser)]
@@ -43,6 +44,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Serve a throttling token-bucket upstream for tests and local stacks.
     MockUpstream(MockArgs),
+    /// Run an upstream's real controller and pacer in virtual time against a modelled
+    /// throttling upstream; print a summary, write an SVG and a CSV trace.
+    Simulate(SimulateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -69,9 +73,13 @@ pub struct MockArgs {
     /// Where to listen, e.g. 127.0.0.1:8080.
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Requests per second it accepts.
-    #[arg(long)]
-    pub rate: f64,
+    /// Requests per second it accepts (until the first step of --schedule).
+    #[arg(long, required_unless_present = "schedule")]
+    pub rate: Option<f64>,
+    /// Rate changes after start, TIME:RATE[,TIME:RATE...], e.g. "0s:100,60s:50"; a step
+    /// at 0s sets the starting rate.
+    #[arg(long, value_parser = parse_schedule, value_name = "SCHEDULE")]
+    pub schedule: Option<Schedule>,
     /// Requests it accepts at once after a quiet spell [default: rate / 10, at least 1].
     #[arg(long)]
     pub burst: Option<u32>,
@@ -93,4 +101,47 @@ pub struct MockArgs {
     /// Serve the mock's own /metrics here.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The upstream of the config file whose settings are simulated.
+    #[arg(long, value_name = "NAME")]
+    pub upstream: String,
+    /// Where to write the SVG plot of the interval and the capacity.
+    #[arg(long, default_value = "trace.svg")]
+    pub out: PathBuf,
+    /// Where to write the CSV of 100 ms bins [default: the SVG's path with .csv].
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Seeds every random choice: the same seed gives the same output.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Simulated time.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// How the upstream's capacity changes.
+    #[arg(long, value_enum, default_value = "steady")]
+    pub scenario: Scenario,
+    /// Requests per second the upstream accepts (auto-scaling's maximum).
+    #[arg(long, default_value_t = 100.0)]
+    pub capacity: f64,
+    /// Requests it accepts at once after a quiet spell [default: capacity / 10, at least 1].
+    #[arg(long)]
+    pub burst: Option<u32>,
+    /// Clients per sidecar, each with unbounded demand.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// From dispatch to answer.
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    pub latency: Duration,
+    /// easeoff instances sharing the upstream [default: 2 for shared, else 1].
+    #[arg(long)]
+    pub sidecars: Option<usize>,
+    /// Auto-scaling: raise the capacity after this much sustained throttling.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub scale_after: Duration,
+    /// Auto-scaling: multiply the capacity by this (never above --capacity).
+    #[arg(long, default_value_t = 1.5)]
+    pub scale_factor: f64,
 }

@@ -57,6 +57,7 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
         style: Style::Dynamodb,
         latency: Duration::from_millis(2),
         autoscale: None,
+        schedule: Default::default(),
     };
     let (mock, mock_addr) =
         mock_upstream::spawn(mock_options, SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -19,7 +19,7 @@
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
-//! logic), [`demo`] and [`plot`].
+//! logic), [`demo`], [`simulate`] (the controller and pacer in virtual time) and [`plot`].
 
 pub mod admin;
 pub mod cli;
@@ -37,6 +37,7 @@ pub mod proxy;
 pub mod retry;
 pub mod server;
 pub mod signals;
+pub mod simulate;
 pub mod sleeper;
 pub mod throttle;
 pub mod upstream;

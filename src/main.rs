@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs};
+use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
 use easeoff::server::Handle;
 use easeoff::signals::{Request, Signals};
+use easeoff::simulate::{self, Scenario, SimOptions};
 use easeoff::{Config, Server};
 use tracing_subscriber::EnvFilter;
 
@@ -21,6 +22,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(cli.command, Some(Command::Demo(_) | Command::Check));
     init_logging(&cli, if quiet { "warn" } else { "info" });
+    if let Some(Command::Simulate(args)) = cli.command {
+        // Its own single-threaded runtime in paused time.
+        return run_simulate(cli.config, args);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -36,6 +41,7 @@ fn main() -> ExitCode {
         Some(Command::Check) => check(cli.config),
         Some(Command::Demo(args)) => runtime.block_on(run_demo(args)),
         Some(Command::MockUpstream(args)) => runtime.block_on(run_mock(args)),
+        Some(Command::Simulate(args)) => run_simulate(cli.config, args),
     }
 }
 
@@ -174,26 +180,28 @@ async fn run_mock(args: MockArgs) -> ExitCode {
             return ExitCode::from(RUNTIME_FAILURE);
         }
     };
-    if !args.rate.is_finite() || args.rate <= 0.0 {
+    let schedule = args.schedule.unwrap_or_default();
+    let Some(rate) = schedule.initial_rate().or(args.rate) else {
         eprintln!(
-            "easeoff mock-upstream: --rate must be above 0, got {}",
-            args.rate
+            "easeoff mock-upstream: --schedule {schedule} does not start at 0s: give --rate for the start, or a 0s step"
         );
+        return ExitCode::from(USAGE);
+    };
+    if !rate.is_finite() || rate <= 0.0 {
+        eprintln!("easeoff mock-upstream: --rate must be above 0, got {rate}");
         return ExitCode::from(USAGE);
     }
     let options = MockOptions {
-        rate: args.rate,
-        burst: args
-            .burst
-            .unwrap_or((args.rate / 10.0).ceil() as u32)
-            .max(1),
+        rate,
+        burst: args.burst.unwrap_or((rate / 10.0).ceil() as u32).max(1),
         style: args.style,
         latency: args.latency,
         autoscale: args.scale_after.map(|after| AutoScale {
             after,
             factor: args.scale_factor.max(1.0),
-            max: args.scale_max.unwrap_or(args.rate * 10.0),
+            max: args.scale_max.unwrap_or(rate * 10.0),
         }),
+        schedule,
     };
     let (mock, addr) = match mock_upstream::spawn(options.clone(), args.listen).await {
         Ok(started) => started,
@@ -216,8 +224,78 @@ async fn run_mock(args: MockArgs) -> ExitCode {
             }
         }
     }
-    tracing::info!(%addr, rate = options.rate, burst = options.burst, style = ?options.style, "mock upstream listening");
+    tracing::info!(%addr, rate = options.rate, burst = options.burst, style = ?options.style, schedule = %options.schedule, "mock upstream listening");
     signals.stop().await;
+    ExitCode::SUCCESS
+}
+
+fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
+    let shown = path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let Some(settings) = config
+        .upstreams
+        .iter()
+        .find(|u| u.name == args.upstream)
+        .cloned()
+    else {
+        let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
+        eprintln!(
+            "easeoff simulate: {shown}: no upstream named \"{}\" (the file has: {})",
+            args.upstream,
+            names.join(", ")
+        );
+        return ExitCode::from(USAGE);
+    };
+    let options = SimOptions {
+        settings,
+        scenario: args.scenario,
+        seed: args.seed,
+        duration: args.duration,
+        capacity: args.capacity,
+        burst: args
+            .burst
+            .unwrap_or((args.capacity / 10.0).ceil() as u32)
+            .max(1),
+        clients: args.clients,
+        latency: args.latency,
+        sidecars: args.sidecars.unwrap_or(match args.scenario {
+            Scenario::Shared => 2,
+            _ => 1,
+        }),
+        scale_after: args.scale_after,
+        scale_factor: args.scale_factor,
+    };
+    if let Err(problem) = options.validate() {
+        eprintln!("easeoff simulate: {problem}");
+        return ExitCode::from(USAGE);
+    }
+    let trace = match simulate::run(&options) {
+        Ok(trace) => trace,
+        Err(error) => {
+            eprintln!("easeoff simulate: {error}");
+            return ExitCode::from(RUNTIME_FAILURE);
+        }
+    };
+    let bins = simulate::report::bins(&options, &trace);
+    let csv_path = args.csv.unwrap_or_else(|| args.out.with_extension("csv"));
+    let files = [
+        (&args.out, simulate::svg(&options, &trace)),
+        (&csv_path, simulate::report::csv(&bins)),
+    ];
+    for (file, contents) in files {
+        if let Err(error) = std::fs::write(file, contents) {
+            eprintln!("easeoff simulate: cannot write {}: {error}", file.display());
+            return ExitCode::from(RUNTIME_FAILURE);
+        }
+    }
+    print!("{}", simulate::report::summary(&options, &trace, &bins));
+    println!("wrote {} and {}", args.out.display(), csv_path.display());
     ExitCode::SUCCESS
 }
 

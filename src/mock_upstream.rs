@@ -4,6 +4,7 @@
 //! (trailers-only `grpc-status: 8`). Used by `demo`, the tests and docker-compose.
 
 mod bucket;
+mod schedule;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use prometheus::{Encoder, Gauge, IntCounterVec, Opts, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
 pub use bucket::{AutoScale, Bucket};
+pub use schedule::{Schedule, Step, parse_schedule};
 
 /// How throttles look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -46,6 +48,8 @@ pub struct MockOptions {
     /// Added before every answer.
     pub latency: Duration,
     pub autoscale: Option<AutoScale>,
+    /// Rate changes at set times after start; empty for a fixed rate.
+    pub schedule: Schedule,
 }
 
 /// Answers counted so far.
@@ -105,7 +109,8 @@ impl MockUpstream {
             options.burst,
             options.autoscale,
             Instant::now(),
-        );
+        )
+        .with_schedule(options.schedule.steps());
         Ok(MockUpstream {
             inner: Arc::new(Inner {
                 options,
@@ -129,9 +134,11 @@ impl MockUpstream {
         }
     }
 
-    /// The rate it accepts now (it changes with auto-scaling).
+    /// The rate it accepts now (it changes with the schedule and auto-scaling).
     pub fn rate(&self) -> f64 {
-        self.lock_bucket().rate()
+        let mut bucket = self.lock_bucket();
+        bucket.advance(Instant::now());
+        bucket.rate()
     }
 
     /// Serves connections from `listener` until the task is dropped.

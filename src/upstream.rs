@@ -72,8 +72,21 @@ impl Upstream {
         metrics: &Metrics,
         observer: Option<Observer>,
     ) -> Result<Upstream, ClientError> {
+        Upstream::with_rng(settings, listen, metrics, observer, fastrand::Rng::new())
+    }
+
+    /// Like [`Upstream::new`], with the random source of the sleeper and the connection
+    /// backoff given, so a simulation is reproducible.
+    pub fn with_rng(
+        settings: UpstreamSettings,
+        listen: SocketAddr,
+        metrics: &Metrics,
+        observer: Option<Observer>,
+        mut rng: fastrand::Rng,
+    ) -> Result<Upstream, ClientError> {
         let client = UpstreamClient::new(&settings)?;
-        let controller = Controller::new(&settings.sleeper, fastrand::Rng::new());
+        let connect_rng = rng.fork();
+        let controller = Controller::new(&settings.sleeper, rng);
         let limits = Limits {
             max_waiting: settings.queue.max_waiting,
         };
@@ -86,10 +99,7 @@ impl Upstream {
                 settings.retry.budget_min_per_second,
             ),
             origin: Instant::now(),
-            connect: Mutex::new((
-                ConnectBackoff::new(&settings.connect_backoff),
-                fastrand::Rng::new(),
-            )),
+            connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
             settings: Arc::new(settings),
             listen,

@@ -42,6 +42,7 @@ async fn absorb(style: Style) -> Figures {
         style,
         latency: Duration::ZERO,
         autoscale: None,
+        schedule: Default::default(),
     };
     let (mock, addr) = mock_upstream::spawn(options, "127.0.0.1:0".parse().unwrap())
         .await

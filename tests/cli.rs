@@ -1,4 +1,5 @@
-//! The real binary: `check` on the config fixtures, `run` until SIGTERM, `--version`.
+//! The real binary: `check` on the config fixtures, `run` until SIGTERM, `--version`,
+//! usage errors of `mock-upstream`.
 //!
 //! Every `tests/fixtures/config/valid/*.toml` must pass `check`; every
 //! `invalid/*.toml` must fail with exit 2 and print exactly its `.expected` file.
@@ -116,6 +117,32 @@ fn no_config_is_a_usage_error() {
         String::from_utf8_lossy(&missing.stderr)
             .starts_with("/nonexistent/easeoff.toml: cannot read the config file")
     );
+}
+
+#[test]
+fn a_bad_mock_schedule_is_a_usage_error() {
+    let cases = [
+        (
+            vec!["--schedule", "0s:100,60s"],
+            "item 2 \"60s\": expected TIME:RATE",
+        ),
+        (
+            vec!["--schedule", "0s:100,10s:0"],
+            "item 2 \"10s:0\": the rate must be above 0",
+        ),
+        (vec!["--schedule", "30s:100"], "does not start at 0s"),
+        (vec![], "--rate"),
+    ];
+    for (args, want) in cases {
+        let out = easeoff()
+            .args(["mock-upstream", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
 }
 
 #[test]

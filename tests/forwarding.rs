@@ -160,6 +160,7 @@ async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interva
         style: easeoff::mock_upstream::Style::Grpc,
         latency: Duration::ZERO,
         autoscale: None,
+        schedule: Default::default(),
     };
     let (_mock, addr) = easeoff::mock_upstream::spawn(mock, "127.0.0.1:0".parse().unwrap())
         .await

@@ -1,7 +1,10 @@
-//! The mock's capacity model: a token bucket, and DynamoDB-like auto-scaling that
-//! raises the rate after throttling has lasted a while. Pure: time comes in.
+//! The mock's capacity model: a token bucket, a schedule of rate changes, and
+//! DynamoDB-like auto-scaling that raises the rate after throttling has lasted a while.
+//! Pure: time comes in.
 
 use std::time::{Duration, Instant};
+
+use super::schedule::Step;
 
 /// Auto-scaling: after `after` of sustained throttling, rate × `factor`, up to `max`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -18,6 +21,9 @@ pub struct Bucket {
     burst: f64,
     tokens: f64,
     updated: Instant,
+    started: Instant,
+    /// Scheduled rate changes not applied yet, earliest last.
+    pending: Vec<Step>,
     scale: Option<AutoScale>,
     /// Start of the current run of throttling, for auto-scaling.
     throttling_since: Option<Instant>,
@@ -36,10 +42,21 @@ impl Bucket {
             burst,
             tokens: burst,
             updated: now,
+            started: now,
+            pending: Vec::new(),
             scale,
             throttling_since: None,
             last_throttle: None,
         }
+    }
+
+    /// This bucket, whose rate follows `steps` (offsets from its creation); a step
+    /// overrides whatever auto-scaling did before it.
+    pub fn with_schedule(mut self, steps: &[Step]) -> Bucket {
+        self.pending = steps.iter().rev().copied().collect();
+        let started = self.started;
+        self.advance(started);
+        self
     }
 
     /// The current refill rate per second.
@@ -47,14 +64,34 @@ impl Bucket {
         self.rate
     }
 
+    /// Refills up to `now`, applying the scheduled rate changes on the way so tokens
+    /// before a step accrue at the old rate and after it at the new one.
+    pub fn advance(&mut self, now: Instant) {
+        while let Some(step) = self.pending.last().copied() {
+            let at = self.started + step.at;
+            if at > now {
+                break;
+            }
+            self.refill(at);
+            self.rate = step.rate;
+            self.pending.pop();
+        }
+        self.refill(now);
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.updated = self.updated.max(now);
+    }
+
     /// Takes a token if there is one; otherwise records a throttle and returns the time
     /// until the next token.
     pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.updated = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        self.advance(now);
+        // Refills in small float steps add up to a hair under a whole token.
+        if self.tokens >= 1.0 - 1e-9 {
+            self.tokens = (self.tokens - 1.0).max(0.0);
             return Ok(());
         }
         self.throttled(now);
@@ -126,6 +163,82 @@ mod tests {
             }
         }
         assert_eq!(rates, [100.0, 200.0, 300.0, 300.0]);
+    }
+
+    #[test]
+    fn the_schedule_steps_the_rate_down_and_up() {
+        let t0 = Instant::now();
+        let steps = [
+            Step {
+                at: Duration::ZERO,
+                rate: 100.0,
+            },
+            Step {
+                at: Duration::from_secs(10),
+                rate: 50.0,
+            },
+            Step {
+                at: Duration::from_secs(20),
+                rate: 100.0,
+            },
+        ];
+        let mut b = Bucket::new(7.0, 1, None, t0).with_schedule(&steps);
+        assert_eq!(b.rate(), 100.0);
+        // Unbounded demand, one request per millisecond: the grants per second are the rate.
+        let mut granted = [0u32; 30];
+        for ms in 0..30_000u64 {
+            if b.take(t0 + Duration::from_millis(ms)).is_ok() {
+                granted[(ms / 1000) as usize] += 1;
+            }
+        }
+        for (second, &n) in granted.iter().enumerate() {
+            let want = if (10..20).contains(&second) { 50 } else { 100 };
+            assert!(
+                n.abs_diff(want) <= 1,
+                "second {second}: {n} granted, want {want}"
+            );
+        }
+        assert_eq!(b.rate(), 100.0);
+    }
+
+    #[test]
+    fn tokens_before_a_step_accrue_at_the_old_rate() {
+        let t0 = Instant::now();
+        let steps = [Step {
+            at: Duration::from_millis(500),
+            rate: 1000.0,
+        }];
+        let mut b = Bucket::new(1.0, 10, None, t0).with_schedule(&steps);
+        for _ in 0..10 {
+            assert_eq!(b.take(t0), Ok(()));
+        }
+        // 0.5 s at 1/s, then 1 ms at 1000/s: one and a half tokens.
+        b.advance(t0 + 501 * MS);
+        assert_eq!(b.rate(), 1000.0);
+        assert_eq!(b.take(t0 + 501 * MS), Ok(()));
+        let wait = b.take(t0 + 501 * MS).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.0005).abs() < 1e-9, "{wait:?}");
+    }
+
+    #[test]
+    fn a_step_overrides_auto_scaling() {
+        let t0 = Instant::now();
+        let scale = AutoScale {
+            after: Duration::from_secs(2),
+            factor: 2.0,
+            max: 1000.0,
+        };
+        let steps = [Step {
+            at: Duration::from_secs(10),
+            rate: 10.0,
+        }];
+        let mut b = Bucket::new(100.0, 1, Some(scale), t0).with_schedule(&steps);
+        for ms in 0..20_000u64 {
+            let _ = b.take(t0 + Duration::from_millis(ms / 4));
+        }
+        assert!(b.rate() > 100.0, "{}", b.rate());
+        b.advance(t0 + Duration::from_secs(10));
+        assert_eq!(b.rate(), 10.0);
     }
 
     #[test]

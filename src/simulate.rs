@@ -1,0 +1,418 @@
+//! `easeoff simulate`: one configured upstream's real controller, sleeper, pacer and
+//! retry decision, in tokio's paused (virtual) time, against a modelled throttling
+//! upstream. Clients call the same [`Upstream`] the proxy uses (acquire a slot, record
+//! the verdict, ask the retry budget); only the network is replaced: the upstream is
+//! the mock's token bucket, which decides at dispatch and answers `latency` later.
+//!
+//! Everything random comes from one seeded generator, and a current-thread runtime
+//! runs the tasks in a fixed order, so a seed gives the same trace every time. What
+//! the trace means (summary, CSV) is in [`report`].
+
+pub mod report;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::UpstreamSettings;
+use crate::metrics::Metrics;
+use crate::mock_upstream::{AutoScale, Bucket};
+use crate::pacer::Slot;
+use crate::plot::{self, CapacityStep, Point};
+use crate::proxy::ClientError;
+use crate::retry;
+use crate::throttle::{Signal, Verdict};
+use crate::upstream::Upstream;
+
+/// How the upstream's capacity changes over the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Constant capacity.
+    Steady,
+    /// The capacity for the first third, then half of it.
+    StepDown,
+    /// Half the capacity for the first third, then all of it.
+    StepUp,
+    /// DynamoDB-like: starts at half, raised by a factor after sustained throttling,
+    /// up to the capacity.
+    Autoscale,
+    /// Steady capacity shared by several sidecars (2 unless `--sidecars` says).
+    Shared,
+}
+
+impl Scenario {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Steady => "steady",
+            Scenario::StepDown => "step-down",
+            Scenario::StepUp => "step-up",
+            Scenario::Autoscale => "autoscale",
+            Scenario::Shared => "shared",
+        }
+    }
+}
+
+/// Everything one simulation run depends on.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The upstream's settings, from the config file.
+    pub settings: UpstreamSettings,
+    pub scenario: Scenario,
+    /// Seeds every random choice.
+    pub seed: u64,
+    pub duration: Duration,
+    /// Requests per second the upstream accepts (the maximum, for auto-scaling).
+    pub capacity: f64,
+    /// Requests the upstream accepts at once after a quiet spell.
+    pub burst: u32,
+    /// Clients per sidecar, each sending its next request as soon as one ends.
+    pub clients: usize,
+    /// From dispatch to answer; the upstream decides at dispatch.
+    pub latency: Duration,
+    /// easeoff instances, each with its own controller, pacer and clients, sharing
+    /// one upstream.
+    pub sidecars: usize,
+    /// Auto-scaling: sustained throttling for this long raises the capacity ...
+    pub scale_after: Duration,
+    /// ... by this factor.
+    pub scale_factor: f64,
+}
+
+impl SimOptions {
+    /// Says what is wrong with options no run could use.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.capacity.is_finite() || self.capacity <= 0.0 {
+            return Err(format!("--capacity must be above 0, got {}", self.capacity));
+        }
+        if self.clients == 0 {
+            return Err("--clients must be at least 1".into());
+        }
+        if self.sidecars == 0 {
+            return Err("--sidecars must be at least 1".into());
+        }
+        if self.duration.is_zero() {
+            return Err("--duration must be above 0".into());
+        }
+        if !self.scale_factor.is_finite() || self.scale_factor < 1.0 {
+            return Err(format!(
+                "--scale-factor must be at least 1, got {}",
+                self.scale_factor
+            ));
+        }
+        Ok(())
+    }
+
+    /// The capacity at the start, and the scheduled changes (time, new capacity).
+    fn schedule(&self) -> (f64, Vec<(Duration, f64)>) {
+        let c = self.capacity;
+        let third = self.duration / 3;
+        match self.scenario {
+            Scenario::Steady | Scenario::Shared => (c, Vec::new()),
+            Scenario::StepDown => (c, vec![(third, c / 2.0)]),
+            Scenario::StepUp => (c / 2.0, vec![(third, c)]),
+            Scenario::Autoscale => (c / 2.0, Vec::new()),
+        }
+    }
+
+    fn autoscale(&self) -> Option<AutoScale> {
+        (self.scenario == Scenario::Autoscale).then_some(AutoScale {
+            after: self.scale_after,
+            factor: self.scale_factor,
+            max: self.capacity,
+        })
+    }
+}
+
+/// One upstream attempt.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttemptRecord {
+    /// Dispatch time since the start.
+    pub at: Duration,
+    pub sidecar: usize,
+    /// The interval in force at dispatch.
+    pub interval: Duration,
+    pub throttled: bool,
+    /// Sent again by easeoff after a throttle.
+    pub retry: bool,
+}
+
+/// How a client's request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    Success,
+    /// A throttle easeoff did not retry (attempts, budget or time used up), passed on.
+    Throttled,
+    /// Turned away by the queue (`max_waiting`, `max_wait`).
+    Shed,
+}
+
+/// One client request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestRecord {
+    /// When it ended, since the start.
+    pub at: Duration,
+    pub sidecar: usize,
+    /// From the client's send to its answer.
+    pub took: Duration,
+    pub ending: Ending,
+}
+
+/// What happened during a run, in time order.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    pub attempts: Vec<AttemptRecord>,
+    pub requests: Vec<RequestRecord>,
+    /// Capacity changes (time since the start, requests per second); the first is at 0.
+    pub capacity: Vec<(Duration, f64)>,
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot start the simulation runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot set up metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("cannot build the upstream: {0}")]
+    Upstream(#[from] ClientError),
+}
+
+/// Runs the simulation on its own current-thread runtime in paused time.
+pub fn run(options: &SimOptions) -> Result<Trace, SimError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(SimError::Runtime)?;
+    runtime.block_on(simulate(options))
+}
+
+/// The modelled upstream and the trace, shared by every client.
+struct World {
+    start: Instant,
+    bucket: Bucket,
+    burst: u32,
+    rate: f64,
+    trace: Trace,
+}
+
+type Shared = Arc<Mutex<World>>;
+
+fn lock(world: &Shared) -> MutexGuard<'_, World> {
+    // Nothing panics while holding it; a poisoned trace is still worth reporting.
+    world.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl World {
+    fn since_start(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.start)
+    }
+
+    /// The upstream sees one attempt: takes a token or throttles it.
+    fn attempt(&mut self, sidecar: usize, slot: &Slot, retry: bool) -> bool {
+        let throttled = self.bucket.take(slot.dispatched_at.into_std()).is_err();
+        let at = self.since_start(slot.dispatched_at);
+        if self.bucket.rate() != self.rate {
+            self.rate = self.bucket.rate();
+            self.trace.capacity.push((at, self.rate));
+        }
+        self.trace.attempts.push(AttemptRecord {
+            at,
+            sidecar,
+            interval: slot.interval,
+            throttled,
+            retry,
+        });
+        throttled
+    }
+
+    /// A scheduled capacity change. The new bucket starts full; with the burst at a
+    /// tenth of a second of capacity that is a negligible gift.
+    fn set_capacity(&mut self, rate: f64, now: Instant) {
+        self.bucket = Bucket::new(rate, self.burst, None, now.into_std());
+        self.rate = rate;
+        let at = self.since_start(now);
+        self.trace.capacity.push((at, rate));
+    }
+}
+
+async fn simulate(options: &SimOptions) -> Result<Trace, SimError> {
+    let start = Instant::now();
+    let end = start + options.duration;
+    let (initial, steps) = options.schedule();
+    let world: Shared = Arc::new(Mutex::new(World {
+        start,
+        bucket: Bucket::new(
+            initial,
+            options.burst,
+            options.autoscale(),
+            start.into_std(),
+        ),
+        burst: options.burst,
+        rate: initial,
+        trace: Trace {
+            capacity: vec![(Duration::ZERO, initial)],
+            ..Trace::default()
+        },
+    }));
+
+    let mut rng = fastrand::Rng::with_seed(options.seed);
+    let settings = offline(options.settings.clone());
+    let nowhere = SocketAddr::from(([127, 0, 0, 1], 0));
+    for sidecar in 0..options.sidecars {
+        // Each sidecar is its own process with its own metrics.
+        let metrics = Metrics::new()?;
+        let upstream = Arc::new(Upstream::with_rng(
+            settings.clone(),
+            nowhere,
+            &metrics,
+            None,
+            rng.fork(),
+        )?);
+        for _ in 0..options.clients {
+            // Clients start spread over one latency, so no sidecar wins every tie of
+            // the first instant by the order its tasks were spawned in.
+            let first = options.latency.mul_f64(rng.f64());
+            tokio::spawn(client(
+                Arc::clone(&upstream),
+                sidecar,
+                Arc::clone(&world),
+                options.latency,
+                first,
+            ));
+        }
+    }
+    for (at, rate) in steps {
+        tokio::time::sleep_until(start + at).await;
+        lock(&world).set_capacity(rate, Instant::now());
+    }
+    tokio::time::sleep_until(end).await;
+    let trace = std::mem::take(&mut lock(&world).trace);
+    Ok(trace)
+}
+
+/// The settings with a placeholder plain-http URL: the simulation never sends, and an
+/// https URL would load the system's root certificates for nothing.
+fn offline(mut settings: UpstreamSettings) -> UpstreamSettings {
+    settings.url.scheme = http::uri::Scheme::HTTP;
+    settings.url.authority = http::uri::Authority::from_static("127.0.0.1");
+    settings.ca_file = None;
+    settings
+}
+
+/// A client with unbounded demand: sends, waits for the answer, sends again.
+async fn client(
+    upstream: Arc<Upstream>,
+    sidecar: usize,
+    world: Shared,
+    latency: Duration,
+    first: Duration,
+) {
+    tokio::time::sleep(first).await;
+    loop {
+        let sent = Instant::now();
+        let (ending, hold_off) = request(&upstream, sidecar, &world, latency).await;
+        let now = Instant::now();
+        {
+            let mut w = lock(&world);
+            let at = w.since_start(now);
+            w.trace.requests.push(RequestRecord {
+                at,
+                sidecar,
+                took: now - sent,
+                ending,
+            });
+        }
+        if !hold_off.is_zero() {
+            tokio::time::sleep(hold_off).await;
+        }
+    }
+}
+
+/// The least a shed client waits: a shed is answered at once, and in virtual time a
+/// client that asked again at once would never let the clock move.
+const MIN_HOLD_OFF: Duration = Duration::from_millis(1);
+
+/// One client request through easeoff, as `proxy/service.rs` handles it for a
+/// throttle without a Retry-After (DynamoDB's): wait for a slot, send, record the
+/// verdict, retry while attempts, elapsed time and the budget allow. Also returns how
+/// long the client then holds off: a shed's Retry-After, which a client that backs
+/// off on easeoff's ThrottlingException roughly honours; nothing otherwise.
+async fn request(
+    upstream: &Upstream,
+    sidecar: usize,
+    world: &Shared,
+    latency: Duration,
+) -> (Ending, Duration) {
+    let settings = &upstream.settings;
+    let retry = &settings.retry;
+    let arrived = Instant::now();
+    upstream.budget.deposit(upstream.clock(arrived));
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let mut deadline = Instant::now() + settings.queue.max_wait;
+        if attempts > 1 {
+            deadline = deadline.min(arrived + retry.max_elapsed);
+        }
+        let slot = match upstream.acquire(deadline).await {
+            Ok(slot) => slot,
+            // A retry that cannot go passes the last throttle on.
+            Err(_) if attempts > 1 => return (Ending::Throttled, Duration::ZERO),
+            Err(shed) => return (Ending::Shed, shed.retry_after.max(MIN_HOLD_OFF)),
+        };
+        let throttled = lock(world).attempt(sidecar, &slot, attempts > 1);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        if !throttled {
+            upstream.record(&slot, Some(Verdict::Success), None);
+            return (Ending::Success, Duration::ZERO);
+        }
+        upstream.record(&slot, Some(Verdict::Throttle(Signal::Body)), None);
+        let may = retry::allowed(retry, attempts, true, false, arrived.elapsed());
+        if may.is_err() || !upstream.budget.withdraw(upstream.clock(Instant::now())) {
+            return (Ending::Throttled, Duration::ZERO);
+        }
+    }
+}
+
+/// The SVG: every attempt at (dispatch time, interval in force), and the capacity as
+/// the interval each sidecar would need to match it exactly.
+pub fn svg(options: &SimOptions, trace: &Trace) -> String {
+    let points: Vec<Point> = trace
+        .attempts
+        .iter()
+        .map(|a| Point {
+            t: a.at.as_secs_f64(),
+            interval_ms: a.interval.as_secs_f64() * 1e3,
+            throttled: a.throttled,
+        })
+        .collect();
+    let capacity: Vec<CapacityStep> = trace
+        .capacity
+        .iter()
+        .map(|&(at, rate)| CapacityStep {
+            t: at.as_secs_f64(),
+            rate,
+            interval_ms: 1e3 * options.sidecars as f64 / rate,
+        })
+        .collect();
+    let title = format!(
+        "easeoff simulate: {} ({}), {}, {} clients{}, seed {}",
+        options.settings.name,
+        options.settings.sleeper.strategy.name(),
+        options.scenario.name(),
+        options.clients,
+        if options.sidecars > 1 {
+            format!(" × {} sidecars", options.sidecars)
+        } else {
+            String::new()
+        },
+        options.seed
+    );
+    plot::trace_svg(&title, &points, &capacity, options.duration.as_secs_f64())
+}

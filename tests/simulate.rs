@@ -1,0 +1,267 @@
+//! `easeoff simulate`: reproducible for a seed, fast enough to tune with, sane against
+//! the modelled upstream, and strict about its command line.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use easeoff::Config;
+use easeoff::simulate::{self, Scenario, SimOptions, Trace, report};
+
+fn settings(sleeper: &str) -> easeoff::config::UpstreamSettings {
+    let text = format!(
+        r#"
+[[upstream]]
+name = "table"
+listen = "127.0.0.1:8000"
+url = "https://dynamodb.us-east-1.amazonaws.com"
+preset = "dynamodb"
+[upstream.sleeper]
+{sleeper}
+"#
+    );
+    let mut config = Config::parse(&text, "test.toml", &|_| None).unwrap();
+    config.upstreams.remove(0)
+}
+
+fn options(scenario: Scenario, seed: u64, duration: Duration) -> SimOptions {
+    SimOptions {
+        settings: settings(""),
+        scenario,
+        seed,
+        duration,
+        capacity: 100.0,
+        burst: 10,
+        clients: 16,
+        latency: Duration::from_millis(10),
+        sidecars: if scenario == Scenario::Shared { 2 } else { 1 },
+        scale_after: Duration::from_secs(60),
+        scale_factor: 1.5,
+    }
+}
+
+/// The summary and the CSV of one run.
+fn outputs(options: &SimOptions) -> (String, String, Trace) {
+    let trace = simulate::run(options).unwrap();
+    let bins = report::bins(options, &trace);
+    (
+        report::summary(options, &trace, &bins),
+        report::csv(&bins),
+        trace,
+    )
+}
+
+fn throttled_fraction(trace: &Trace) -> f64 {
+    let throttled = trace.attempts.iter().filter(|a| a.throttled).count();
+    throttled as f64 / trace.attempts.len() as f64
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_outputs_and_another_seed_does_not() {
+    for scenario in [Scenario::StepDown, Scenario::Shared, Scenario::Autoscale] {
+        let a = options(scenario, 7, Duration::from_secs(60));
+        let (summary_a, csv_a, trace_a) = outputs(&a);
+        let (summary_b, csv_b, trace_b) = outputs(&a);
+        assert_eq!(summary_a, summary_b, "{scenario:?}");
+        assert_eq!(csv_a, csv_b, "{scenario:?}");
+        assert_eq!(
+            simulate::svg(&a, &trace_a),
+            simulate::svg(&a, &trace_b),
+            "{scenario:?}"
+        );
+        let (summary_c, csv_c, _) = outputs(&options(scenario, 8, a.duration));
+        assert_ne!(csv_a, csv_c, "{scenario:?}");
+        assert_ne!(summary_a, summary_c, "{scenario:?}");
+    }
+}
+
+#[test]
+fn ten_simulated_minutes_run_in_under_five_seconds() {
+    let options = options(Scenario::Steady, 1, Duration::from_secs(600));
+    // CPU time of this thread (the simulation's current-thread runtime), so other
+    // work on a busy machine does not count; wall time where that is not available.
+    let cpu = || {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .map(Duration::from_nanos)
+    };
+    let (cpu_start, wall_start) = (cpu(), std::time::Instant::now());
+    let trace = simulate::run(&options).unwrap();
+    let took = match (cpu_start, cpu()) {
+        (Some(start), Some(end)) => end - start,
+        _ => wall_start.elapsed(),
+    };
+    assert!(trace.attempts.len() > 50_000, "{}", trace.attempts.len());
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn goodput_never_exceeds_capacity_plus_burst() {
+    for scenario in [
+        Scenario::Steady,
+        Scenario::StepDown,
+        Scenario::StepUp,
+        Scenario::Autoscale,
+        Scenario::Shared,
+    ] {
+        let options = options(scenario, 3, Duration::from_secs(120));
+        let trace = simulate::run(&options).unwrap();
+        // Over any second, successes are at most the tokens refilled plus the burst
+        // held at its start (a capacity change starts a fresh, full bucket).
+        let mut ok: Vec<Duration> = trace
+            .attempts
+            .iter()
+            .filter(|a| !a.throttled)
+            .map(|a| a.at)
+            .collect();
+        ok.sort();
+        let capacity_at = |t: Duration| {
+            trace
+                .capacity
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= t)
+                .map_or(0.0, |(_, rate)| *rate)
+        };
+        let second = Duration::from_secs(1);
+        for (i, &start) in ok.iter().enumerate() {
+            let in_window = ok[i..].partition_point(|&t| t < start + second);
+            let changes = trace
+                .capacity
+                .iter()
+                .filter(|(at, _)| *at > start && *at < start + second)
+                .count() as f64;
+            let limit = capacity_at(start).max(capacity_at(start + second))
+                + f64::from(options.burst) * (1.0 + changes)
+                + 1.0;
+            assert!(
+                in_window as f64 <= limit,
+                "{scenario:?}: {in_window} successes in the second from {start:?}, limit {limit}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pacing_throttles_far_less_than_passing_everything_through() {
+    let mut paced = options(Scenario::Steady, 5, Duration::from_secs(60));
+    let mut off = paced.clone();
+    off.settings = settings(r#"strategy = "off""#);
+    paced.settings = settings(r#"strategy = "responsive""#);
+    let paced = simulate::run(&paced).unwrap();
+    let off = simulate::run(&off).unwrap();
+    let (paced, off) = (throttled_fraction(&paced), throttled_fraction(&off));
+    assert!(off > 0.8, "off: {off}");
+    assert!(paced < 0.2, "responsive: {paced}");
+}
+
+#[test]
+fn a_step_down_is_seen_as_two_phases_with_a_convergence_time_each() {
+    let options = options(Scenario::StepDown, 1, Duration::from_secs(30));
+    let (summary, csv, _) = outputs(&options);
+    let bins = csv.lines().skip(1).map(|l| l.split(',').nth(1).unwrap());
+    let capacities: Vec<&str> = bins.collect();
+    assert_eq!(capacities.len(), 300);
+    assert_eq!(capacities[99], "100");
+    assert_eq!(capacities[100], "50");
+    assert!(summary.contains("  0.0s  10.0s   100.0/s"), "{summary}");
+    assert!(summary.contains(" 10.0s  30.0s    50.0/s"), "{summary}");
+}
+
+fn easeoff(config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_easeoff"))
+        .arg("simulate")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn config_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("easeoff-simulate-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("easeoff.toml");
+    std::fs::write(
+        &file,
+        "[[upstream]]\nname = \"orders\"\nlisten = \"127.0.0.1:8000\"\nurl = \"http://127.0.0.1:9\"\n",
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn the_command_prints_the_summary_and_writes_the_svg_and_the_csv_beside_it() {
+    let config = config_file("run");
+    let out = config.with_file_name("trace.svg");
+    let run = easeoff(
+        &config,
+        &[
+            "--upstream",
+            "orders",
+            "--duration",
+            "20s",
+            "--scenario",
+            "step-up",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("scenario step-up, seed 1"), "{stdout}");
+    assert!(stdout.contains("converged"), "{stdout}");
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.contains("capacity 100/s") && svg.contains("capacity 50/s"));
+    let csv = std::fs::read_to_string(out.with_extension("csv")).unwrap();
+    assert!(csv.starts_with(report::CSV_HEADER));
+    assert_eq!(csv.lines().count(), 201);
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+}
+
+#[test]
+fn an_unknown_upstream_or_scenario_is_a_usage_error() {
+    let config = config_file("usage");
+    let out = config.with_file_name("trace.svg");
+    let out = out.to_str().unwrap();
+
+    let unknown = easeoff(&config, &["--upstream", "order", "--out", out]);
+    assert_eq!(unknown.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("no upstream named \"order\" (the file has: orders)"),
+        "{stderr}"
+    );
+
+    let scenario = easeoff(
+        &config,
+        &[
+            "--upstream",
+            "orders",
+            "--scenario",
+            "sideways",
+            "--out",
+            out,
+        ],
+    );
+    assert_eq!(scenario.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&scenario.stderr);
+    assert!(
+        stderr.contains("invalid value 'sideways' for '--scenario"),
+        "{stderr}"
+    );
+
+    let capacity = easeoff(
+        &config,
+        &["--upstream", "orders", "--capacity", "0", "--out", out],
+    );
+    assert_eq!(capacity.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&capacity.stderr).contains("--capacity must be above 0"));
+    assert!(!Path::new(out).exists());
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+}
