@@ -100,9 +100,15 @@ done
 for ((r=1; r<=ROUNDS; r++)); do
   for c in $CANDIDATES; do
     echo "# round $r/$ROUNDS: $c" >&2
-    "$TOOLS/overhead.sh" --rounds 1 "${PASS[@]}" --under-test "$(command_of "$c")" \
-      --name "$c" --out "$WORK/r$r-$c" >"$WORK/r$r-$c.txt" 2>"$WORK/r$r-$c.err" \
-      || { tail -5 "$WORK/r$r-$c.err" >&2; exit 1; }
+    # A run that could not start (a port taken by someone else on a shared machine)
+    # is tried once more.
+    for attempt in 1 2; do
+      rm -rf "$WORK/r$r-$c"
+      "$TOOLS/overhead.sh" --rounds 1 "${PASS[@]}" --under-test "$(command_of "$c")" \
+        --name "$c" --out "$WORK/r$r-$c" >"$WORK/r$r-$c.txt" 2>"$WORK/r$r-$c.err" && break
+      tail -3 "$WORK/r$r-$c.err" >&2
+      [ "$attempt" = 2 ] && exit 1
+    done
     tail -1 "$WORK/r$r-$c.txt" | sed "s/^under-test/  $c/" >&2
   done
 done
