@@ -46,6 +46,28 @@ pub struct ServerSettings {
     pub admin_allow_mutations: bool,
     /// A client must send its request headers within this time.
     pub header_read_timeout: Duration,
+    /// How the listeners' connections are spread over threads.
+    pub runtime: RuntimeShape,
+}
+
+/// `[server] runtime`: the thread layout that serves client connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeShape {
+    /// One work-stealing tokio runtime for everything.
+    MultiThread,
+    /// One single-threaded runtime per CPU, each accepting on its own `SO_REUSEPORT`
+    /// socket: less hand-over between threads, the shape nginx has.
+    PerCore,
+}
+
+impl RuntimeShape {
+    /// The config names, in declaration order.
+    pub const NAMES: [&'static str; 2] = ["multi-thread", "per-core"];
+
+    /// The config name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
 }
 
 /// One `[[upstream]]`.
@@ -162,6 +184,7 @@ const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "admin_allow_mutations",
     "header_read_timeout",
+    "runtime",
 ];
 const SLEEPER_KEYS: &[&str] = &[
     "strategy",
@@ -319,6 +342,7 @@ fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
         max_connections: 10_000,
         admin_allow_mutations: false,
         header_read_timeout: Duration::from_secs(30),
+        runtime: RuntimeShape::MultiThread,
     };
     let Some(mut t) = table else {
         return s;
@@ -341,6 +365,13 @@ fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
     }
     if let Some(v) = positive_duration(&mut t, "header_read_timeout") {
         s.header_read_timeout = v;
+    }
+    if let Some(i) = t.choice("runtime", &RuntimeShape::NAMES) {
+        s.runtime = if *i.get_ref() == 0 {
+            RuntimeShape::MultiThread
+        } else {
+            RuntimeShape::PerCore
+        };
     }
     t.finish(&[]);
     s

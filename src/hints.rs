@@ -72,9 +72,17 @@ impl Quota {
 
 /// The tightest quota the answer advertises: the IETF `RateLimit` field
 /// (`"name";r=R;t=T`, or the older `remaining=R, reset=T`), else
-/// `RateLimit-Remaining`/`RateLimit-Reset`, else the `X-RateLimit-` pair. Three header
-/// look-ups when there is none.
+/// `RateLimit-Remaining`/`RateLimit-Reset`, else the `X-RateLimit-` pair. Every
+/// answer passes here, so one pass over the names comes first: an answer without any
+/// rate-limit field costs no look-up.
 pub fn quota(headers: &HeaderMap) -> Option<Quota> {
+    let advertised = headers.keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("ratelimit") || name.starts_with("x-ratelimit")
+    });
+    if !advertised {
+        return None;
+    }
     if let Some(field) = headers.get("ratelimit").and_then(|v| v.to_str().ok()) {
         return structured_quota(field).map(|(remaining, reset)| Quota { remaining, reset });
     }
@@ -261,6 +269,7 @@ mod tests {
         ];
         assert_eq!(quota_of(&pair), Some((60, secs(30))));
         assert_eq!(quota_of(&[("x-ratelimit-remaining", "5")]), None);
+        assert_eq!(quota_of(&[("content-type", "text/plain")]), None);
     }
 
     #[test]

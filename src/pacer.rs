@@ -151,7 +151,7 @@ impl Pacer {
             && s.floor_until_ns.load(Ordering::Relaxed) == 0
             && s.waiting.load(Ordering::Relaxed) == 0
         {
-            return Ok(s.dispatch(now, now, now));
+            return Ok(s.dispatch_now(now));
         }
         let deadline = s.limit(deadline);
         match s.mode {
@@ -301,6 +301,21 @@ impl Shared {
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
         Ok(WaitingGuard(&self.waiting))
+    }
+
+    /// Releases a request that waited for nothing: `dispatch(now, now, now)` with the
+    /// clock read and converted once (the fast path; see benches/hot_path.rs).
+    fn dispatch_now(&self, now: Instant) -> Slot {
+        let ns = self.ns(now);
+        self.last_dispatch_ns.store(ns, Ordering::Relaxed);
+        self.rate.add(ns);
+        Slot {
+            epoch: self.epoch.load(Ordering::Acquire),
+            dispatched_at: now,
+            waited: Duration::ZERO,
+            held: false,
+            interval: Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed)),
+        }
     }
 
     /// Releases a request that arrived at `arrived` and was due at `scheduled`.

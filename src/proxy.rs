@@ -13,6 +13,7 @@ mod reply;
 mod service;
 
 pub use body::ProxyBody;
-pub use client::{ClientError, SendError, UpstreamClient};
+pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
+pub use headers::strip_hop_by_hop;
 pub use listener::{Current, ListenerContext, serve};
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};

@@ -8,6 +8,7 @@
 //! settings did not change is kept whole, with its learned interval and queue.
 
 mod reload;
+mod workers;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,13 +23,14 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::admin::{self, AdminState, Upstreams};
-use crate::config::{Config, UpstreamSettings};
+use crate::config::{Config, RuntimeShape, UpstreamSettings};
 use crate::metrics::Metrics;
 use crate::proxy::{self, ClientError, Current, ListenerContext};
 use crate::sigv4::{CredentialsError, SigningEnv};
 use crate::upstream::{Observer, Upstream};
 
 pub use reload::{ReloadError, Reloaded};
+use workers::{Workers, bind_reuseport};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +53,8 @@ pub enum StartError {
     },
     #[error("cannot set up metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("cannot start the per-core runtimes: {0}")]
+    Workers(std::io::Error),
 }
 
 /// A proxy with every socket bound, ready to run.
@@ -78,6 +82,8 @@ struct Live {
     upstreams: Upstreams,
     /// Reloads and the shutdown take turns here.
     state: Mutex<State>,
+    /// The per-core runtimes the accept loops run on; `None`: the caller's runtime.
+    workers: Option<Workers>,
 }
 
 struct State {
@@ -99,9 +105,10 @@ struct Listening {
     bound: SocketAddr,
     current: Current,
     stop: watch::Sender<bool>,
-    /// The socket until `run` starts its accept loop; then the loop's task.
-    socket: Option<TcpListener>,
-    task: Option<JoinHandle<()>>,
+    /// The sockets until `run` starts the accept loops (one per per-core runtime, or
+    /// one); then the loops' tasks.
+    sockets: Vec<TcpListener>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -128,17 +135,23 @@ impl Server {
         let metrics = Arc::new(Metrics::new()?);
         let admin = bind(config.server.admin_listen, "the admin server").await?;
         let admin_addr = local_addr(&admin, config.server.admin_listen);
+        let workers = match config.server.runtime {
+            RuntimeShape::MultiThread => None,
+            RuntimeShape::PerCore => Some(Workers::start().map_err(StartError::Workers)?),
+        };
+        let copies = workers.as_ref().map_or(1, Workers::count);
         let mut listeners = Vec::with_capacity(config.upstreams.len());
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for settings in &config.upstreams {
-            let socket = bind(settings.listen, &format!("upstream \"{}\"", settings.name)).await?;
-            let bound = local_addr(&socket, settings.listen);
+            let what = format!("upstream \"{}\"", settings.name);
+            let sockets = bind_listener(settings.listen, &what, copies).await?;
+            let bound = local_addr(&sockets[0], settings.listen);
             let upstream = build(settings, bound, &metrics, &observer, &signing).await?;
             listeners.push(Listening::new(
                 settings.listen,
                 bound,
                 Arc::clone(&upstream),
-                socket,
+                sockets,
             ));
             upstreams.push(upstream);
         }
@@ -157,6 +170,7 @@ impl Server {
                 started: false,
                 draining: false,
             }),
+            workers,
         };
         Ok(Server {
             live: Arc::new(live),
@@ -196,7 +210,7 @@ impl Server {
             let mut state = live.state.lock().await;
             let server = state.config.server.clone();
             for listening in &mut state.listeners {
-                listening.start(live.context(&server));
+                listening.start(live.context(&server), live.workers.as_ref());
             }
             state.started = true;
             (server.admin_allow_mutations, server.shutdown_grace)
@@ -234,6 +248,9 @@ impl Server {
         };
         live.ready.store(false, Ordering::Relaxed);
         live.drain(grace).await;
+        if let Some(workers) = &live.workers {
+            workers.stop();
+        }
         let ended = match admin_ended {
             Some(ended) => ended,
             None => {
@@ -300,7 +317,7 @@ impl Live {
         let mut tasks = std::mem::take(&mut state.retired);
         for listening in &mut state.listeners {
             let _ = listening.stop.send(true);
-            tasks.extend(listening.task.take());
+            tasks.append(&mut listening.tasks);
         }
         for task in tasks {
             let _ = task.await;
@@ -314,32 +331,56 @@ impl Listening {
         configured: SocketAddr,
         bound: SocketAddr,
         upstream: Arc<Upstream>,
-        socket: TcpListener,
+        sockets: Vec<TcpListener>,
     ) -> Listening {
         Listening {
             configured,
             bound,
             current: Arc::new(ArcSwap::new(upstream)),
             stop: watch::channel(false).0,
-            socket: Some(socket),
-            task: None,
+            sockets,
+            tasks: Vec::new(),
         }
     }
 
-    /// Starts the accept loop.
-    fn start(&mut self, mut context: ListenerContext) {
-        if let Some(socket) = self.socket.take() {
-            context.stop = self.stop.subscribe();
+    /// Starts the accept loops: on the caller's runtime, or one on each per-core
+    /// runtime.
+    fn start(&mut self, mut context: ListenerContext, workers: Option<&Workers>) {
+        context.stop = self.stop.subscribe();
+        for (index, socket) in std::mem::take(&mut self.sockets).into_iter().enumerate() {
             let current = Arc::clone(&self.current);
-            self.task = Some(tokio::spawn(proxy::serve(socket, current, context)));
+            let context = context.clone();
+            let Some(workers) = workers else {
+                self.tasks
+                    .push(tokio::spawn(proxy::serve(socket, current, context)));
+                continue;
+            };
+            // A socket is registered with the runtime that polls it: hand it over
+            // as a plain socket and register it there.
+            let socket = match socket.into_std() {
+                Ok(socket) => socket,
+                Err(error) => {
+                    tracing::error!(listen = %self.bound, %error, "cannot hand a listener to its runtime");
+                    continue;
+                }
+            };
+            let bound = self.bound;
+            self.tasks.push(workers.spawn(index, async move {
+                match TcpListener::from_std(socket) {
+                    Ok(socket) => proxy::serve(socket, current, context).await,
+                    Err(error) => {
+                        tracing::error!(listen = %bound, %error, "cannot listen on a per-core runtime");
+                    }
+                }
+            }));
         }
     }
 
-    /// Stops accepting; open connections finish within the grace. Returns the task
+    /// Stops accepting; open connections finish within the grace. Returns the tasks
     /// to wait for.
-    fn close(mut self) -> Option<JoinHandle<()>> {
+    fn close(mut self) -> Vec<JoinHandle<()>> {
         let _ = self.stop.send(true);
-        self.task.take()
+        std::mem::take(&mut self.tasks)
     }
 }
 
@@ -372,6 +413,22 @@ async fn build(
             upstream: settings.name.clone(),
             source,
         })
+}
+
+/// A listener's sockets: one, or `copies` sharing the address with `SO_REUSEPORT`.
+async fn bind_listener(
+    addr: SocketAddr,
+    what: &str,
+    copies: usize,
+) -> Result<Vec<TcpListener>, StartError> {
+    if copies <= 1 {
+        return Ok(vec![bind(addr, what).await?]);
+    }
+    bind_reuseport(addr, copies).map_err(|source| StartError::Bind {
+        what: what.to_string(),
+        addr,
+        source,
+    })
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, StartError> {

@@ -18,6 +18,7 @@ pub fn render(config: &Config) -> String {
     plain(&mut out, "max_connections", s.max_connections);
     plain(&mut out, "admin_allow_mutations", s.admin_allow_mutations);
     duration(&mut out, "header_read_timeout", s.header_read_timeout);
+    string(&mut out, "runtime", s.runtime.name());
     for u in &config.upstreams {
         render_upstream(&mut out, u);
     }

@@ -33,6 +33,7 @@ fn a_minimal_upstream_gets_the_documented_defaults() {
     assert_eq!(c.server.admin_listen, "0.0.0.0:9901".parse().unwrap());
     assert_eq!(c.server.shutdown_grace, Duration::from_secs(25));
     assert_eq!(c.server.max_connections, 10_000);
+    assert_eq!(c.server.runtime, RuntimeShape::MultiThread);
     let u = &c.upstreams[0];
     assert_eq!(u.name, "orders");
     assert_eq!(u.url.scheme, Scheme::HTTPS);
@@ -345,5 +346,18 @@ fn the_effective_config_parses_back_to_the_same_config() {
     assert!(
         printed.contains("initial_interval = \"250ms\""),
         "{printed}"
+    );
+}
+
+#[test]
+fn the_runtime_shape_is_one_of_two_names() {
+    let c = parse(&format!("[server]\nruntime = \"per-core\"\n{MINIMAL}")).unwrap();
+    assert_eq!(c.server.runtime, RuntimeShape::PerCore);
+    assert!(effective::render(&c).contains("runtime = \"per-core\""));
+    assert_eq!(
+        problems(&format!("[server]\nruntime = \"percore\"\n{MINIMAL}")),
+        [
+            r#"easeoff.toml:2:11: server.runtime must be one of multi-thread | per-core, got "percore" (did you mean "per-core"?)"#
+        ]
     );
 }

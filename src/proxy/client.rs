@@ -1,7 +1,8 @@
 //! The pooled client to one upstream: TLS and ALPN, the rewritten request target and
 //! Host, and the per-attempt timeout. Classification and pacing are not its business.
 
-use std::sync::Arc;
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::request::Parts;
@@ -43,9 +44,32 @@ pub enum SendError {
     Failed(hyper_util::client::legacy::Error),
 }
 
+type Pooled = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+thread_local! {
+    /// The per-core runtime this thread runs, plus one; 0 on every other thread.
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many per-core runtimes `runtime = "per-core"` starts: one per CPU.
+pub fn worker_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Marks the calling thread as per-core runtime `index`: its requests use a
+/// connection pool of their own, whose connections live on that runtime.
+pub fn set_worker(index: usize) {
+    WORKER.with(|w| w.set(index + 1));
+}
+
 /// Sends requests to one upstream.
 pub struct UpstreamClient {
-    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
+    /// Slot 0 serves the shared runtime; slot `i + 1` per-core runtime `i`, made on
+    /// its first request there. A pool shared across runtimes would hand a
+    /// connection driven by one thread to a request on another.
+    clients: Box<[OnceLock<Pooled>]>,
+    builder: hyper_util::client::legacy::Builder,
+    connector: HttpsConnector<HttpConnector>,
     scheme: Scheme,
     authority: Authority,
     base_path: String,
@@ -84,16 +108,21 @@ impl UpstreamClient {
         } else {
             https.enable_all_versions().wrap_connector(http)
         };
-        let client = Client::builder(TokioExecutor::new())
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .http2_only(grpc)
-            .set_host(false)
-            .build(connector);
+            .set_host(false);
+        let clients: Box<[OnceLock<Pooled>]> =
+            (0..=worker_count()).map(|_| OnceLock::new()).collect();
+        let _ = clients[0].set(builder.build(connector.clone()));
 
         let url = &settings.url;
         Ok(UpstreamClient {
-            client,
+            clients,
+            builder,
+            connector,
             scheme: url.scheme.clone(),
             host: HeaderValue::from_str(url.authority.as_str())
                 .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
@@ -138,12 +167,19 @@ impl UpstreamClient {
 
     /// Sends one attempt and waits for the response head, at most `request_timeout`.
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
-        match tokio::time::timeout(self.request_timeout, self.client.request(req)).await {
+        match tokio::time::timeout(self.request_timeout, self.pool().request(req)).await {
             Err(_) => Err(SendError::Timeout(self.request_timeout)),
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(e)),
             Ok(Err(e)) => Err(SendError::Failed(e)),
         }
+    }
+
+    /// The connection pool of the calling thread's runtime.
+    fn pool(&self) -> &Pooled {
+        let slot = WORKER.with(Cell::get);
+        let slot = self.clients.get(slot).unwrap_or(&self.clients[0]);
+        slot.get_or_init(|| self.builder.build(self.connector.clone()))
     }
 
     /// The per-attempt timeout.

@@ -30,7 +30,7 @@ use crate::upstream::Upstream;
 /// Serves one request for `upstream`; every path ends in a response.
 pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
     let arrived = Instant::now();
-    let settings = Arc::clone(&upstream.settings);
+    let settings = &*upstream.settings;
     let dialect = Dialect {
         preset: settings.preset,
         grpc: is_grpc(req.headers()),
@@ -39,7 +39,11 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
         upstream: &upstream,
         dialect,
         // A gRPC client's own deadline bounds every wait.
-        grpc_deadline: hints::grpc_timeout(req.headers()).map(|t| arrived + t),
+        grpc_deadline: dialect
+            .grpc
+            .then(|| hints::grpc_timeout(req.headers()))
+            .flatten()
+            .map(|t| arrived + t),
         watch_batch: settings.preset.is_aws() && is_batch(req.headers()),
     };
     upstream.budget.deposit(upstream.clock(arrived));

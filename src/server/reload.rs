@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError};
 
-use super::{Listening, Live, StartError, bind, build, local_addr};
+use super::Workers;
+use super::{Listening, Live, StartError, bind_listener, build, local_addr};
 use crate::config::{Config, UpstreamSettings};
 
 /// Why a reload was not applied; the running configuration stays.
@@ -70,8 +71,8 @@ fn plan(running: &[(SocketAddr, &UpstreamSettings)], new: &[UpstreamSettings]) -
 /// A new upstream ready to go live.
 struct Prepared {
     placement: Placement,
-    /// A freshly bound socket, when no running listener is taken over.
-    socket: Option<tokio::net::TcpListener>,
+    /// Freshly bound sockets, when no running listener is taken over.
+    sockets: Option<Vec<tokio::net::TcpListener>>,
     bound: SocketAddr,
     upstream: Arc<crate::upstream::Upstream>,
 }
@@ -99,13 +100,14 @@ impl Live {
         let mut prepared = Vec::with_capacity(placements.len());
         for (settings, placement) in config.upstreams.iter().zip(placements) {
             let taken = placement.listener.and_then(|i| running.get(i));
-            let (socket, bound) = match taken {
+            let (sockets, bound) = match taken {
                 Some((_, bound, _)) => (None, *bound),
                 None => {
                     let what = format!("upstream \"{}\"", settings.name);
-                    let socket = bind(settings.listen, &what).await?;
-                    let bound = local_addr(&socket, settings.listen);
-                    (Some(socket), bound)
+                    let copies = self.workers.as_ref().map_or(1, Workers::count);
+                    let sockets = bind_listener(settings.listen, &what, copies).await?;
+                    let bound = local_addr(&sockets[0], settings.listen);
+                    (Some(sockets), bound)
                 }
             };
             let upstream = match taken {
@@ -123,7 +125,7 @@ impl Live {
             };
             prepared.push(Prepared {
                 placement,
-                socket,
+                sockets,
                 bound,
                 upstream,
             });
@@ -145,7 +147,7 @@ impl Live {
         for (settings, p) in config.upstreams.iter().zip(prepared) {
             let name = settings.name.clone();
             let reused = p.placement.listener.and_then(|i| old.get_mut(i)?.take());
-            let listening = match (reused, p.socket) {
+            let listening = match (reused, p.sockets) {
                 (Some(listening), _) => {
                     let previous = listening.current.swap(Arc::clone(&p.upstream));
                     if !Arc::ptr_eq(&previous, &p.upstream) {
@@ -153,11 +155,11 @@ impl Live {
                     }
                     listening
                 }
-                (None, Some(socket)) => {
+                (None, Some(sockets)) => {
                     let mut listening =
-                        Listening::new(settings.listen, p.bound, Arc::clone(&p.upstream), socket);
+                        Listening::new(settings.listen, p.bound, Arc::clone(&p.upstream), sockets);
                     if state.started {
-                        listening.start(context.clone());
+                        listening.start(context.clone(), self.workers.as_ref());
                     }
                     listening
                 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# bench/instructions.sh -- CPU instructions per proxied request, counted by valgrind's
+# callgrind: deterministic, so it tells a 2% change apart on a noisy shared machine
+# where wall-clock figures swing 10-25%.
+#
+# Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2] 'COMMAND' ...
+#   COMMAND starts a proxy in the foreground on 127.0.0.1:$PORT forwarding to
+#   $UPSTREAM (the overhead.sh convention), e.g.
+#     bench/instructions.sh 'exec target/release/easeoff --config bench/passthrough.toml'
+#   Several commands are measured one after another against the same upstream.
+# An nginx upstream answers "ok". Each proxy runs under callgrind; after a warm-up of
+# 2000 requests the counters are zeroed, N requests (default 20000) are sent with
+# h2load (HTTP/1.1 keep-alive unless --h2), and the instructions of every thread
+# are summed and divided by N. Prints one line per command:
+#   instructions/request=...  allocations are not counted here (see benches/).
+# Every process started here is stopped by PID on exit.
+set -euo pipefail
+
+N=20000
+C=16
+P=/
+H2=0
+CMDS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --requests) N=${2:?}; shift 2 ;;
+    --conns) C=${2:?}; shift 2 ;;
+    --path) P=${2:?}; shift 2 ;;
+    --h2) H2=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) CMDS+=("$1"); shift ;;
+  esac
+done
+[ ${#CMDS[@]} -gt 0 ] || { echo "instructions.sh: no command (try --help)" >&2; exit 2; }
+for t in nginx valgrind callgrind_control callgrind_annotate h2load curl; do
+  command -v "$t" >/dev/null || { echo "instructions.sh: missing tool: $t" >&2; exit 2; }
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/instructions.XXXXXX")
+chmod 755 "$WORK"
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf -- "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+  local p
+  while :; do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    port_busy "$p" || { echo "$p"; return; }
+  done
+}
+wait_port() { # PORT SECONDS PID
+  local i
+  for i in $(seq 1 $(( $2 * 10 ))); do
+    port_busy "$1" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+UP_PORT=$(free_port)
+mkdir -p "$WORK/up"
+cat >"$WORK/up/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/up/nginx.pid;
+error_log $WORK/up/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/up/cb; proxy_temp_path $WORK/up/p;
+  fastcgi_temp_path $WORK/up/f; uwsgi_temp_path $WORK/up/u; scgi_temp_path $WORK/up/s;
+  keepalive_requests 100000000;
+  server {
+    listen 127.0.0.1:$UP_PORT;
+    location / { default_type text/plain; return 200 "ok"; }
+  }
+}
+EOF
+nginx -p "$WORK/up/" -e "$WORK/up/error.log" -c "$WORK/up/nginx.conf" &
+PIDS+=($!)
+wait_port "$UP_PORT" 10 "${PIDS[0]}" || { echo "instructions.sh: upstream did not start" >&2; exit 1; }
+
+load() { # PORT REQUESTS
+  local proto=(--h1)
+  [ "$H2" = 1 ] && proto=()
+  h2load "${proto[@]}" -c"$C" -n"$2" "http://127.0.0.1:$1$P" >"$WORK/load.txt" 2>&1 \
+    || { cat "$WORK/load.txt" >&2; return 1; }
+  grep -q "succeeded, 0 failed, 0 errored" "$WORK/load.txt" \
+    || grep -q "^requests: .* $2 succeeded" "$WORK/load.txt" \
+    || { grep '^requests:' "$WORK/load.txt" >&2; return 1; }
+}
+
+for cmd in "${CMDS[@]}"; do
+  PORT=$(free_port)
+  out="$WORK/cg.$PORT"
+  export PORT UPSTREAM="127.0.0.1:$UP_PORT"
+  valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$out.%p" --dump-instr=no \
+    bash -c "$cmd" >"$WORK/proxy.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_port "$PORT" 120 "$pid" || { tail -20 "$WORK/proxy.log" >&2; exit 1; }
+  load "$PORT" 2000
+  callgrind_control --zero "$pid" >/dev/null 2>&1 || callgrind_control --zero >/dev/null
+  load "$PORT" "$N"
+  rm -f "$out".*
+  callgrind_control --dump "$pid" >/dev/null 2>&1 || callgrind_control --dump >/dev/null
+  total=$(cat "$out".* 2>/dev/null | awk '/^summary:/ {s += $2} END {print s + 0}')
+  printf 'instructions/request=%d requests=%d conns=%d path=%s%s  %s\n' \
+    $(( total / N )) "$N" "$C" "$P" "$([ "$H2" = 1 ] && echo ' h2')" "$cmd"
+  cp "$out".* "${TMPDIR:-/tmp}/" 2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+done
