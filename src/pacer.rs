@@ -11,6 +11,8 @@
 //! loads, no lock, allocation or timer. The controller decides the interval; this
 //! file only applies it.
 
+mod precise;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::sleeper::Mode;
 use crate::window::WindowedCount;
+use precise::PreciseSleep;
 
 /// Permission to send one attempt upstream.
 #[derive(Clone, Copy, Debug)]
@@ -413,6 +416,7 @@ impl Shared {
 
 /// The release task: grants slots to waiters in arrival order.
 async fn release(shared: Arc<Shared>) {
+    let mut timer = PreciseSleep::new();
     loop {
         let next = shared.lock_queue().pop_front();
         let Some(mut waiter) = next else {
@@ -444,7 +448,7 @@ async fn release(shared: Arc<Shared>) {
             shared.shed_late(at, now);
             due = at;
             tokio::select! {
-                _ = tokio::time::sleep_until(at) => {}
+                _ = timer.until(at) => {}
                 // A new interval, pause or floor: recompute the release time.
                 _ = shared.changed.notified() => {}
                 // The client went away: its place goes to the next waiter.

@@ -182,8 +182,10 @@ pub enum SimError {
 
 /// Runs the simulation on its own current-thread runtime in paused time.
 pub fn run(options: &SimOptions) -> Result<Trace, SimError> {
+    // I/O too: the pacer's precise timer registers with the reactor (paused time
+    // still decides when it wakes).
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .start_paused(true)
         .build()
         .map_err(SimError::Runtime)?;

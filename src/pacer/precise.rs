@@ -1,0 +1,136 @@
+//! Sleeps that end on time. tokio's timer fires on millisecond ticks, up to a tick
+//! and a bit late, so a pacer at 5 ms would be spaced 5–6.5 ms apart and run slow. On
+//! Linux a timerfd registered with the reactor wakes it within tens of microseconds.
+//! tokio's own sleep always runs alongside: it is the fallback where a timerfd cannot
+//! be had (other systems, a runtime without I/O) and it is what paused time (the
+//! tests, `easeoff simulate`) advances.
+
+use tokio::time::Instant;
+
+/// The release task's timer; one per pacer, reused for every wait.
+pub struct PreciseSleep {
+    #[cfg(target_os = "linux")]
+    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+}
+
+impl PreciseSleep {
+    /// A timer on this runtime's reactor, or tokio's timer alone where the system has
+    /// no timerfd. The runtime must have I/O enabled (tokio panics otherwise); every
+    /// runtime easeoff builds, `simulate`'s included, has it.
+    pub fn new() -> PreciseSleep {
+        PreciseSleep {
+            #[cfg(target_os = "linux")]
+            fd: linux::timer_fd(),
+        }
+    }
+
+    /// Returns at `at` (tokio's clock), or very soon after.
+    pub async fn until(&mut self, at: Instant) {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.fd {
+            let left = at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            if linux::arm(fd.get_ref(), left).is_ok() {
+                let sleep = tokio::time::sleep_until(at);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => return,
+                        ready = fd.readable() => {
+                            let Ok(mut guard) = ready else { break };
+                            let fired = linux::expired(guard.get_inner());
+                            guard.clear_ready();
+                            // A paused clock can lag the real one the timerfd follows:
+                            // then only tokio's sleep may end the wait.
+                            if fired && Instant::now() >= at {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::os::fd::OwnedFd;
+    use std::time::Duration;
+
+    use rustix::time::{
+        Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+        timerfd_settime,
+    };
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+
+    /// A non-blocking monotonic timerfd in the reactor (`Instant` is monotonic too).
+    pub fn timer_fd() -> Option<AsyncFd<OwnedFd>> {
+        let fd = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )
+        .ok()?;
+        // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and the
+        // same for the AsyncFd's whole life.
+        match unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) } {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::debug!(error = %e, "no timerfd for pacing: millisecond timer only");
+                None
+            }
+        }
+    }
+
+    /// Fires once, `after` from now. Re-arming also resets the expiry count, so a
+    /// stale expiry of an earlier wait does not end this one.
+    pub fn arm(fd: &OwnedFd, after: Duration) -> rustix::io::Result<()> {
+        let spec = Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(after.subsec_nanos()),
+            },
+        };
+        timerfd_settime(fd, TimerfdTimerFlags::empty(), &spec).map(|_| ())
+    }
+
+    /// Whether the timer fired since it was last armed (consumes the expiry).
+    pub fn expired(fd: &OwnedFd) -> bool {
+        let mut count = [0u8; 8];
+        matches!(rustix::io::read(fd, &mut count), Ok(8))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    // How soon after the deadline it wakes is a matter for the pacing benchmark
+    // (`bench/pacing.sh`); a test can only hold it to never waking early.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_sleep_never_ends_before_its_deadline() {
+        let mut timer = PreciseSleep::new();
+        for i in 0..20 {
+            let at = Instant::now() + Duration::from_micros(300 + 100 * i);
+            timer.until(at).await;
+            assert!(Instant::now() >= at);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_advances_through_the_sleep() {
+        let mut timer = PreciseSleep::new();
+        let start = Instant::now();
+        timer.until(start + Duration::from_secs(3600)).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(3600));
+    }
+}
