@@ -342,7 +342,7 @@ fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
         max_connections: 10_000,
         admin_allow_mutations: false,
         header_read_timeout: Duration::from_secs(30),
-        runtime: RuntimeShape::MultiThread,
+        runtime: RuntimeShape::PerCore,
     };
     let Some(mut t) = table else {
         return s;

@@ -33,7 +33,7 @@ fn a_minimal_upstream_gets_the_documented_defaults() {
     assert_eq!(c.server.admin_listen, "0.0.0.0:9901".parse().unwrap());
     assert_eq!(c.server.shutdown_grace, Duration::from_secs(25));
     assert_eq!(c.server.max_connections, 10_000);
-    assert_eq!(c.server.runtime, RuntimeShape::MultiThread);
+    assert_eq!(c.server.runtime, RuntimeShape::PerCore);
     let u = &c.upstreams[0];
     assert_eq!(u.name, "orders");
     assert_eq!(u.url.scheme, Scheme::HTTPS);
@@ -351,9 +351,9 @@ fn the_effective_config_parses_back_to_the_same_config() {
 
 #[test]
 fn the_runtime_shape_is_one_of_two_names() {
-    let c = parse(&format!("[server]\nruntime = \"per-core\"\n{MINIMAL}")).unwrap();
-    assert_eq!(c.server.runtime, RuntimeShape::PerCore);
-    assert!(effective::render(&c).contains("runtime = \"per-core\""));
+    let c = parse(&format!("[server]\nruntime = \"multi-thread\"\n{MINIMAL}")).unwrap();
+    assert_eq!(c.server.runtime, RuntimeShape::MultiThread);
+    assert!(effective::render(&c).contains("runtime = \"multi-thread\""));
     assert_eq!(
         problems(&format!("[server]\nruntime = \"percore\"\n{MINIMAL}")),
         [
