@@ -10,7 +10,9 @@
 //!
 //! A throttle below the previous `w_max` lowers `w_max` further (CUBIC's fast
 //! convergence): a sidecar whose share shrank gives some of it up, so sidecars sharing
-//! one upstream converge instead of one starving. The time comes in as an argument.
+//! one upstream converge instead of one starving. After a raise from 0, whose `w_max`
+//! is only an estimate, the rate also doubles every `recovery / 3` until the next
+//! throttle. The time comes in as an argument.
 
 use std::time::Duration;
 
@@ -19,6 +21,12 @@ use super::{Settings, Step, from_nanos_f64};
 /// A success moves the interval only when the rate grew by at least this fraction:
 /// smaller steps change nothing a pacer can show, and each move is a published update.
 const MIN_GROWTH: f64 = 0.001;
+
+/// After a raise from 0 the remembered rate is only an estimate (the dispatch rate of
+/// the last second, which at start-up counts the time before any demand), so until the
+/// next throttle the rate also doubles every `recovery / START_DOUBLINGS`: a start
+/// estimated far too low reaches the capacity in seconds, not in a cubic's slow climb.
+const START_DOUBLINGS: f64 = 3.0;
 
 /// The rate multiplier for a throttle with no success since the last decrease: that
 /// decrease did not reach the capacity (the start-up ramp from full speed, a capacity
@@ -48,6 +56,12 @@ pub struct Cubic {
     since: Duration,
     /// A success arrived since the last decrease.
     succeeded: bool,
+    /// The rate set by the last decrease.
+    base: f64,
+    /// No throttle since the raise from 0: `w_max` is an estimate.
+    from_start: bool,
+    /// Seconds per doubling while `from_start`.
+    doubling: f64,
     interval: Duration,
 }
 
@@ -68,6 +82,9 @@ impl Cubic {
             k: 0.0,
             since: Duration::ZERO,
             succeeded: false,
+            base: 0.0,
+            from_start: false,
+            doubling: recovery / START_DOUBLINGS,
             interval: Duration::ZERO,
         }
     }
@@ -85,8 +102,10 @@ impl Cubic {
             self.last_max = rate / self.beta;
             self.w_max = self.last_max;
             self.decrease_to(rate, now);
+            self.from_start = true;
             return Step::Up;
         }
+        self.from_start = false;
         let w = self.rate;
         if w < self.last_max {
             self.w_max = w * (1.0 + self.beta) / 2.0;
@@ -120,12 +139,18 @@ impl Cubic {
 
     /// The curve's rate at `now`.
     fn curve(&self, now: Duration) -> f64 {
-        let t = now.saturating_sub(self.since).as_secs_f64() - self.k;
-        self.w_max * (1.0 + self.c * t.powi(3))
+        let t = now.saturating_sub(self.since).as_secs_f64();
+        let cubic = self.w_max * (1.0 + self.c * (t - self.k).powi(3));
+        if self.from_start {
+            cubic.max(self.base * (t / self.doubling).exp2())
+        } else {
+            cubic
+        }
     }
 
     fn decrease_to(&mut self, rate: f64, now: Duration) {
         self.set_rate(rate.max(self.min_rate));
+        self.base = self.rate;
         // Signed: if `max_interval` held the rate above `w_max`, the curve starts in
         // its convex half.
         self.k = ((self.w_max - self.rate) / (self.c * self.w_max)).cbrt();
@@ -177,9 +202,29 @@ mod tests {
     }
 
     #[test]
+    fn after_a_raise_from_zero_the_rate_also_doubles_until_the_next_throttle() {
+        let mut c = Cubic::new(&settings());
+        // A start estimated at 10/s: 9/s, doubling every 2/3 s.
+        c.on_throttle(Duration::from_nanos(111_111_111), secs(0.0));
+        let mut seen = Vec::new();
+        for t in [0.5, 1.0, 2.0, 3.0] {
+            c.on_success(secs(t));
+            seen.push(rate(&c));
+        }
+        assert_eq!(seen, [15.136, 25.456, 72.0, 203.647]);
+        // The next throttle ends it: plain CUBIC from there.
+        c.on_success(secs(3.0));
+        c.on_throttle(Duration::ZERO, secs(3.0));
+        c.on_success(secs(4.0));
+        // 203.647 × (1 + 0.0125 × (1 − 2)³)
+        assert_eq!(rate(&c), 201.101);
+    }
+
+    #[test]
     fn the_rate_returns_to_w_max_in_recovery_then_probes_beyond_it() {
         let mut c = Cubic::new(&settings());
         c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0));
+        c.from_start = false;
         let mut seen = Vec::new();
         for t in [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0] {
             c.on_success(secs(t));
@@ -194,6 +239,7 @@ mod tests {
     fn small_growth_is_not_published() {
         let mut c = Cubic::new(&settings());
         c.on_throttle(Duration::from_millis(10), secs(0.0));
+        c.from_start = false;
         // w_max 111.1, rate 100: 1 ms later the curve has grown by far less than 0.1%.
         assert_eq!(c.on_success(secs(0.001)), Step::Unchanged);
         assert_eq!(c.interval(), Duration::from_millis(10));
@@ -204,6 +250,7 @@ mod tests {
     fn a_throttle_multiplies_the_rate_by_beta_and_remembers_it() {
         let mut c = Cubic::new(&settings());
         c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0));
+        c.from_start = false;
         c.on_success(secs(4.0)); // 110/s
         assert_eq!(c.on_throttle(Duration::from_secs(1), secs(4.0)), Step::Up);
         assert_eq!(rate(&c), 99.0);
