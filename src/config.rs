@@ -197,6 +197,8 @@ const SLEEPER_KEYS: &[&str] = &[
     "down_multiplier",
     "randomization_factor",
     "down_threshold",
+    "beta",
+    "recovery",
 ];
 const THROTTLE_KEYS: &[&str] = &["statuses", "body_codes", "headers"];
 const RETRY_KEYS: &[&str] = &[
@@ -423,7 +425,7 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
             .map(|_| PathBuf::from(path))
             .map_err(|e| format!("cannot read \"{path}\": {e}"))
     });
-    let sleeper = read_sleeper(t.table("sleeper"));
+    let sleeper = read_sleeper(t.table("sleeper"), preset);
     let throttle = read_throttle(t.table("throttle"));
     let retry = read_retry(t.table("retry"), preset);
     let queue = read_queue(t.table("queue"));
@@ -470,8 +472,13 @@ fn required<T>(
     value
 }
 
-fn read_sleeper(table: Option<TableReader<'_, '_>>) -> sleeper::Settings {
+fn read_sleeper(table: Option<TableReader<'_, '_>>, preset: Preset) -> sleeper::Settings {
     let mut s = sleeper::Settings::seed_defaults();
+    // AWS services throttle with token buckets, which `cubic` tracks closely; other
+    // upstreams keep the seed's strategy, the contract's default.
+    if matches!(preset, Preset::Aws | Preset::DynamoDb) {
+        s.strategy = Strategy::Cubic;
+    }
     let Some(mut t) = table else {
         return s;
     };
@@ -539,6 +546,12 @@ fn read_sleeper(table: Option<TableReader<'_, '_>>) -> sleeper::Settings {
     ) {
         s.randomization_factor = v;
     }
+    if let Some(v) = in_range(&mut t, "beta", |x| x > 0.0 && x < 1.0, "in (0, 1)") {
+        s.beta = v;
+    }
+    if let Some(v) = positive_duration(&mut t, "recovery") {
+        s.recovery = v;
+    }
     if let Some(v) = t.unsigned("down_threshold") {
         match u32::try_from(*v.get_ref()) {
             Ok(n) if n >= 1 => s.down_threshold = n,
@@ -550,9 +563,15 @@ fn read_sleeper(table: Option<TableReader<'_, '_>>) -> sleeper::Settings {
         }
     }
 
+    let strategy_span = strategy.as_ref().map_or_else(|| t.span(), Spanned::span);
     let initial_span = initial.as_ref().map(Spanned::span);
     let at = initial_span.clone().unwrap_or_else(|| t.span());
     match s.initial_interval {
+        _ if s.mode == Mode::Delay && s.strategy == Strategy::Cubic => t.error(
+            strategy_span,
+            "strategy",
+            "\"cubic\" paces a rate and needs mode = \"pace\"",
+        ),
         Initial::Auto if s.mode == Mode::Delay => t.error(
             at,
             "initial_interval",

@@ -28,7 +28,7 @@ impl<R: Random> Controller<R> {
         Controller {
             sleeper: Sleeper::new(settings),
             initial: settings.initial_interval,
-            up_multiplier: settings.up_multiplier,
+            up_multiplier: settings.start_multiplier(),
             min_interval: settings.min_interval,
             max_interval: settings.max_interval,
             epoch: 0,
@@ -46,15 +46,21 @@ impl<R: Random> Controller<R> {
         self.epoch
     }
 
-    /// A throttled attempt dispatched in `epoch`. `spacing` is the dispatch spacing
-    /// observed over the last second, used by `initial_interval = "auto"`.
+    /// A throttled attempt dispatched in `epoch`, answered at `now` (since any fixed
+    /// origin). `spacing` is the dispatch spacing observed over the last second, used
+    /// by `initial_interval = "auto"`.
     /// Returns `None` when the attempt predates the last raise and was only counted.
-    pub fn on_throttle(&mut self, epoch: u64, spacing: Option<Duration>) -> Option<Step> {
+    pub fn on_throttle(
+        &mut self,
+        epoch: u64,
+        spacing: Option<Duration>,
+        now: Duration,
+    ) -> Option<Step> {
         if epoch < self.epoch {
             return None;
         }
         let start = self.start(spacing);
-        let step = self.sleeper.on_throttle(start, &mut self.rng);
+        let step = self.sleeper.on_throttle(start, now, &mut self.rng);
         if step == Step::Up {
             self.epoch += 1;
         }
@@ -63,11 +69,11 @@ impl<R: Random> Controller<R> {
 
     /// A successful attempt dispatched in `epoch`. A success from before the last
     /// raise says nothing about the new interval, so it is not counted either.
-    pub fn on_success(&mut self, epoch: u64) -> Option<Step> {
+    pub fn on_success(&mut self, epoch: u64, now: Duration) -> Option<Step> {
         if epoch < self.epoch {
             return None;
         }
-        Some(self.sleeper.on_success(&mut self.rng))
+        Some(self.sleeper.on_success(now, &mut self.rng))
     }
 
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
@@ -77,7 +83,7 @@ impl<R: Random> Controller<R> {
     }
 
     /// Where a raise from 0 goes: the fixed initial interval, or in pace mode the
-    /// observed spacing × up_multiplier, never below `min_interval`.
+    /// observed spacing × the start multiplier, never below `min_interval`.
     fn start(&self, spacing: Option<Duration>) -> Duration {
         match self.initial {
             Initial::Fixed(d) => d,
@@ -105,7 +111,9 @@ mod tests {
     #[test]
     fn a_burst_of_throttles_from_one_epoch_raises_once() {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
-        let steps: Vec<_> = (0..64).map(|_| c.on_throttle(0, None)).collect();
+        let steps: Vec<_> = (0..64)
+            .map(|_| c.on_throttle(0, None, Duration::ZERO))
+            .collect();
         assert_eq!(steps[0], Some(Step::Up));
         assert!(steps[1..].iter().all(Option::is_none));
         assert_eq!(c.interval(), Duration::from_millis(10));
@@ -117,7 +125,7 @@ mod tests {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
         for expected in [10_000, 15_000, 22_500, 33_750] {
             let epoch = c.epoch();
-            assert_eq!(c.on_throttle(epoch, None), Some(Step::Up));
+            assert_eq!(c.on_throttle(epoch, None, Duration::ZERO), Some(Step::Up));
             assert_eq!(c.interval(), Duration::from_micros(expected));
         }
     }
@@ -125,18 +133,18 @@ mod tests {
     #[test]
     fn successes_from_before_the_last_raise_are_not_counted() {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
-        c.on_throttle(0, None);
-        c.on_throttle(1, None);
+        c.on_throttle(0, None, Duration::ZERO);
+        c.on_throttle(1, None, Duration::ZERO);
         for epoch in [0, 1] {
             for _ in 0..30 {
-                assert_eq!(c.on_success(epoch), None);
+                assert_eq!(c.on_success(epoch, Duration::ZERO), None);
             }
         }
         assert_eq!(c.interval(), Duration::from_millis(15));
         for _ in 0..9 {
-            assert_eq!(c.on_success(2), Some(Step::Unchanged));
+            assert_eq!(c.on_success(2, Duration::ZERO), Some(Step::Unchanged));
         }
-        assert_eq!(c.on_success(2), Some(Step::Down));
+        assert_eq!(c.on_success(2, Duration::ZERO), Some(Step::Down));
         assert_eq!(c.interval(), Duration::from_micros(13_500));
     }
 
@@ -144,14 +152,14 @@ mod tests {
     fn auto_start_is_the_observed_spacing_times_up_multiplier() {
         let mut c = Controller::new(&Settings::seed_defaults(), Script::new(&[0.5]));
         // 50 dispatches a second: 20 ms apart, so the first raise goes to 30 ms.
-        c.on_throttle(0, Some(Duration::from_millis(20)));
+        c.on_throttle(0, Some(Duration::from_millis(20)), Duration::ZERO);
         assert_eq!(c.interval(), Duration::from_millis(30));
     }
 
     #[test]
     fn auto_start_never_goes_below_min_interval_or_above_max() {
         let mut c = Controller::new(&Settings::seed_defaults(), Script::new(&[0.5]));
-        c.on_throttle(0, Some(Duration::from_micros(100)));
+        c.on_throttle(0, Some(Duration::from_micros(100)), Duration::ZERO);
         assert_eq!(c.interval(), Duration::from_millis(1));
 
         let settings = Settings {
@@ -159,7 +167,7 @@ mod tests {
             ..Settings::seed_defaults()
         };
         let mut c = Controller::new(&settings, Script::new(&[0.5]));
-        c.on_throttle(0, Some(Duration::from_secs(5)));
+        c.on_throttle(0, Some(Duration::from_secs(5)), Duration::ZERO);
         assert_eq!(c.interval(), Duration::from_secs(1));
     }
 
@@ -173,10 +181,10 @@ mod tests {
             ..Settings::seed_defaults()
         };
         let mut c = Controller::new(&settings, Script::new(&[0.5]));
-        c.on_throttle(0, Some(Duration::from_millis(10))); // 15 ms
-        c.on_success(1); // 7.5 ms
+        c.on_throttle(0, Some(Duration::from_millis(10)), Duration::ZERO); // 15 ms
+        c.on_success(1, Duration::ZERO); // 7.5 ms
         assert_eq!(c.interval(), Duration::from_micros(7500));
-        c.on_success(1); // 3.75 ms < 4 ms
+        c.on_success(1, Duration::ZERO); // 3.75 ms < 4 ms
         assert_eq!(c.interval(), Duration::ZERO);
     }
 
@@ -184,10 +192,10 @@ mod tests {
     fn reset_returns_to_zero_and_starts_a_new_epoch() {
         let settings = fixed(10);
         let mut c = Controller::new(&settings, Script::new(&[0.5]));
-        c.on_throttle(0, None);
+        c.on_throttle(0, None, Duration::ZERO);
         c.reset(&settings);
         assert_eq!(c.interval(), Duration::ZERO);
-        assert_eq!(c.on_throttle(1, None), None);
-        assert_eq!(c.on_throttle(2, None), Some(Step::Up));
+        assert_eq!(c.on_throttle(1, None, Duration::ZERO), None);
+        assert_eq!(c.on_throttle(2, None, Duration::ZERO), Some(Step::Up));
     }
 }

@@ -1,6 +1,6 @@
 //! `easeoff demo`: the sleeper at work with no set-up. One process runs a DynamoDB-style
-//! mock (about 50 requests/s, small burst), easeoff in front of it with the responsive
-//! sleeper, and 16 clients with unbounded demand; it prints a line a second, a summary,
+//! mock (about 50 requests/s, small burst), easeoff in front of it with the dynamodb
+//! preset's defaults (the cubic sleeper), and 16 clients with unbounded demand; it prints a line a second, a summary,
 //! and writes an SVG of the interval over time.
 
 use std::io::Write;
@@ -92,6 +92,7 @@ preset = "dynamodb"
         .upstream(UPSTREAM)
         .ok_or_else(|| DemoError::Run(std::io::Error::other("demo upstream missing")))?;
     let addr = upstream.listen;
+    let strategy = upstream.settings.sleeper.strategy.name();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(server.run(async move {
         let _ = stopped.await;
@@ -99,7 +100,7 @@ preset = "dynamodb"
 
     let _ = writeln!(
         out,
-        "easeoff demo: {} clients -> easeoff {addr} (responsive sleeper, pace mode) -> DynamoDB-style mock {mock_addr} ({} requests/s, burst {})",
+        "easeoff demo: {} clients -> easeoff {addr} ({strategy} sleeper, pace mode) -> DynamoDB-style mock {mock_addr} ({} requests/s, burst {})",
         options.clients, options.rate, options.burst
     );
     let _ = writeln!(
@@ -158,7 +159,7 @@ preset = "dynamodb"
         .collect();
     summary(out, options, &points, tally.read().1);
     let title = format!(
-        "easeoff demo: responsive sleeper, {} clients, mock at {} requests/s",
+        "easeoff demo: {strategy} sleeper, {} clients, mock at {} requests/s",
         options.clients, options.rate
     );
     write_file(&options.out, &plot::interval_svg(&title, &points))?;

@@ -5,6 +5,7 @@
 //! everything about time belong to `controller.rs`; waiting belongs to `pacer.rs`.
 
 mod constant;
+mod cubic;
 mod decorrelated;
 mod exponential;
 mod linear;
@@ -12,6 +13,7 @@ mod responsive;
 
 use std::time::Duration;
 
+pub use cubic::Cubic;
 pub use decorrelated::Decorrelated;
 pub use exponential::Exponential;
 pub use linear::Linear;
@@ -34,6 +36,9 @@ impl Random for fastrand::Rng {
 pub enum Strategy {
     /// The seed's AutoSleeper: ×up on throttles, ×down after a run of successes.
     Responsive,
+    /// CUBIC in the rate domain: ×beta on a throttle, time-based return to the rate of
+    /// the last throttle, then probing beyond it.
+    Cubic,
     /// gRPC connection backoff applied to throttles; a success resets to 0.
     Exponential,
     /// Polly/AWS decorrelated jitter; a success resets to 0.
@@ -48,16 +53,18 @@ pub enum Strategy {
 
 impl Strategy {
     /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "responsive",
+        "cubic",
         "exponential",
         "decorrelated",
         "linear",
         "constant",
         "off",
     ];
-    const ALL: [Strategy; 6] = [
+    const ALL: [Strategy; 7] = [
         Strategy::Responsive,
+        Strategy::Cubic,
         Strategy::Exponential,
         Strategy::Decorrelated,
         Strategy::Linear,
@@ -122,6 +129,10 @@ pub struct Settings {
     pub randomization_factor: f64,
     /// Successes (counted since the last decrease) that trigger one decrease.
     pub down_threshold: u32,
+    /// `cubic`: the rate multiplier on a throttle.
+    pub beta: f64,
+    /// `cubic`: how long the rate takes to climb back to the rate of the last throttle.
+    pub recovery: Duration,
 }
 
 impl Settings {
@@ -138,6 +149,17 @@ impl Settings {
             down_multiplier: 0.9,
             randomization_factor: 0.3,
             down_threshold: 10,
+            beta: 0.9,
+            recovery: Duration::from_secs(3),
+        }
+    }
+
+    /// What the observed dispatch spacing is multiplied by for a raise from 0 with
+    /// `initial_interval = "auto"`: `cubic` starts at beta × the observed rate.
+    pub fn start_multiplier(&self) -> f64 {
+        match self.strategy {
+            Strategy::Cubic => 1.0 / self.beta,
+            _ => self.up_multiplier,
         }
     }
 
@@ -162,6 +184,7 @@ pub enum Step {
 #[derive(Clone, Debug)]
 pub enum Sleeper {
     Responsive(Responsive),
+    Cubic(Cubic),
     Exponential(Exponential),
     Decorrelated(Decorrelated),
     Linear(Linear),
@@ -174,6 +197,7 @@ impl Sleeper {
     pub fn new(settings: &Settings) -> Sleeper {
         match settings.strategy {
             Strategy::Responsive => Sleeper::Responsive(Responsive::new(settings)),
+            Strategy::Cubic => Sleeper::Cubic(Cubic::new(settings)),
             Strategy::Exponential => Sleeper::Exponential(Exponential::new(
                 settings.up_multiplier,
                 settings.randomization_factor,
@@ -192,6 +216,7 @@ impl Sleeper {
     pub fn interval(&self) -> Duration {
         match self {
             Sleeper::Responsive(s) => s.interval(),
+            Sleeper::Cubic(s) => s.interval(),
             Sleeper::Exponential(s) => s.interval(),
             Sleeper::Decorrelated(s) => s.interval(),
             Sleeper::Linear(s) => s.interval(),
@@ -200,10 +225,12 @@ impl Sleeper {
         }
     }
 
-    /// A throttle; `start` is the interval a raise from 0 goes to.
-    pub fn on_throttle(&mut self, start: Duration, rng: &mut dyn Random) -> Step {
+    /// A throttle at `now` (since any fixed origin); `start` is the interval a raise
+    /// from 0 goes to.
+    pub fn on_throttle(&mut self, start: Duration, now: Duration, rng: &mut dyn Random) -> Step {
         match self {
             Sleeper::Responsive(s) => s.on_throttle(start, rng),
+            Sleeper::Cubic(s) => s.on_throttle(start, now),
             Sleeper::Exponential(s) => {
                 s.next(start, rng);
                 Step::Up
@@ -214,10 +241,11 @@ impl Sleeper {
         }
     }
 
-    /// A success.
-    pub fn on_success(&mut self, rng: &mut dyn Random) -> Step {
+    /// A success at `now` (since the same origin as the throttles').
+    pub fn on_success(&mut self, now: Duration, rng: &mut dyn Random) -> Step {
         match self {
             Sleeper::Responsive(s) => s.on_success(rng),
+            Sleeper::Cubic(s) => s.on_success(now),
             Sleeper::Exponential(s) => reset_step(s.reset()),
             Sleeper::Decorrelated(s) => reset_step(s.reset()),
             Sleeper::Linear(s) => reset_step(s.reset()),
@@ -321,13 +349,19 @@ mod tests {
         let mut s = Sleeper::new(&settings);
         let rng = &mut Script::new(&[0.5]);
         assert_eq!(s.interval(), Duration::from_millis(20));
-        assert_eq!(s.on_throttle(Duration::from_secs(1), rng), Step::Unchanged);
-        assert_eq!(s.on_success(rng), Step::Unchanged);
+        assert_eq!(
+            s.on_throttle(Duration::from_secs(1), Duration::ZERO, rng),
+            Step::Unchanged
+        );
+        assert_eq!(s.on_success(Duration::ZERO, rng), Step::Unchanged);
         assert_eq!(s.interval(), Duration::from_millis(20));
 
         settings.strategy = Strategy::Off;
         let mut s = Sleeper::new(&settings);
-        assert_eq!(s.on_throttle(Duration::from_secs(1), rng), Step::Unchanged);
+        assert_eq!(
+            s.on_throttle(Duration::from_secs(1), Duration::ZERO, rng),
+            Step::Unchanged
+        );
         assert_eq!(s.interval(), Duration::ZERO);
     }
 }

@@ -225,7 +225,8 @@ impl Upstream {
                 }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
-                let step = controller.on_throttle(slot.epoch, spacing);
+                let at = now.saturating_duration_since(self.origin);
+                let step = controller.on_throttle(slot.epoch, spacing, at);
                 self.apply(&controller, step);
             }
             Some(Verdict::Success) => {
@@ -234,8 +235,9 @@ impl Upstream {
                     self.metrics.invocations.inc();
                     return;
                 }
+                let at = Instant::now().saturating_duration_since(self.origin);
                 let mut controller = self.lock();
-                let step = controller.on_success(slot.epoch);
+                let step = controller.on_success(slot.epoch, at);
                 self.apply(&controller, step);
             }
             Some(Verdict::Failure) | None => {}

@@ -53,6 +53,8 @@ fn render_upstream(out: &mut String, u: &UpstreamSettings) {
     plain(out, "down_multiplier", float(s.down_multiplier));
     plain(out, "randomization_factor", float(s.randomization_factor));
     plain(out, "down_threshold", s.down_threshold);
+    plain(out, "beta", float(s.beta));
+    duration(out, "recovery", s.recovery);
 
     let t = &u.throttle;
     section(out, "[upstream.throttle]");

@@ -170,7 +170,7 @@ down_threshold = 0
             r#"easeoff.toml:4:18: server.shutdown_grace must be a duration string like "500ms" or "15m", got integer 25"#,
             r#"easeoff.toml:9:7: upstream "orders": url: invalid url "htp://x": scheme must be http or https"#,
             r#"easeoff.toml:10:19: upstream "orders": request_timeout: invalid duration "fast": write a number and a unit (ns, us, ms, s, m, h, d), e.g. "500ms""#,
-            r#"easeoff.toml:13:12: upstream "orders": sleeper.strategy must be one of responsive | exponential | decorrelated | linear | constant | off, got "responsiv" (did you mean "responsive"?)"#,
+            r#"easeoff.toml:13:12: upstream "orders": sleeper.strategy must be one of responsive | cubic | exponential | decorrelated | linear | constant | off, got "responsiv" (did you mean "responsive"?)"#,
             r#"easeoff.toml:14:19: upstream "orders": sleeper.down_multiplier must be in (0, 1], got 1.2"#,
             r#"easeoff.toml:15:24: upstream "orders": sleeper.randomization_factor must be in [0, 1), got 1"#,
             r#"easeoff.toml:16:17: upstream "orders": sleeper.up_multiplier must be at least 1, got 0.5"#,
@@ -205,6 +205,62 @@ fn retries_follow_botocore_ten_for_dynamodb_five_elsewhere() {
     assert_eq!(c.upstreams[0].retry.max_attempts, 10);
     let c = parse(&format!("{MINIMAL}preset = \"aws\"\n")).unwrap();
     assert_eq!(c.upstreams[0].retry.max_attempts, 5);
+}
+
+#[test]
+fn aws_presets_default_to_cubic_and_the_others_to_responsive() {
+    for (preset, strategy) in [
+        ("dynamodb", Strategy::Cubic),
+        ("aws", Strategy::Cubic),
+        ("none", Strategy::Responsive),
+        ("grpc", Strategy::Responsive),
+    ] {
+        let c = parse(&format!("{MINIMAL}preset = \"{preset}\"\n")).unwrap();
+        let s = &c.upstreams[0].sleeper;
+        assert_eq!(s.strategy, strategy, "{preset}");
+        assert_eq!((s.beta, s.recovery), (0.9, Duration::from_secs(3)));
+        // A sleeper table without a strategy keeps the preset's.
+        let c = parse(&format!(
+            "{MINIMAL}preset = \"{preset}\"\n[upstream.sleeper]\nmax_interval = \"1m\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.upstreams[0].sleeper.strategy, strategy, "{preset}");
+    }
+    let c = parse(&format!(
+        "{MINIMAL}preset = \"dynamodb\"\n[upstream.sleeper]\nstrategy = \"responsive\"\n"
+    ))
+    .unwrap();
+    assert_eq!(c.upstreams[0].sleeper.strategy, Strategy::Responsive);
+}
+
+#[test]
+fn cubic_settings_are_read_and_checked() {
+    let c = parse(&format!(
+        "{MINIMAL}[upstream.sleeper]\nstrategy = \"cubic\"\nbeta = 0.8\nrecovery = \"5s\"\n"
+    ))
+    .unwrap();
+    let s = &c.upstreams[0].sleeper;
+    assert_eq!(
+        (s.strategy, s.beta, s.recovery),
+        (Strategy::Cubic, 0.8, Duration::from_secs(5))
+    );
+    assert_eq!(
+        problems(&format!(
+            "{MINIMAL}[upstream.sleeper]\nstrategy = \"cubic\"\nbeta = 1.0\nrecovery = \"0s\"\n"
+        )),
+        [
+            r#"easeoff.toml:8:8: upstream "orders": sleeper.beta must be in (0, 1), got 1"#,
+            r#"easeoff.toml:9:12: upstream "orders": sleeper.recovery must be greater than 0"#,
+        ]
+    );
+    assert_eq!(
+        problems(&format!(
+            "{MINIMAL}[upstream.sleeper]\nstrategy = \"cubic\"\nmode = \"delay\"\ninitial_interval = \"1s\"\n"
+        )),
+        [
+            r#"easeoff.toml:7:12: upstream "orders": sleeper.strategy "cubic" paces a rate and needs mode = "pace""#
+        ]
+    );
 }
 
 #[test]

@@ -1,0 +1,316 @@
+//! `cubic`: TCP CUBIC (RFC 8312) in the rate domain, as the AWS SDKs' adaptive retry
+//! mode uses it, adapted to one precise pacer.
+//!
+//! A throttle remembers the rate in force (`w_max`) and multiplies the rate by `beta`.
+//! Between throttles the rate follows `w_max × (1 + c × (t − k)³)`: a concave return
+//! to `w_max` that flattens out near it, then convex probing beyond it. `c` is relative
+//! (`(1 − beta) / recovery³`), so the return takes `recovery` at any scale and a 5/s
+//! table behaves like a 5000/s one. Growth depends on time, not on counted successes,
+//! so a lucky run of successes does not push the rate past the capacity faster.
+//!
+//! A throttle below the previous `w_max` lowers `w_max` further (CUBIC's fast
+//! convergence): a sidecar whose share shrank gives some of it up, so sidecars sharing
+//! one upstream converge instead of one starving. After a raise from 0, whose `w_max`
+//! is only an estimate, the rate also doubles every `recovery / 3` until the next
+//! throttle. The time comes in as an argument.
+
+use std::time::Duration;
+
+use super::{Settings, Step, from_nanos_f64};
+
+/// A success moves the interval only when the rate grew by at least this fraction:
+/// smaller steps change nothing a pacer can show, and each move is a published update.
+const MIN_GROWTH: f64 = 0.001;
+
+/// After a raise from 0 the remembered rate is only an estimate (the dispatch rate of
+/// the last second, which at start-up counts the time before any demand), so until the
+/// next throttle the rate also doubles every `recovery / START_DOUBLINGS`: a start
+/// estimated far too low reaches the capacity in seconds, not in a cubic's slow climb.
+const START_DOUBLINGS: f64 = 3.0;
+
+/// The rate multiplier for a throttle with no success since the last decrease: that
+/// decrease did not reach the capacity (the start-up ramp from full speed, a capacity
+/// drop), so the rate halves instead of creeping down by `beta` per round trip while
+/// the retry budget drains.
+const OVERSHOOT: f64 = 0.5;
+
+/// The CUBIC rate controller's state and parameters.
+#[derive(Clone, Debug)]
+pub struct Cubic {
+    beta: f64,
+    /// Relative growth per second cubed.
+    c: f64,
+    min_rate: f64,
+    /// Above this rate the interval would be below the floor: back to 0.
+    max_rate: f64,
+    max: Duration,
+    /// Requests per second in force; 0 while not pacing.
+    rate: f64,
+    /// The rate the curve returns to.
+    w_max: f64,
+    /// The rate at the last throttle, for fast convergence.
+    last_max: f64,
+    /// Seconds from the last decrease until the curve is back at `w_max`.
+    k: f64,
+    /// When the last decrease happened.
+    since: Duration,
+    /// A success arrived since the last decrease.
+    succeeded: bool,
+    /// The rate set by the last decrease.
+    base: f64,
+    /// No throttle since the raise from 0: `w_max` is an estimate.
+    from_start: bool,
+    /// Seconds per doubling while `from_start`.
+    doubling: f64,
+    interval: Duration,
+}
+
+impl Cubic {
+    /// A sleeper at interval 0.
+    pub fn new(settings: &Settings) -> Cubic {
+        let recovery = settings.recovery.as_secs_f64().max(1e-3);
+        let floor = settings.floor().as_secs_f64();
+        Cubic {
+            beta: settings.beta,
+            c: (1.0 - settings.beta) / recovery.powi(3),
+            min_rate: 1.0 / settings.max_interval.as_secs_f64(),
+            max_rate: if floor > 0.0 { 1.0 / floor } else { f64::MAX },
+            max: settings.max_interval,
+            rate: 0.0,
+            w_max: 0.0,
+            last_max: 0.0,
+            k: 0.0,
+            since: Duration::ZERO,
+            succeeded: false,
+            base: 0.0,
+            from_start: false,
+            doubling: recovery / START_DOUBLINGS,
+            interval: Duration::ZERO,
+        }
+    }
+
+    /// The current interval.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// A throttle at `now`; `start` is the interval a raise from 0 goes to (the
+    /// controller's observed spacing / beta), so the remembered rate is the observed one.
+    pub fn on_throttle(&mut self, start: Duration, now: Duration) -> Step {
+        if self.rate == 0.0 {
+            let rate = 1.0 / start.min(self.max).as_secs_f64().max(1e-9);
+            self.last_max = rate / self.beta;
+            self.w_max = self.last_max;
+            self.decrease_to(rate, now);
+            self.from_start = true;
+            return Step::Up;
+        }
+        self.from_start = false;
+        let w = self.rate;
+        if w < self.last_max {
+            self.w_max = w * (1.0 + self.beta) / 2.0;
+        } else {
+            self.w_max = w;
+        }
+        self.last_max = w;
+        let factor = if self.succeeded { self.beta } else { OVERSHOOT };
+        self.decrease_to(w * factor, now);
+        Step::Up
+    }
+
+    /// A success at `now`: the rate follows the curve.
+    pub fn on_success(&mut self, now: Duration) -> Step {
+        if self.rate == 0.0 {
+            return Step::Unchanged;
+        }
+        self.succeeded = true;
+        let w = self.curve(now);
+        if w < self.rate * (1.0 + MIN_GROWTH) {
+            return Step::Unchanged;
+        }
+        if w >= self.max_rate {
+            self.rate = 0.0;
+            self.interval = Duration::ZERO;
+        } else {
+            self.set_rate(w);
+        }
+        Step::Down
+    }
+
+    /// The curve's rate at `now`.
+    fn curve(&self, now: Duration) -> f64 {
+        let t = now.saturating_sub(self.since).as_secs_f64();
+        let cubic = self.w_max * (1.0 + self.c * (t - self.k).powi(3));
+        if self.from_start {
+            cubic.max(self.base * (t / self.doubling).exp2())
+        } else {
+            cubic
+        }
+    }
+
+    fn decrease_to(&mut self, rate: f64, now: Duration) {
+        self.set_rate(rate.max(self.min_rate));
+        self.base = self.rate;
+        // Signed: if `max_interval` held the rate above `w_max`, the curve starts in
+        // its convex half.
+        self.k = ((self.w_max - self.rate) / (self.c * self.w_max)).cbrt();
+        self.since = now;
+        self.succeeded = false;
+    }
+
+    fn set_rate(&mut self, rate: f64) {
+        self.rate = rate;
+        self.interval = from_nanos_f64(1e9 / rate).min(self.max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Initial, Settings, Strategy};
+    use super::*;
+
+    /// beta 0.9 and recovery 2 s: c = 0.1 / 8 = 0.0125 per s³.
+    fn settings() -> Settings {
+        Settings {
+            strategy: Strategy::Cubic,
+            beta: 0.9,
+            recovery: Duration::from_secs(2),
+            ..Settings::seed_defaults()
+        }
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn rate(c: &Cubic) -> f64 {
+        (1e9 / c.interval().as_nanos() as f64 * 1e3).round() / 1e3
+    }
+
+    #[test]
+    fn the_first_throttle_goes_to_start_and_remembers_the_observed_rate() {
+        let mut c = Cubic::new(&settings());
+        assert_eq!(c.on_success(secs(1.0)), Step::Unchanged);
+        // Observed 100/s: the controller's start is 10 ms / 0.9.
+        assert_eq!(
+            c.on_throttle(Duration::from_nanos(11_111_111), secs(1.0)),
+            Step::Up
+        );
+        assert_eq!(c.interval(), Duration::from_nanos(11_111_111));
+        assert!((c.w_max - 100.0).abs() < 1e-4);
+        assert!((c.k - 2.0).abs() < 1e-4);
+    }
+
+    #[test]
+    fn after_a_raise_from_zero_the_rate_also_doubles_until_the_next_throttle() {
+        let mut c = Cubic::new(&settings());
+        // A start estimated at 10/s: 9/s, doubling every 2/3 s.
+        c.on_throttle(Duration::from_nanos(111_111_111), secs(0.0));
+        let mut seen = Vec::new();
+        for t in [0.5, 1.0, 2.0, 3.0] {
+            c.on_success(secs(t));
+            seen.push(rate(&c));
+        }
+        assert_eq!(seen, [15.136, 25.456, 72.0, 203.647]);
+        // The next throttle ends it: plain CUBIC from there.
+        c.on_success(secs(3.0));
+        c.on_throttle(Duration::ZERO, secs(3.0));
+        c.on_success(secs(4.0));
+        // 203.647 × (1 + 0.0125 × (1 − 2)³)
+        assert_eq!(rate(&c), 201.101);
+    }
+
+    #[test]
+    fn the_rate_returns_to_w_max_in_recovery_then_probes_beyond_it() {
+        let mut c = Cubic::new(&settings());
+        c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0));
+        c.from_start = false;
+        let mut seen = Vec::new();
+        for t in [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0] {
+            c.on_success(secs(t));
+            seen.push(rate(&c));
+        }
+        // 100 × (1 + 0.0125 × (t − 2)³): concave up to 100 at 2 s, flat around it,
+        // then convex.
+        assert_eq!(seen, [95.781, 98.75, 99.844, 100.0, 100.156, 101.25, 110.0]);
+    }
+
+    #[test]
+    fn small_growth_is_not_published() {
+        let mut c = Cubic::new(&settings());
+        c.on_throttle(Duration::from_millis(10), secs(0.0));
+        c.from_start = false;
+        // w_max 111.1, rate 100: 1 ms later the curve has grown by far less than 0.1%.
+        assert_eq!(c.on_success(secs(0.001)), Step::Unchanged);
+        assert_eq!(c.interval(), Duration::from_millis(10));
+        assert_eq!(c.on_success(secs(0.5)), Step::Down);
+    }
+
+    #[test]
+    fn a_throttle_multiplies_the_rate_by_beta_and_remembers_it() {
+        let mut c = Cubic::new(&settings());
+        c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0));
+        c.from_start = false;
+        c.on_success(secs(4.0)); // 110/s
+        assert_eq!(c.on_throttle(Duration::from_secs(1), secs(4.0)), Step::Up);
+        assert_eq!(rate(&c), 99.0);
+        assert!((c.w_max - 110.0).abs() < 1e-4);
+        assert!((c.k - 2.0).abs() < 1e-4);
+        c.on_success(secs(6.0));
+        assert_eq!(rate(&c), 110.0);
+    }
+
+    #[test]
+    fn a_throttle_below_the_last_max_lowers_w_max_further() {
+        let mut c = Cubic::new(&settings());
+        c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0)); // 90/s, w_max 100
+        c.on_success(secs(0.0));
+        // Throttled again at 90/s, below the 100/s of the last throttle: w_max is
+        // 90 × (1 + 0.9) / 2 = 85.5, the rate 81, and the next return is to 85.5.
+        c.on_throttle(Duration::from_secs(1), secs(0.1));
+        assert_eq!(rate(&c), 81.0);
+        assert!((c.w_max - 85.5).abs() < 1e-4);
+        assert!((c.last_max - 90.0).abs() < 1e-4);
+        c.on_success(secs(0.1 + c.k));
+        assert_eq!(rate(&c), 85.5);
+    }
+
+    #[test]
+    fn a_throttle_with_no_success_since_the_last_decrease_halves_the_rate() {
+        let mut c = Cubic::new(&settings());
+        // Start-up: 1000/s observed, 900/s, then throttled before any success.
+        c.on_throttle(Duration::from_nanos(1_111_111), secs(0.0));
+        for (t, expected) in [(0.01, 450.0), (0.02, 225.0), (0.03, 112.5)] {
+            c.on_throttle(Duration::ZERO, secs(t));
+            assert_eq!(rate(&c), expected);
+        }
+        // A success, then a throttle: back to beta.
+        c.on_success(secs(0.03));
+        c.on_throttle(Duration::ZERO, secs(0.04));
+        assert_eq!(rate(&c), 101.25);
+    }
+
+    #[test]
+    fn max_interval_bounds_the_rate_from_below_and_the_floor_returns_to_zero() {
+        let s = Settings {
+            max_interval: Duration::from_millis(20),
+            min_interval: Duration::from_millis(5),
+            initial_interval: Initial::Auto,
+            ..settings()
+        };
+        let mut c = Cubic::new(&s);
+        c.on_throttle(Duration::from_millis(18), secs(0.0)); // 55.6/s, w_max 61.7
+        c.on_throttle(Duration::ZERO, secs(0.1)); // 27.8/s, held at 50/s
+        assert_eq!(c.interval(), Duration::from_millis(20));
+        // The curve starts at 50/s and climbs past 200/s (5 ms): back to interval 0.
+        assert_eq!(c.on_success(secs(60.0)), Step::Down);
+        assert_eq!(c.interval(), Duration::ZERO);
+        assert_eq!(c.on_success(secs(61.0)), Step::Unchanged);
+        // A throttle from 0 starts afresh.
+        assert_eq!(
+            c.on_throttle(Duration::from_millis(10), secs(62.0)),
+            Step::Up
+        );
+        assert_eq!(c.interval(), Duration::from_millis(10));
+    }
+}
