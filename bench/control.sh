@@ -6,7 +6,7 @@
 # Prints one row per (scenario, client, run) and a median row per group.
 #
 #   bench/control.sh [--scenario steady,step-down,step-up,autoscale]
-#                    [--client easeoff:responsive,sdk-standard,sdk-adaptive]
+#                    [--client easeoff:cubic,easeoff:responsive,sdk-standard,sdk-adaptive]
 #                    [--runs 1] [--phase 30s] [--warmup 10s] [--jobs 1]
 #                    [--csv-dir DIR] [--svg-dir DIR]     (all: --help)
 #

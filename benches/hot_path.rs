@@ -15,7 +15,7 @@ use easeoff::controller::Controller;
 use easeoff::hints;
 use easeoff::pacer::{Limits, Pacer};
 use easeoff::proxy::{UpstreamClient, strip_hop_by_hop};
-use easeoff::sleeper::{Mode, Settings};
+use easeoff::sleeper::{Mode, Settings, Strategy};
 use easeoff::throttle::{Classifier, Head, Preset, Rules};
 use http::{HeaderMap, HeaderValue, Request, StatusCode};
 use tokio::time::Instant;
@@ -113,18 +113,27 @@ fn pacer(c: &mut Criterion) {
 
 fn sleeper(c: &mut Criterion) {
     let mut g = c.benchmark_group("sleeper");
+    for strategy in [Strategy::Responsive, Strategy::Cubic] {
+        let settings = Settings {
+            strategy,
+            ..Settings::seed_defaults()
+        };
+        let mut controller = Controller::new(&settings, fastrand::Rng::with_seed(7));
+        // cubic's curve depends on the time since the last throttle: let it move.
+        let mut now = Duration::ZERO;
+        g.bench_function(format!("{}_throttle_then_success", strategy.name()), |b| {
+            b.iter(|| {
+                now += Duration::from_millis(1);
+                let epoch = controller.epoch();
+                controller.on_throttle(black_box(epoch), None, now);
+                controller.on_success(black_box(controller.epoch()), now)
+            })
+        });
+    }
     let settings = Settings::seed_defaults();
-    let mut controller = Controller::new(&settings, fastrand::Rng::with_seed(7));
-    g.bench_function("responsive_throttle_then_success", |b| {
-        b.iter(|| {
-            let epoch = controller.epoch();
-            controller.on_throttle(black_box(epoch), None);
-            controller.on_success(black_box(controller.epoch()))
-        })
-    });
     let mut idle = Controller::new(&settings, fastrand::Rng::with_seed(7));
     g.bench_function("responsive_success_at_0", |b| {
-        b.iter(|| idle.on_success(black_box(0)))
+        b.iter(|| idle.on_success(black_box(0), Duration::ZERO))
     });
     g.finish();
 }

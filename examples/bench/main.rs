@@ -52,7 +52,7 @@ struct ControlArgs {
     scenario: Vec<control::Scenario>,
     /// Clients: easeoff:STRATEGY (any strategy name easeoff accepts), sdk-standard, sdk-adaptive.
     #[arg(long, value_delimiter = ',', value_parser = control::Kind::parse,
-          default_value = "easeoff:responsive,sdk-standard,sdk-adaptive")]
+          default_value = "easeoff:cubic,easeoff:responsive,sdk-standard,sdk-adaptive")]
     client: Vec<control::Kind>,
     /// Runs of each (scenario, client); a median row follows when more than one.
     #[arg(long, default_value_t = 1)]
