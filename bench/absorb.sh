@@ -36,7 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. bench/lib.sh
 wait_http() { for _ in $(seq 100); do curl -fs "$1" >/dev/null && return 0; sleep 0.1; done; echo "no answer from $1" >&2; exit 1; }
 # One sample of a counter from a /metrics page.
 sample() { curl -fs "$1" | awk -v s="$2" '$1 == s { print $2; found=1 } END { if (!found) print 0 }'; }

@@ -49,14 +49,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p
-  while :; do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
-    port_busy "$p" || { echo "$p"; return; }
-  done
-}
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 wait_port() { # PORT SECONDS PID
   local i
   for i in $(seq 1 $(( $2 * 10 ))); do

@@ -79,11 +79,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p
-  while :; do p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 )); port_busy "$p" || { echo "$p"; return; }; done
-}
+. "$REPO/bench/lib.sh"
 
 # RSS idle: the candidate alone, forwarding to a closed port (no request is sent).
 for c in $CANDIDATES; do
