@@ -1,4 +1,10 @@
+use std::time::Duration;
+
+use http::uri::Scheme;
+
 use super::*;
+use crate::sleeper::{self, Initial, Strategy};
+use crate::throttle::Preset;
 
 fn env(name: &str) -> Option<String> {
     match name {
