@@ -16,16 +16,22 @@ mod sections;
 pub mod units;
 mod validate;
 
+use std::io::Read;
 use std::ops::Range;
 use std::path::Path;
 
 use toml::de::DeTable;
 
+pub use kinds::ca_roots;
 use reader::{Sink, TableReader};
 pub use schema::{
     ConnectBackoffSettings, QueueSettings, RetrySettings, RuntimeShape, ServerSettings,
     SigV4Settings, UpstreamSettings, UpstreamUrl,
 };
+
+/// The largest config file read: a real one is a few KiB, so anything near this is
+/// the wrong file (or a device such as `/dev/zero`).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,6 +48,8 @@ pub enum ConfigError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{path}: the config file is larger than 1 MiB; is it the right file?")]
+    TooLarge { path: String },
     #[error("{}", problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("\n"))]
     Invalid { problems: Vec<Problem> },
 }
@@ -67,12 +75,20 @@ impl std::fmt::Display for Problem {
 
 impl Config {
     /// Reads and validates a config file, expanding `${VAR}` from the process environment.
+    /// Files over [`MAX_FILE_BYTES`] are refused unread beyond that size.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
-        let source = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read = |source| ConfigError::Read {
             path: shown.clone(),
             source,
-        })?;
+        };
+        let mut source = String::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_string(&mut source))
+            .map_err(read)?;
+        if source.len() as u64 > MAX_FILE_BYTES {
+            return Err(ConfigError::TooLarge { path: shown });
+        }
         Config::parse(&source, &shown, &|name| std::env::var(name).ok())
     }
 

@@ -312,16 +312,26 @@ impl Kind<Duration> for Bounds<Duration> {
 }
 
 impl Bounds<Duration> {
-    /// Reports `v` when out of range; durations are visible in the file as written, so
-    /// the message does not repeat them.
+    /// Reports `v` when out of range.
     pub fn within(
         &self,
         t: &TableReader<'_, '_>,
         key: &str,
         v: Spanned<Duration>,
     ) -> Option<Spanned<Duration>> {
-        match self.check(*v.get_ref(), show_duration) {
+        let d = *v.get_ref();
+        match self.check(d, show_duration) {
             None => Some(v),
+            // Below the range the value is 0 or tiny, which the message makes plain;
+            // above it, it may be written in another unit than the limit.
+            Some(why) if d > self.high => {
+                t.error(
+                    v.span(),
+                    key,
+                    format_args!("{why}, got {}", format_duration(d)),
+                );
+                None
+            }
             Some(why) => {
                 t.error(v.span(), key, why);
                 None
@@ -355,7 +365,7 @@ impl Kind<f64> for Bounds<f64> {
 impl<T: TryFrom<u64> + Display> Kind<T> for Bounds<u64> {
     fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<T>> {
         let v = t.unsigned(key)?;
-        self.whole(t, key, v)
+        self.whole(t, key, v, |n| n.to_string())
     }
 
     fn show(&self, value: &T) -> Option<String> {
@@ -364,20 +374,22 @@ impl<T: TryFrom<u64> + Display> Kind<T> for Bounds<u64> {
 }
 
 impl Bounds<u64> {
+    /// `v` as a `T` when it is in range; `show` prints numbers in messages.
     fn whole<T: TryFrom<u64>>(
         &self,
         t: &TableReader<'_, '_>,
         key: &str,
         v: Spanned<u64>,
+        show: fn(u64) -> String,
     ) -> Option<Spanned<T>> {
         let n = *v.get_ref();
         let why = self
-            .check(n, |x| x.to_string())
+            .check(n, show)
             .or_else(|| T::try_from(n).is_err().then(|| "is too large".to_string()));
         match why {
             None => T::try_from(n).ok().map(|n| Spanned::new(v.span(), n)),
             Some(why) => {
-                t.error(v.span(), key, format_args!("{why}, got {n}"));
+                t.error(v.span(), key, format_args!("{why}, got {}", show(n)));
                 None
             }
         }
@@ -390,7 +402,7 @@ pub struct Size(pub Bounds<u64>);
 impl Kind<u64> for Size {
     fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<u64>> {
         let v = t.size(key)?;
-        self.0.whole(t, key, v)
+        self.0.whole(t, key, v, format_size)
     }
 
     fn show(&self, value: &u64) -> Option<String> {

@@ -3,11 +3,14 @@
 //! range, sizes, choices, text) are in `keys.rs`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::HeaderName;
 use http::uri::{Scheme, Uri};
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use toml::Spanned;
 
 use super::keys::{Bounds, Kind, quote, strings};
@@ -49,7 +52,7 @@ impl Kind<String> for Name {
     }
 }
 
-/// A PEM file of extra trusted CA certificates.
+/// A PEM file of extra trusted CA certificates, loaded as the upstream client loads it.
 pub struct CaFile;
 
 impl Kind<Option<PathBuf>> for CaFile {
@@ -59,9 +62,9 @@ impl Kind<Option<PathBuf>> for CaFile {
         key: &'static str,
     ) -> Option<Spanned<Option<PathBuf>>> {
         let path = t.parsed(key, |path| {
-            std::fs::metadata(path)
+            ca_roots(Path::new(path))
                 .map(|_| PathBuf::from(path))
-                .map_err(|e| format!("cannot read \"{path}\": {e}"))
+                .map_err(|e| format!("cannot load CA certificates from \"{path}\": {e}"))
         })?;
         let span = path.span();
         Some(Spanned::new(span, Some(path.into_inner())))
@@ -70,6 +73,28 @@ impl Kind<Option<PathBuf>> for CaFile {
     fn show(&self, value: &Option<PathBuf>) -> Option<String> {
         value.as_ref().map(|p| quote(&p.display().to_string()))
     }
+}
+
+/// The certificates of a `ca_file` as trust roots; the error says why the file cannot
+/// serve as one (unreadable, not PEM, no certificate, a certificate that does not parse).
+pub fn ca_roots(path: &Path) -> Result<RootCertStore, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificates in the file".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| match e {
+            rustls::Error::InvalidCertificate(why) => {
+                format!("a certificate in the file is not valid ({why:?})")
+            }
+            e => e.to_string(),
+        })?;
+    }
+    Ok(roots)
 }
 
 /// `"auto"` or a duration within `.0`.

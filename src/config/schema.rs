@@ -25,10 +25,17 @@ use super::kinds::{
 use crate::sleeper::{self, Initial, Mode, Strategy};
 use crate::throttle::{Preset, Rules};
 
-/// Durations with no limit beyond the type's.
-const ANY_TIME: Bounds<Duration> = Bounds::new(Duration::ZERO, Duration::MAX);
-/// Durations that must not be zero.
-const SOME_TIME: Bounds<Duration> = Bounds::new(Duration::ZERO, Duration::MAX).open_low();
+/// The longest any configured duration may be: every timeout, wait and interval is
+/// at most a day, so deadlines computed from them cannot overflow.
+const DAY: Duration = Duration::from_secs(24 * 3600);
+/// A duration from 0 to a day.
+const TIME: Bounds<Duration> = Bounds::new(Duration::ZERO, DAY);
+/// A duration above 0, up to a day.
+const SOME_TIME: Bounds<Duration> = TIME.open_low();
+/// Queue lengths, connection counts and per-second budgets.
+const MILLION: u64 = 1_000_000;
+/// The largest factor an interval or backoff grows by in one step.
+const MULTIPLIER: Bounds<f64> = Bounds::new(1.0, 100.0);
 
 /// `[server]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,8 +72,8 @@ pub const SERVER: Schema<ServerSettings> = keys!(
     "[server]",
     ServerSettings {
         admin_listen: Parsed(parse_socket_addr),
-        shutdown_grace: ANY_TIME,
-        max_connections: Bounds::new(1, u64::MAX),
+        shutdown_grace: TIME,
+        max_connections: Bounds::new(1, MILLION),
         admin_allow_mutations: Plain,
         header_read_timeout: SOME_TIME,
         runtime: Plain,
@@ -197,11 +204,11 @@ pub const SLEEPER: Schema<sleeper::Settings> = keys!(
     sleeper::Settings {
         strategy: Plain,
         mode: Plain,
-        initial_interval: InitialInterval(ANY_TIME),
-        min_interval: ANY_TIME,
+        initial_interval: InitialInterval(TIME),
+        min_interval: TIME,
         max_interval: SOME_TIME,
-        max_randomization: ANY_TIME,
-        up_multiplier: Bounds::new(1.0, f64::INFINITY),
+        max_randomization: TIME,
+        up_multiplier: MULTIPLIER,
         down_multiplier: Bounds::new(0.0, 1.0).open_low().says("in (0, 1]"),
         randomization_factor: Bounds::new(0.0, 1.0).open_high().says("in [0, 1)"),
         down_threshold: Bounds::new(1, u32::MAX as u64).says("from 1 to 4294967295"),
@@ -274,11 +281,11 @@ impl RetrySettings {
 pub const RETRY: Schema<RetrySettings> = keys!(
     "[upstream.retry]",
     RetrySettings {
-        max_attempts: Bounds::new(1, u32::MAX as u64).says("at least 1 (1 turns retries off)"),
-        max_body_bytes: Size(Bounds::new(0, u64::MAX)),
+        max_attempts: Bounds::new(1, 100).says("from 1 to 100 (1 turns retries off)"),
+        max_body_bytes: Size(Bounds::new(0, 1 << 30)),
         budget_ratio: Bounds::new(0.0, 1000.0).says("from 0 to 1000"),
-        budget_min_per_second: Bounds::new(0, u32::MAX as u64),
-        max_elapsed: ANY_TIME,
+        budget_min_per_second: Bounds::new(0, MILLION),
+        max_elapsed: TIME,
     }
 );
 
@@ -304,8 +311,8 @@ impl Default for QueueSettings {
 pub const QUEUE: Schema<QueueSettings> = keys!(
     "[upstream.queue]",
     QueueSettings {
-        max_waiting: Bounds::new(0, u64::MAX),
-        max_wait: ANY_TIME,
+        max_waiting: Bounds::new(0, MILLION),
+        max_wait: TIME,
     }
 );
 
@@ -355,9 +362,9 @@ pub const CONNECT_BACKOFF: Schema<ConnectBackoffSettings> = keys!(
     "[upstream.connect_backoff]",
     ConnectBackoffSettings {
         initial: SOME_TIME,
-        multiplier: Bounds::new(1.0, f64::INFINITY),
+        multiplier: MULTIPLIER,
         jitter: Bounds::new(0.0, 1.0).open_high().says("in [0, 1)"),
-        max: ANY_TIME,
+        max: TIME,
         min_connect_timeout: SOME_TIME,
     }
 );
