@@ -23,7 +23,9 @@
 //! logic), [`demo`], [`simulate`] (the controller and pacer in virtual time) and [`plot`].
 
 pub mod admin;
+pub mod attempt;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod connect_backoff;
 pub mod controller;
@@ -42,6 +44,7 @@ pub mod sigv4;
 pub mod simulate;
 pub mod sleeper;
 pub mod throttle;
+pub mod transport;
 pub mod upstream;
 pub mod window;
 

@@ -23,7 +23,7 @@ use http::{HeaderMap, Request};
 pub use credentials::{Credentials, CredentialsError};
 
 use crate::config::SigV4Settings;
-use crate::proxy::ProxyBody;
+use crate::transport::ProxyBody;
 
 /// The time a signature is made for; `SystemTime::now` outside tests.
 pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
