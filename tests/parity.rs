@@ -44,12 +44,14 @@ fn decisions(attempts: usize, value: impl Fn(&str) -> f64) -> Decisions {
 }
 
 /// Runs `requests` client requests one after the other through simulate's request
-/// path against an upstream that always gives `answer`; returns the decisions, how
-/// each request ended and when each attempt went (virtual time since the start).
+/// path against an upstream that always gives `answer` after `latency`; returns the
+/// decisions, how each request ended and when each attempt went (virtual time since
+/// the start).
 fn simulated(
     extra: &str,
     requests: usize,
     answer: Answer,
+    latency: Duration,
 ) -> (Decisions, Vec<Ending>, Vec<Duration>) {
     let text = format!(
         "[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://127.0.0.1:9\"\n{extra}\n"
@@ -71,7 +73,6 @@ fn simulated(
         let mut endings = Vec::new();
         for _ in 0..requests {
             let sent = Arc::clone(&sent);
-            let latency = Duration::from_millis(1);
             let (ending, _) = simulate::request(&control, latency, |slot, _| {
                 sent.lock().unwrap().push(slot.dispatched_at - start);
                 answer
@@ -100,10 +101,11 @@ async fn proxied(admin: std::net::SocketAddr, attempts: usize) -> Decisions {
 #[tokio::test]
 async fn budget_exhaustion_is_counted_alike_in_simulate_and_the_proxy() {
     let extra = "[upstream.sleeper]\nstrategy = \"off\"\n[upstream.retry]\nbudget_min_per_second = 1\nbudget_ratio = 0.2\nmax_attempts = 5\n";
-    let (simulated, endings, _) =
-        tokio::task::spawn_blocking(move || simulated(extra, 100, Answer::Throttle))
-            .await
-            .unwrap();
+    let (simulated, endings, _) = tokio::task::spawn_blocking(move || {
+        simulated(extra, 100, Answer::Throttle, Duration::from_millis(1))
+    })
+    .await
+    .unwrap();
     assert!(
         endings.iter().all(|e| *e == Ending::Throttled),
         "{endings:?}"
@@ -129,10 +131,12 @@ async fn budget_exhaustion_is_counted_alike_in_simulate_and_the_proxy() {
 #[tokio::test]
 async fn connect_retries_follow_the_backoff_alike_in_simulate_and_the_proxy() {
     let extra = "[upstream.connect_backoff]\ninitial = \"200ms\"\njitter = 0.0\n[upstream.retry]\nmax_attempts = 3\n";
-    let (simulated, endings, sent) =
-        tokio::task::spawn_blocking(move || simulated(extra, 1, Answer::Unreachable))
-            .await
-            .unwrap();
+    let (simulated, endings, sent) = tokio::task::spawn_blocking(move || {
+        // A refused connection fails at once.
+        simulated(extra, 1, Answer::Unreachable, Duration::ZERO)
+    })
+    .await
+    .unwrap();
     assert_eq!(endings, [Ending::Unreachable]);
     // The probes go when the backoff (200 ms, then 320 ms) ends.
     let ms = Duration::from_millis;
