@@ -33,7 +33,7 @@ impl PreciseSleep {
     pub async fn until(&mut self, at: Instant) {
         #[cfg(target_os = "linux")]
         if let Some(fd) = &self.fd {
-            let left = at.saturating_duration_since(Instant::now());
+            let left = at.saturating_duration_since(self.clock.now());
             if left.is_zero() {
                 return;
             }
@@ -49,7 +49,7 @@ impl PreciseSleep {
                             guard.clear_ready();
                             // A paused clock can lag the real one the timerfd follows:
                             // then only tokio's sleep may end the wait.
-                            if fired && Instant::now() >= at {
+                            if fired && self.clock.now() >= at {
                                 return;
                             }
                         }
