@@ -121,11 +121,6 @@ impl Upstream {
             client,
         })
     }
-
-    /// The decision state alone.
-    pub fn control(&self) -> &Control {
-        &self.control
-    }
 }
 
 impl Control {
