@@ -1,30 +1,45 @@
 //! easeoff: a sidecar proxy that makes throttled upstreams usable.
 //!
-//! Decision code is pure and takes time and randomness as arguments:
-//! - [`sleeper`]: the strategies (responsive, exponential, ...) that turn throttles
-//!   and successes into an interval;
+//! Modules in layers; each uses only those below it.
+//!
+//! Decision code is pure: it takes time and randomness as arguments and does no I/O.
+//! - [`sleeper`]: the strategies (responsive, cubic, exponential, ...) that turn
+//!   throttles and successes into an interval;
 //! - [`controller`]: the epoch rule and the pace-mode starting point around a sleeper;
 //! - [`throttle`]: is an upstream answer a throttle, and what gave it away;
 //! - [`hints`]: how long a server asked us to hold off, and how much quota is left;
-//! - [`retry`]: the retry budget and when an attempt may be repeated;
+//! - [`retry`]: the retry budget and the limits on repeating an attempt;
+//! - [`attempt`]: the attempt policy: after each attempt, retry, give the throttle
+//!   back, shed or give up; the proxy and `simulate` both run it;
 //! - [`connect_backoff`]: gRPC's connection backoff in front of an unreachable upstream;
 //! - [`config`]: the TOML file turned into validated settings;
 //! - [`window`]: lock-free counts over a sliding window (dispatch rate, retry budget);
 //! - [`deadline`]: instants plus configured durations, saturating.
 //!
-//! The I/O shell applies the decisions:
+//! Time: [`clock`] is the one source of it: tokio's clock in the proxy (paused in
+//! tests), a manual virtual clock in `simulate` and in tests without a network.
+//!
+//! State that applies the decisions, without network I/O:
 //! - [`pacer`]: spacing, queueing and pauses per upstream;
-//! - [`upstream`]: one upstream's run-time state, where verdicts reach the controller;
-//! - [`proxy`]: listeners, the request path and the upstream client;
+//! - [`upstream`]: [`upstream::Control`], one upstream's controller, pacer, budget and
+//!   connection backoff, where verdicts reach the controller; [`upstream::Upstream`]
+//!   adds its client and signer.
+//!
+//! I/O:
+//! - [`transport`]: the HTTP client to an upstream, bodies, hop-by-hop headers;
 //! - [`sigv4`]: AWS credentials and SigV4 re-signing of every attempt;
+//! - [`proxy`]: listeners and the request path, a loop over the attempt policy;
 //! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
-//! logic), [`demo`], [`simulate`] (the controller and pacer in virtual time) and [`plot`].
+//! logic), [`demo`], [`simulate`] (the controller, pacer and attempt policy in virtual
+//! time, without a network) and [`plot`].
 
 pub mod admin;
+pub mod attempt;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod connect_backoff;
 pub mod controller;
@@ -44,6 +59,7 @@ pub mod sigv4;
 pub mod simulate;
 pub mod sleeper;
 pub mod throttle;
+pub mod transport;
 pub mod upstream;
 pub mod window;
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::sleeper::Mode;
 use crate::window::WindowedCount;
 use precise::PreciseSleep;
@@ -73,6 +74,7 @@ impl Drop for StopOnDrop {
 }
 
 struct Shared {
+    clock: Clock,
     mode: Mode,
     limits: Limits,
     origin: Instant,
@@ -114,13 +116,19 @@ struct Waiter {
 }
 
 impl Pacer {
-    /// A pacer at interval 0; in pace mode it spawns its release task, which ends
-    /// when the last clone of the pacer is dropped.
+    /// A pacer at interval 0 on tokio's clock; see [`Pacer::with_clock`].
     pub fn new(mode: Mode, limits: Limits) -> Pacer {
+        Pacer::with_clock(mode, limits, Clock::Tokio)
+    }
+
+    /// A pacer at interval 0 on `clock`; in pace mode it spawns its release task,
+    /// which ends when the last clone of the pacer is dropped.
+    pub fn with_clock(mode: Mode, limits: Limits, clock: Clock) -> Pacer {
         let shared = Arc::new(Shared {
+            origin: clock.now(),
+            clock,
             mode,
             limits,
-            origin: Instant::now(),
             interval_ns: AtomicU64::new(0),
             pause_until_ns: AtomicU64::new(0),
             floor_ns: AtomicU64::new(0),
@@ -148,7 +156,7 @@ impl Pacer {
     /// in the queue without using a slot.
     pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
         let s = &*self.shared;
-        let now = Instant::now();
+        let now = s.clock.now();
         if s.interval_ns.load(Ordering::Relaxed) == 0
             && s.pause_until_ns.load(Ordering::Relaxed) == 0
             && s.floor_until_ns.load(Ordering::Relaxed) == 0
@@ -167,8 +175,8 @@ impl Pacer {
                         retry_after: until - now,
                     });
                 }
-                tokio::time::sleep_until(until).await;
-                Ok(s.dispatch(Instant::now(), now, until))
+                s.clock.sleep_until(until).await;
+                Ok(s.dispatch(s.clock.now(), now, until))
             }
             Mode::Pace => {
                 let (grant, granted) = oneshot::channel();
@@ -297,7 +305,7 @@ impl Shared {
     /// Counts a new waiter, or sheds it when `max_waiting` already wait.
     fn enter(&self) -> Result<WaitingGuard<'_>, Shed> {
         if self.waiting.load(Ordering::Relaxed) >= self.limits.max_waiting {
-            let now = Instant::now();
+            let now = self.clock.now();
             let wait = self
                 .release_at(now)
                 .saturating_duration_since(now)
@@ -421,7 +429,7 @@ impl Shared {
 
 /// The release task: grants slots to waiters in arrival order.
 async fn release(shared: Arc<Shared>) {
-    let mut timer = PreciseSleep::new();
+    let mut timer = PreciseSleep::new(shared.clock.clone());
     loop {
         let next = shared.lock_queue().pop_front();
         let Some(mut waiter) = next else {
@@ -435,7 +443,7 @@ async fn release(shared: Arc<Shared>) {
         // expired (and been cleared) still held it until then.
         let mut due = waiter.arrived;
         while !waiter.grant.is_closed() {
-            let now = Instant::now();
+            let now = shared.clock.now();
             let at = shared.release_at(now);
             if at <= now {
                 let scheduled = at.max(due.min(now));

@@ -1,19 +1,18 @@
 //! The forwarding data path: accept client connections, pace, send upstream, answer.
 //!
-//! `listener.rs` accepts and drains connections, `service.rs` runs one request,
-//! `client.rs` talks to the upstream, `body.rs` and `headers.rs` carry bodies and
-//! headers across, and `reply.rs` makes easeoff's own answers. Decisions (is it a
-//! throttle, how long to wait) come from the pure modules through `upstream.rs`.
+//! `listener.rs` accepts and drains connections, `service.rs` runs one request as a
+//! loop over the attempt policy (`crate::attempt`), `watch.rs` records verdicts that
+//! arrive in a body, and `reply.rs` makes easeoff's own answers. The HTTP client and
+//! bodies are `crate::transport`'s; decisions come from the pure modules through
+//! `upstream.rs`.
 
-mod body;
-mod client;
-mod headers;
 mod listener;
 mod reply;
 mod service;
+mod watch;
 
-pub use body::ProxyBody;
-pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
-pub use headers::strip_hop_by_hop;
+pub use crate::transport::{
+    ClientError, ProxyBody, SendError, UpstreamClient, set_worker, strip_hop_by_hop, worker_count,
+};
 pub use listener::{Current, ListenerContext, serve};
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};

@@ -5,12 +5,9 @@
 //! A signature covers the body's SHA-256, so a body is held in memory to be signed;
 //! `proxy/service.rs` reads it up to [`SIGNED_BODY_LIMIT`]. Only S3 accepts
 //! `UNSIGNED-PAYLOAD`, for a body too large to hold. Credentials come from
-//! `credentials.rs`; the signing time from an injected wall clock.
+//! `credentials.rs`; the signing time from the [`Clock`] given.
 
 pub mod credentials;
-
-use std::sync::Arc;
-use std::time::SystemTime;
 
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sigv4::http_request::{
@@ -22,11 +19,9 @@ use http::{HeaderMap, Request};
 
 pub use credentials::{Credentials, CredentialsError};
 
+use crate::clock::Clock;
 use crate::config::SigV4Settings;
-use crate::proxy::ProxyBody;
-
-/// The time a signature is made for; `SystemTime::now` outside tests.
-pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+use crate::transport::ProxyBody;
 
 /// The largest body held to be hashed and signed: DynamoDB's largest request
 /// (`BatchWriteItem`, 16 MB). A larger one gets 413, except for S3.
@@ -65,11 +60,11 @@ pub enum SignError {
 pub struct Unsignable(String);
 
 /// Where signing upstreams get their credentials and their clock: the AWS default
-/// chain and the system clock unless a test sets them.
+/// chain and tokio's clock unless a test sets them.
 #[derive(Clone, Default)]
 pub struct SigningEnv {
     pub credentials: Option<SharedCredentialsProvider>,
-    pub clock: Option<WallClock>,
+    pub clock: Option<Clock>,
 }
 
 impl std::fmt::Debug for SigningEnv {
@@ -89,10 +84,7 @@ impl SigningEnv {
             None => Credentials::default_chain(&settings.region).await?,
         };
         credentials.probe().await?;
-        let clock = self
-            .clock
-            .clone()
-            .unwrap_or_else(|| Arc::new(SystemTime::now));
+        let clock = self.clock.clone().unwrap_or_default();
         Ok(Signer::new(settings, credentials, clock))
     }
 }
@@ -105,7 +97,8 @@ pub struct Signer {
     /// signed as sent.
     s3: bool,
     credentials: Credentials,
-    clock: WallClock,
+    /// Its wall time is the time a signature is made for.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Signer {
@@ -119,7 +112,7 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// A signer for `settings` with these credentials and clock.
-    pub fn new(settings: &SigV4Settings, credentials: Credentials, clock: WallClock) -> Signer {
+    pub fn new(settings: &SigV4Settings, credentials: Credentials, clock: Clock) -> Signer {
         Signer {
             s3: matches!(
                 settings.service.as_str(),
@@ -188,7 +181,7 @@ impl Signer {
             .identity(&identity)
             .region(&self.region)
             .name(&self.service)
-            .time((self.clock)())
+            .time(self.clock.wall())
             .settings(settings)
             .build()
             .map_err(|e| SignError::Signing(e.to_string()))?

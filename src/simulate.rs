@@ -1,8 +1,10 @@
-//! `easeoff simulate`: one configured upstream's real controller, sleeper, pacer and
-//! retry decision, in tokio's paused (virtual) time, against a modelled throttling
-//! upstream. Clients call the same [`Upstream`] the proxy uses (acquire a slot, record
-//! the verdict, ask the retry budget); only the network is replaced: the upstream is
-//! the mock's token bucket, which decides at dispatch and answers `latency` later.
+//! `easeoff simulate`: one configured upstream's real controller, sleeper, pacer,
+//! connection backoff and attempt policy, in virtual time (a [`ManualClock`]), against
+//! a modelled throttling upstream. Clients go through the same [`Control`] and
+//! [`Attempts`] the proxy's request path uses (acquire a slot, pass the connection
+//! backoff, record the verdict, ask the policy and the retry budget); only the network
+//! is replaced: the upstream is the mock's token bucket, which decides at dispatch and
+//! answers `latency` later.
 //!
 //! Everything random comes from one seeded generator, and a current-thread runtime
 //! runs the tasks in a fixed order, so a seed gives the same trace every time. What
@@ -10,21 +12,21 @@
 
 pub mod report;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::attempt::{self, Attempts, Next};
+use crate::clock::{Clock, ManualClock};
 use crate::config::UpstreamSettings;
+use crate::connect_backoff::Admission;
 use crate::metrics::Metrics;
 use crate::mock_upstream::{AutoScale, Bucket};
 use crate::pacer::Slot;
 use crate::plot::{self, CapacityStep, Point};
-use crate::proxy::ClientError;
-use crate::retry;
 use crate::throttle::{Signal, Verdict};
-use crate::upstream::Upstream;
+use crate::upstream::Control;
 
 /// How the upstream's capacity changes over the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -147,6 +149,18 @@ pub enum Ending {
     Throttled,
     /// Turned away by the queue (`max_waiting`, `max_wait`).
     Shed,
+    /// The upstream could not be reached (connection backoff, connect retries used up).
+    Unreachable,
+}
+
+/// What the modelled upstream does with one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Success,
+    /// A throttle without a Retry-After (DynamoDB's).
+    Throttle,
+    /// No connection could be made.
+    Unreachable,
 }
 
 /// One client request.
@@ -176,20 +190,14 @@ pub enum SimError {
     Runtime(std::io::Error),
     #[error("cannot set up metrics: {0}")]
     Metrics(#[from] prometheus::Error),
-    #[error("cannot build the upstream: {0}")]
-    Upstream(#[from] ClientError),
 }
 
-/// Runs the simulation on its own current-thread runtime in paused time.
+/// Runs the simulation on its own current-thread runtime in virtual time.
 pub fn run(options: &SimOptions) -> Result<Trace, SimError> {
-    // I/O too: the pacer's precise timer registers with the reactor (paused time
-    // still decides when it wakes).
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .map_err(SimError::Runtime)?;
-    runtime.block_on(simulate(options))
+    // The wall clock is never read: the modelled upstream sends no dates.
+    let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
+    let runtime = ManualClock::runtime(&manual).map_err(SimError::Runtime)?;
+    runtime.block_on(simulate(options, clock))
 }
 
 /// The modelled upstream and the trace, shared by every client.
@@ -241,8 +249,8 @@ impl World {
     }
 }
 
-async fn simulate(options: &SimOptions) -> Result<Trace, SimError> {
-    let start = Instant::now();
+async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError> {
+    let start = clock.now();
     let end = start + options.duration;
     let (initial, steps) = options.schedule();
     let world: Shared = Arc::new(Mutex::new(World {
@@ -262,20 +270,16 @@ async fn simulate(options: &SimOptions) -> Result<Trace, SimError> {
     }));
 
     let mut rng = fastrand::Rng::with_seed(options.seed);
-    let settings = offline(options.settings.clone());
-    let nowhere = SocketAddr::from(([127, 0, 0, 1], 0));
     for sidecar in 0..options.sidecars {
         // Each sidecar is its own process with its own metrics.
         let metrics = Metrics::new()?;
-        let upstream = Arc::new(Upstream::with_rng(
-            settings.clone(),
-            nowhere,
+        let upstream = Arc::new(Control::new(
+            options.settings.clone(),
             &metrics,
             None,
-            // Nothing is sent anywhere, so nothing is signed.
-            None,
             rng.fork(),
-        )?);
+            clock.clone(),
+        ));
         for _ in 0..options.clients {
             // Clients start spread over one latency, so no sidecar wins every tie of
             // the first instant by the order its tasks were spawned in.
@@ -290,36 +294,35 @@ async fn simulate(options: &SimOptions) -> Result<Trace, SimError> {
         }
     }
     for (at, rate) in steps {
-        tokio::time::sleep_until(start + at).await;
-        lock(&world).set_capacity(rate, Instant::now());
+        clock.sleep_until(start + at).await;
+        lock(&world).set_capacity(rate, clock.now());
     }
-    tokio::time::sleep_until(end).await;
+    clock.sleep_until(end).await;
     let trace = std::mem::take(&mut lock(&world).trace);
     Ok(trace)
 }
 
-/// The settings with a placeholder plain-http URL: the simulation never sends, and an
-/// https URL would load the system's root certificates for nothing.
-fn offline(mut settings: UpstreamSettings) -> UpstreamSettings {
-    settings.url.scheme = http::uri::Scheme::HTTP;
-    settings.url.authority = http::uri::Authority::from_static("127.0.0.1");
-    settings.ca_file = None;
-    settings
-}
-
 /// A client with unbounded demand: sends, waits for the answer, sends again.
 async fn client(
-    upstream: Arc<Upstream>,
+    upstream: Arc<Control>,
     sidecar: usize,
     world: Shared,
     latency: Duration,
     first: Duration,
 ) {
-    tokio::time::sleep(first).await;
+    let clock = upstream.clock();
+    clock.sleep(first).await;
     loop {
-        let sent = Instant::now();
-        let (ending, hold_off) = request(&upstream, sidecar, &world, latency).await;
-        let now = Instant::now();
+        let sent = clock.now();
+        let (ending, hold_off) = request(&upstream, latency, |slot, retry| {
+            if lock(&world).attempt(sidecar, slot, retry) {
+                Answer::Throttle
+            } else {
+                Answer::Success
+            }
+        })
+        .await;
+        let now = clock.now();
         {
             let mut w = lock(&world);
             let at = w.since_start(now);
@@ -331,55 +334,95 @@ async fn client(
             });
         }
         if !hold_off.is_zero() {
-            tokio::time::sleep(hold_off).await;
+            clock.sleep(hold_off).await;
         }
     }
 }
 
-/// The least a shed client waits: a shed is answered at once, and in virtual time a
-/// client that asked again at once would never let the clock move.
+/// The least a turned-away client waits: a shed is answered at once, and in virtual
+/// time a client that asked again at once would never let the clock move.
 const MIN_HOLD_OFF: Duration = Duration::from_millis(1);
 
-/// One client request through easeoff, as `proxy/service.rs` handles it for a
-/// throttle without a Retry-After (DynamoDB's): wait for a slot, send, record the
-/// verdict, retry while attempts, elapsed time and the budget allow. Also returns how
-/// long the client then holds off: a shed's Retry-After, which a client that backs
-/// off on easeoff's ThrottlingException roughly honours; nothing otherwise.
-async fn request(
-    upstream: &Upstream,
-    sidecar: usize,
-    world: &Shared,
+/// One client request through easeoff's decisions, as `proxy/service.rs` makes them:
+/// wait for a slot, pass the connection backoff, let `send` (the modelled upstream,
+/// told whether this is a retry) answer, which takes `latency`, record the verdict
+/// and ask the attempt policy. Also returns how long the client then holds off: a
+/// shed's or an unreachable upstream's Retry-After, which a client that backs off on
+/// easeoff's answer roughly honours; nothing otherwise.
+pub async fn request(
+    upstream: &Control,
     latency: Duration,
+    mut send: impl FnMut(&Slot, bool) -> Answer,
 ) -> (Ending, Duration) {
+    let clock = upstream.clock();
     let settings = &upstream.settings;
-    let retry = &settings.retry;
-    let arrived = Instant::now();
-    upstream.budget.deposit(upstream.clock(arrived));
-    let mut attempts = 0u32;
+    let arrived = clock.now();
+    upstream.deposit(arrived);
+    let mut policy = Attempts::new(&settings.retry, settings.queue.max_wait, true, None);
     loop {
-        attempts += 1;
-        let mut deadline = Instant::now() + settings.queue.max_wait;
-        if attempts > 1 {
-            deadline = deadline.min(arrived + retry.max_elapsed);
-        }
-        let slot = match upstream.acquire(deadline).await {
-            Ok(slot) => slot,
-            // A retry that cannot go passes the last throttle on.
-            Err(_) if attempts > 1 => return (Ending::Throttled, Duration::ZERO),
-            Err(shed) => return (Ending::Shed, shed.retry_after.max(MIN_HOLD_OFF)),
+        let retry = policy.attempts() > 0;
+        let wait_until = arrived + policy.begin(clock.now() - arrived);
+        let outcome = match upstream.acquire(wait_until).await {
+            Err(shed) => attempt::Outcome::Shed {
+                retry_after: shed.retry_after,
+            },
+            Ok(slot) => match upstream.admit(slot.dispatched_at) {
+                Admission::Closed(wait) => attempt::Outcome::BackoffClosed { wait },
+                Admission::Open | Admission::Probe => {
+                    let answer = send(&slot, retry);
+                    if !latency.is_zero() {
+                        clock.sleep(latency).await;
+                    }
+                    match observe(upstream, &slot, answer) {
+                        Some(outcome) => outcome,
+                        None => return (Ending::Success, Duration::ZERO),
+                    }
+                }
+            },
         };
-        let throttled = lock(world).attempt(sidecar, &slot, attempts > 1);
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
+        let now = clock.now();
+        let mut next = policy.after(outcome, now - arrived, || upstream.withdraw(now));
+        if next == Next::ReadThrottle {
+            // The modelled answer is always held.
+            let read = attempt::Outcome::ThrottleRead { held: true };
+            next = policy.after(read, now - arrived, || upstream.withdraw(now));
         }
-        if !throttled {
-            upstream.record(&slot, Some(Verdict::Success), None);
-            return (Ending::Success, Duration::ZERO);
+        match next {
+            Next::Retry { after, cause } => {
+                upstream.retried(cause);
+                if !after.is_zero() {
+                    clock.sleep(after).await;
+                }
+            }
+            Next::GiveBack(_) | Next::ReadThrottle => return (Ending::Throttled, Duration::ZERO),
+            Next::Shed { retry_after } => return (Ending::Shed, retry_after.max(MIN_HOLD_OFF)),
+            Next::Unreachable { retry_after, .. } => {
+                return (Ending::Unreachable, retry_after.max(MIN_HOLD_OFF));
+            }
         }
-        upstream.record(&slot, Some(Verdict::Throttle(Signal::Body)), None);
-        let may = retry::allowed(retry, attempts, true, false, arrived.elapsed());
-        if may.is_err() || !upstream.budget.withdraw(upstream.clock(Instant::now())) {
-            return (Ending::Throttled, Duration::ZERO);
+    }
+}
+
+/// Records the modelled upstream's answer as the proxy records a real one; `None`
+/// for a success, which ends the request.
+fn observe(upstream: &Control, slot: &Slot, answer: Answer) -> Option<attempt::Outcome> {
+    match answer {
+        Answer::Success => {
+            upstream.connected();
+            upstream.record(slot, Some(Verdict::Success), None);
+            None
+        }
+        Answer::Throttle => {
+            upstream.connected();
+            upstream.record(slot, Some(Verdict::Throttle(Signal::Body)), None);
+            Some(attempt::Outcome::Throttled { refused: false })
+        }
+        Answer::Unreachable => {
+            upstream.record(slot, None, None);
+            let now = upstream.clock().now();
+            upstream.connect_failed(now);
+            let wait = upstream.connect_backoff_remaining(now);
+            Some(attempt::Outcome::ConnectFailed { wait })
         }
     }
 }

@@ -1,28 +1,33 @@
-//! One upstream at run time: its controller, pacer, retry budget, connection backoff,
-//! classifier, client and metrics.
+//! One upstream at run time, in two parts. [`Control`] is its decision state: the
+//! controller, pacer, retry budget and connection backoff, on one [`Clock`], usable
+//! without I/O (`easeoff simulate` runs it in virtual time). [`Upstream`] adds the I/O:
+//! the listen address, the classifier, the HTTP client and the signer.
 //!
 //! `record` is where an attempt's verdict reaches the controller and the new interval
 //! reaches the pacer. The fast path (a success at interval 0, a healthy connection)
 //! reads atomics and takes no lock.
 
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::attempt::Cause;
+use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
 use crate::hints::Quota;
-use crate::metrics::{Metrics, UpstreamMetrics};
+use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::pacer::{Limits, Pacer, Shed, Slot};
-use crate::proxy::{ClientError, UpstreamClient};
 use crate::retry::RetryBudget;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Signal, Verdict};
+use crate::transport::{ClientError, UpstreamClient};
 
 /// One attempt as observers see it (the demo's plot, traces).
 #[derive(Clone, Copy, Debug)]
@@ -38,18 +43,26 @@ pub struct Attempt {
 pub type Observer = Arc<dyn Fn(&Attempt) + Send + Sync>;
 
 /// One configured upstream, shared by its listener's connections and the admin server.
+/// Its decision state is reached through `Deref` to [`Control`].
 pub struct Upstream {
-    pub settings: Arc<UpstreamSettings>,
+    control: Control,
     /// The bound listen address (the configured one, unless its port was 0).
     pub listen: SocketAddr,
-    pub pacer: Pacer,
     pub classifier: Classifier,
     pub client: UpstreamClient,
-    pub metrics: UpstreamMetrics,
-    pub budget: RetryBudget,
     /// Re-signs every attempt when `[upstream.sigv4]` is set.
     pub signer: Option<Signer>,
-    /// Time zero for the budget's clock.
+}
+
+/// One upstream's decisions and their state, without I/O: what the proxy and
+/// `easeoff simulate` share.
+pub struct Control {
+    pub settings: Arc<UpstreamSettings>,
+    pub pacer: Pacer,
+    pub metrics: UpstreamMetrics,
+    pub budget: RetryBudget,
+    clock: Clock,
+    /// Time zero for the budget's and the controller's clocks.
     origin: Instant,
     controller: Mutex<Controller<fastrand::Rng>>,
     connect: Mutex<(ConnectBackoff, fastrand::Rng)>,
@@ -67,6 +80,22 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+impl Deref for Upstream {
+    type Target = Control;
+
+    fn deref(&self) -> &Control {
+        &self.control
+    }
+}
+
 impl Upstream {
     /// Builds the upstream's state; its metrics are published at once. `signer` is
     /// required when the settings have `[upstream.sigv4]`, and ignored otherwise.
@@ -77,57 +106,61 @@ impl Upstream {
         observer: Option<Observer>,
         signer: Option<Signer>,
     ) -> Result<Upstream, ClientError> {
-        Upstream::with_rng(
-            settings,
+        let client = UpstreamClient::new(&settings)?;
+        Ok(Upstream {
+            classifier: Classifier::new(settings.preset, settings.throttle.clone()),
+            signer: signer.filter(|_| settings.sigv4.is_some()),
+            control: Control::new(
+                settings,
+                metrics,
+                observer,
+                fastrand::Rng::new(),
+                Clock::Tokio,
+            ),
             listen,
-            metrics,
-            observer,
-            signer,
-            fastrand::Rng::new(),
-        )
+            client,
+        })
     }
+}
 
-    /// Like [`Upstream::new`], with the random source of the sleeper and the connection
-    /// backoff given, so a simulation is reproducible.
-    pub fn with_rng(
+impl Control {
+    /// Builds the decision state on `clock`, with the random source of the sleeper and
+    /// the connection backoff given (so a simulation is reproducible); its metrics are
+    /// published at once.
+    pub fn new(
         settings: UpstreamSettings,
-        listen: SocketAddr,
         metrics: &Metrics,
         observer: Option<Observer>,
-        signer: Option<Signer>,
         mut rng: fastrand::Rng,
-    ) -> Result<Upstream, ClientError> {
-        let client = UpstreamClient::new(&settings)?;
+        clock: Clock,
+    ) -> Control {
         let connect_rng = rng.fork();
         let controller = Controller::new(&settings.sleeper, rng);
         let limits = Limits {
             max_waiting: settings.queue.max_waiting,
         };
-        let upstream = Upstream {
-            classifier: Classifier::new(settings.preset, settings.throttle.clone()),
-            pacer: Pacer::new(settings.sleeper.mode, limits),
+        let control = Control {
+            pacer: Pacer::with_clock(settings.sleeper.mode, limits, clock.clone()),
             metrics: metrics.upstream(&settings.name),
             budget: RetryBudget::new(
                 settings.retry.budget_ratio,
                 settings.retry.budget_min_per_second,
             ),
-            signer: signer.filter(|_| settings.sigv4.is_some()),
-            origin: Instant::now(),
+            origin: clock.now(),
+            clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
             settings: Arc::new(settings),
-            listen,
-            client,
             controller: Mutex::new(controller),
             observer,
         };
-        upstream
+        control
             .metrics
             .max_interval
-            .set(upstream.settings.sleeper.max_interval.as_secs_f64());
+            .set(control.settings.sleeper.max_interval.as_secs_f64());
         // `constant` starts at its interval.
-        upstream.publish(&upstream.lock());
-        Ok(upstream)
+        control.publish(&control.lock());
+        control
     }
 
     /// The upstream's name.
@@ -135,9 +168,37 @@ impl Upstream {
         &self.settings.name
     }
 
+    /// The clock every decision of this upstream reads.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     /// Nanoseconds on the budget's clock.
-    pub fn clock(&self, now: Instant) -> u64 {
+    fn budget_ns(&self, now: Instant) -> u64 {
         u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts a retry the attempt policy sent.
+    pub fn retried(&self, cause: Cause) {
+        let reason = match cause {
+            Cause::Throttle => RetryReason::Throttle,
+            Cause::Connect => RetryReason::Connect,
+        };
+        self.metrics.retry(reason).inc();
+    }
+
+    /// Counts a client request toward the retry budget.
+    pub fn deposit(&self, now: Instant) {
+        self.budget.deposit(self.budget_ns(now));
+    }
+
+    /// Takes a retry from the budget, counting a refusal.
+    pub fn withdraw(&self, now: Instant) -> bool {
+        let ok = self.budget.withdraw(self.budget_ns(now));
+        if !ok {
+            self.metrics.budget_exhausted.inc();
+        }
+        ok
     }
 
     /// Waits for a slot (or is shed at once) and counts the wait.
@@ -193,7 +254,7 @@ impl Upstream {
     /// Applies an answer's rate-limit quota: nothing left pauses the upstream until the
     /// reset (a `ratelimit` throttle); otherwise what is left is spread over the window.
     pub fn apply_quota(&self, quota: Quota, now: Instant) {
-        let wall = SystemTime::now();
+        let wall = self.clock.wall();
         let max = self.settings.sleeper.max_interval;
         let reset = quota.reset_in(wall).min(max);
         if quota.remaining == 0 {
@@ -218,7 +279,7 @@ impl Upstream {
         match verdict {
             Some(Verdict::Throttle(signal)) => {
                 self.metrics.throttle(signal).inc();
-                let now = Instant::now();
+                let now = self.clock.now();
                 if let Some(delay) = pause {
                     self.pacer
                         .pause_until(now + delay.min(self.settings.sleeper.max_interval));
@@ -235,7 +296,7 @@ impl Upstream {
                     self.metrics.invocations.inc();
                     return;
                 }
-                let at = Instant::now().saturating_duration_since(self.origin);
+                let at = self.clock.now().saturating_duration_since(self.origin);
                 let mut controller = self.lock();
                 let step = controller.on_success(slot.epoch, at);
                 self.apply(&controller, step);
@@ -259,14 +320,14 @@ impl Upstream {
 
     /// When the current pause ends, in wall-clock time.
     pub fn paused_until(&self) -> Option<SystemTime> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let end = self.pacer.paused_until(now)?;
-        Some(SystemTime::now() + (end - now))
+        Some(self.clock.wall() + (end - now))
     }
 
     /// Sets the gauges that depend on the moment of the scrape.
     pub fn refresh_gauges(&self) {
-        let now = Instant::now();
+        let now = self.clock.now();
         let pause = self
             .pacer
             .paused_until(now)

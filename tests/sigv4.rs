@@ -1,11 +1,12 @@
 //! SigV4 re-signing through the real proxy: the client's signature is replaced, and a
 //! throttled write retried after more than a signature's validity (5 minutes) carries
-//! a new `X-Amz-Date` and a signature that verifies for it. The signer's clock is
-//! injected and jumps six minutes per signature; nothing waits in real time.
+//! a new `X-Amz-Date` and a signature that verifies for it. The signer's clock is a
+//! manual one the upstream moves six minutes per arrival; nothing waits in real time.
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::Credentials;
@@ -13,7 +14,8 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
-use easeoff::sigv4::{SigningEnv, WallClock};
+use easeoff::clock::Clock;
+use easeoff::sigv4::SigningEnv;
 use support::*;
 
 const BODY: &str = r#"{"TableName":"orders","Item":{"id":{"S":"1"}}}"#;
@@ -25,17 +27,6 @@ fn keys() -> Credentials {
 /// 2026-01-01T00:00:00Z.
 const START: Duration = Duration::from_secs(1_767_225_600);
 const JUMP: Duration = Duration::from_secs(360);
-
-/// [`START`], then six minutes later on every reading.
-fn jumping_clock() -> WallClock {
-    let next = Arc::new(Mutex::new(UNIX_EPOCH + START));
-    Arc::new(move || {
-        let mut next = next.lock().unwrap();
-        let now = *next;
-        *next += JUMP;
-        now
-    })
-}
 
 /// The Authorization header a correct signer makes for what arrived, at `time`, over
 /// the headers its `SignedHeaders` names.
@@ -80,12 +71,24 @@ fn expected_authorization(arrival: &Arrival, host: &str, time: SystemTime) -> St
 
 #[tokio::test]
 async fn a_retry_after_the_signatures_validity_is_signed_afresh() {
-    let up = throttles_first(1, || {
-        respond(
-            400,
-            &[("x-amzn-errortype", "ProvisionedThroughputExceededException")],
-            "",
-        )
+    // The signer's clock stands at START and moves six minutes on every arrival, so
+    // the retry is signed past the first signature's validity.
+    let (clock, manual) = Clock::manual(UNIX_EPOCH + START);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let up = upstream(move |_| {
+        manual.advance(JUMP);
+        let first = answered.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            if first {
+                respond(
+                    400,
+                    &[("x-amzn-errortype", "ProvisionedThroughputExceededException")],
+                    "",
+                )
+            } else {
+                respond(200, &[], "stored")
+            }
+        }
     })
     .await;
     let text = format!(
@@ -94,7 +97,7 @@ async fn a_retry_after_the_signatures_validity_is_signed_afresh() {
     );
     let signing = SigningEnv {
         credentials: Some(SharedCredentialsProvider::new(keys())),
-        clock: Some(jumping_clock()),
+        clock: Some(clock),
     };
     let proxy = proxy_signing(&text, signing).await;
     let answer = send(

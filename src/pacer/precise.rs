@@ -2,33 +2,38 @@
 //! and a bit late, so a pacer at 5 ms would be spaced 5–6.5 ms apart and run slow. On
 //! Linux a timerfd registered with the reactor wakes it within tens of microseconds.
 //! tokio's own sleep always runs alongside: it is the fallback where a timerfd cannot
-//! be had (other systems, a runtime without I/O) and it is what paused time (the
-//! tests, `easeoff simulate`) advances.
+//! be had (other systems) and it is what tokio's paused time (the tests) advances. On
+//! a manual clock (`easeoff simulate`) the clock's own sleep is the only timer.
 
 use tokio::time::Instant;
 
+use crate::clock::Clock;
+
 /// The release task's timer; one per pacer, reused for every wait.
 pub struct PreciseSleep {
+    clock: Clock,
     #[cfg(target_os = "linux")]
     fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
 }
 
 impl PreciseSleep {
     /// A timer on this runtime's reactor, or tokio's timer alone where the system has
-    /// no timerfd. The runtime must have I/O enabled (tokio panics otherwise); every
-    /// runtime easeoff builds, `simulate`'s included, has it.
-    pub fn new() -> PreciseSleep {
+    /// no timerfd; on a manual clock, that clock's sleep. With tokio's clock the
+    /// runtime must have I/O enabled (tokio panics otherwise); every runtime easeoff
+    /// serves on has it.
+    pub fn new(clock: Clock) -> PreciseSleep {
         PreciseSleep {
             #[cfg(target_os = "linux")]
-            fd: linux::timer_fd(),
+            fd: clock.is_tokio().then(linux::timer_fd).flatten(),
+            clock,
         }
     }
 
-    /// Returns at `at` (tokio's clock), or very soon after.
+    /// Returns at `at` on its clock, or very soon after.
     pub async fn until(&mut self, at: Instant) {
         #[cfg(target_os = "linux")]
         if let Some(fd) = &self.fd {
-            let left = at.saturating_duration_since(Instant::now());
+            let left = at.saturating_duration_since(self.clock.now());
             if left.is_zero() {
                 return;
             }
@@ -44,7 +49,7 @@ impl PreciseSleep {
                             guard.clear_ready();
                             // A paused clock can lag the real one the timerfd follows:
                             // then only tokio's sleep may end the wait.
-                            if fired && Instant::now() >= at {
+                            if fired && self.clock.now() >= at {
                                 return;
                             }
                         }
@@ -52,7 +57,7 @@ impl PreciseSleep {
                 }
             }
         }
-        tokio::time::sleep_until(at).await;
+        self.clock.sleep_until(at).await;
     }
 }
 
@@ -118,7 +123,7 @@ mod tests {
     // (`bench/pacing.sh`); a test can only hold it to never waking early.
     #[tokio::test(flavor = "current_thread")]
     async fn a_sleep_never_ends_before_its_deadline() {
-        let mut timer = PreciseSleep::new();
+        let mut timer = PreciseSleep::new(Clock::Tokio);
         for i in 0..20 {
             let at = Instant::now() + Duration::from_micros(300 + 100 * i);
             timer.until(at).await;
@@ -128,7 +133,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn paused_time_advances_through_the_sleep() {
-        let mut timer = PreciseSleep::new();
+        let mut timer = PreciseSleep::new(Clock::Tokio);
         let start = Instant::now();
         timer.until(start + Duration::from_secs(3600)).await;
         assert_eq!(Instant::now() - start, Duration::from_secs(3600));

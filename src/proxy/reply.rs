@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, header};
 
-use super::body::ProxyBody;
 use crate::throttle::Preset;
+use crate::transport::ProxyBody;
 
 /// Why easeoff answered instead of the upstream (header `x-easeoff-reason`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,136 +1,198 @@
-//! One client request, start to answer: hold a small body so the request can be
-//! replayed, wait for a slot (or be shed), pass the connection backoff, forward,
-//! classify, apply the upstream's hints, and retry a throttle or a failed connection
-//! while attempts, budget and time allow. The upstream's own throttle reaches the
-//! client when easeoff cannot absorb it.
+//! One client request, start to answer, as a loop over the attempt policy
+//! ([`crate::attempt`]): hold a small body so the request can be replayed, wait for a
+//! slot (or be shed), pass the connection backoff, sign, send, classify, apply the
+//! upstream's hints, and ask the policy what follows. The upstream's own throttle
+//! reaches the client when easeoff cannot absorb it.
 
+use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use hyper::body::Incoming;
 use prometheus::IntGauge;
 use tokio::time::Instant;
 
-use super::body::{ProxyBody, Watch, read_error_body, read_up_to};
-use super::client::SendError;
-use super::headers::strip_hop_by_hop;
 use super::reply::{Dialect, Reason, reply};
+use super::watch::Watch;
+use crate::attempt::{self, Attempts, Next};
+use crate::clock::Clock;
 use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
-use crate::metrics::{Outcome, RetryReason};
+use crate::metrics::Outcome;
 use crate::pacer::Slot;
-use crate::retry;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
+use crate::transport::{ProxyBody, SendError, read_error_body, read_up_to, strip_hop_by_hop};
 use crate::upstream::Upstream;
+
+const SHED: &str = "too many requests waiting for this upstream; retry later";
 
 /// Serves one request for `upstream`; every path ends in a response.
 pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
-    let arrived = Instant::now();
-    let settings = &*upstream.settings;
-    let dialect = Dialect {
-        preset: settings.preset,
-        grpc: is_grpc(req.headers()),
-    };
-    let ctx = Ctx {
-        upstream: &upstream,
-        dialect,
-        // A gRPC client's own deadline bounds every wait.
-        grpc_deadline: dialect
-            .grpc
-            .then(|| hints::grpc_timeout(req.headers()))
-            .flatten()
-            .map(|t| arrived + t),
-        watch_batch: settings.preset.is_aws() && is_batch(req.headers()),
-    };
-    upstream.budget.deposit(upstream.clock(arrived));
-
+    let clock = upstream.clock();
+    let ctx = Ctx::new(&upstream, req.headers(), clock.now());
+    upstream.deposit(ctx.arrived);
     let (mut head, body) = req.into_parts();
     upstream.client.rewrite(&mut head);
-    if let Some(signer) = &upstream.signer
-        && let Err(error) = signer.strip(&mut head.headers)
-    {
-        return ctx.local(Reason::BadRequest, Outcome::Error, &error.to_string(), None);
-    }
-    let retry = &settings.retry;
-    // A body is held to be replayed, or to be hashed for its signature.
-    let signed_body = upstream.signer.as_ref().is_some_and(|s| s.needs_body());
-    let hold = if signed_body {
-        SIGNED_BODY_LIMIT.max(retry.max_body_bytes)
-    } else {
-        retry.max_body_bytes
+    let (body, template) = match ctx.hold(&mut head, body).await {
+        Ok(held) => held,
+        Err(answer) => return answer,
     };
-    let body = if retry.max_attempts > 1 || signed_body {
-        match read_up_to(body, hold).await {
-            Ok(body) => body,
-            Err(error) => {
-                let message = format!("cannot read the request body: {error}");
-                return ctx.local(Reason::BadRequest, Outcome::Error, &message, None);
-            }
-        }
-    } else {
-        ProxyBody::Stream(body)
-    };
-    if signed_body && body.replay().is_none() {
-        let message = format!(
-            "the request body is larger than {hold} bytes, the most easeoff holds to sign it"
-        );
-        return ctx.local(Reason::TooLarge, Outcome::Error, &message, None);
-    }
-    // A copy to replay, when retries are on and the body is in memory and small enough
-    // (one held only for signing is sent once, as a streamed one would be).
-    let replayable = retry.max_attempts > 1
-        && body
-            .size_hint()
-            .exact()
-            .is_some_and(|n| n <= retry.max_body_bytes);
-    let template = body
-        .replay()
-        .filter(|_| replayable)
-        .map(|copy| Template::of(&head, copy));
+    let settings = &upstream.settings;
+    let mut policy = Attempts::new(
+        &settings.retry,
+        settings.queue.max_wait,
+        template.is_some(),
+        ctx.grpc_timeout,
+    );
     let mut first = Some(Request::from_parts(head, body));
-    let mut attempts = 0u32;
     // The latest throttle, kept for the client in case the next attempt cannot go.
     let mut kept: Option<Response<ProxyBody>> = None;
-
     loop {
-        attempts += 1;
-        let request = match first.take() {
-            Some(request) => request,
-            None => match &template {
-                Some(template) => template.request(),
-                None => return ctx.give_up(kept, None),
-            },
+        let Some(request) = first
+            .take()
+            .or_else(|| template.as_ref().map(Template::request))
+        else {
+            return ctx.give_up(kept, None);
         };
-        let now = Instant::now();
-        let mut deadline = ctx.limit(after(now, settings.queue.max_wait));
-        if attempts > 1 {
-            deadline = deadline.min(after(arrived, retry.max_elapsed));
+        let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
+        let (next, answer, message) = match ctx.attempt(request, wait_until, &mut policy).await {
+            Turn::Answer(response) => return response,
+            Turn::Next(next, answer, message) => (next, answer, message),
+        };
+        match next {
+            Next::Retry { after, cause } => {
+                upstream.retried(cause);
+                if answer.is_some() {
+                    kept = answer;
+                }
+                if !after.is_zero() {
+                    clock.sleep(after).await;
+                }
+            }
+            Next::GiveBack(_) | Next::ReadThrottle => return ctx.give_up(kept, answer),
+            Next::Shed { retry_after } => {
+                return ctx.local(Reason::Shed, Outcome::Shed, SHED, Some(retry_after));
+            }
+            Next::Unreachable { retry_after, .. } => {
+                let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
+                return ctx.local(reason, outcome, &message, Some(retry_after));
+            }
         }
-        let slot = match upstream.acquire(deadline).await {
+    }
+}
+
+/// What one attempt left to do: the request's answer, or the policy's decision with
+/// the throttle answer it concerns and the words for the client if it gives up.
+enum Turn {
+    Answer(Response<ProxyBody>),
+    Next(Next, Option<Response<ProxyBody>>, Cow<'static, str>),
+}
+
+/// What every step of one request needs.
+struct Ctx<'a> {
+    upstream: &'a Arc<Upstream>,
+    clock: &'a Clock,
+    arrived: Instant,
+    dialect: Dialect,
+    /// A gRPC client's own deadline, which bounds every wait, from arrival.
+    grpc_timeout: Option<Duration>,
+    watch_batch: bool,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(upstream: &'a Arc<Upstream>, headers: &HeaderMap, arrived: Instant) -> Ctx<'a> {
+        let settings = &*upstream.settings;
+        let dialect = Dialect {
+            preset: settings.preset,
+            grpc: is_grpc(headers),
+        };
+        Ctx {
+            upstream,
+            clock: upstream.clock(),
+            arrived,
+            dialect,
+            grpc_timeout: dialect.grpc.then(|| hints::grpc_timeout(headers)).flatten(),
+            watch_batch: settings.preset.is_aws() && is_batch(headers),
+        }
+    }
+
+    /// Strips the client's signature and holds the body as far as replay or signing
+    /// needs; returns the body to send first and, when it can be sent again, a template
+    /// for retries. An error is the client's answer.
+    async fn hold(
+        &self,
+        head: &mut Parts,
+        body: Incoming,
+    ) -> Result<(ProxyBody, Option<Template>), Response<ProxyBody>> {
+        let upstream = self.upstream;
+        if let Some(signer) = &upstream.signer
+            && let Err(error) = signer.strip(&mut head.headers)
+        {
+            return Err(self.local(Reason::BadRequest, Outcome::Error, &error.to_string(), None));
+        }
+        let retry = &upstream.settings.retry;
+        // A body is held to be replayed, or to be hashed for its signature.
+        let signed_body = upstream.signer.as_ref().is_some_and(|s| s.needs_body());
+        let hold = if signed_body {
+            SIGNED_BODY_LIMIT.max(retry.max_body_bytes)
+        } else {
+            retry.max_body_bytes
+        };
+        let body = if retry.max_attempts > 1 || signed_body {
+            read_up_to(body, hold).await.map_err(|error| {
+                let message = format!("cannot read the request body: {error}");
+                self.local(Reason::BadRequest, Outcome::Error, &message, None)
+            })?
+        } else {
+            ProxyBody::Stream(body)
+        };
+        if signed_body && body.replay().is_none() {
+            let message = format!(
+                "the request body is larger than {hold} bytes, the most easeoff holds to sign it"
+            );
+            return Err(self.local(Reason::TooLarge, Outcome::Error, &message, None));
+        }
+        // A copy to replay, when retries are on and the body is in memory and small
+        // enough (one held only for signing is sent once, as a streamed one would be).
+        let replayable = retry.max_attempts > 1
+            && body
+                .size_hint()
+                .exact()
+                .is_some_and(|n| n <= retry.max_body_bytes);
+        let template = body
+            .replay()
+            .filter(|_| replayable)
+            .map(|copy| Template::of(head, copy));
+        Ok((body, template))
+    }
+
+    /// One attempt: a slot, the connection backoff, the signature, the send.
+    async fn attempt(
+        &self,
+        request: Request<ProxyBody>,
+        wait_until: Instant,
+        policy: &mut Attempts,
+    ) -> Turn {
+        let upstream = self.upstream;
+        let slot = match upstream.acquire(wait_until).await {
             Ok(slot) => slot,
             Err(shed) => {
-                if kept.is_some() {
-                    return ctx.give_up(kept, None);
-                }
-                let message = "too many requests waiting for this upstream; retry later";
-                return ctx.local(Reason::Shed, Outcome::Shed, message, Some(shed.retry_after));
+                let outcome = attempt::Outcome::Shed {
+                    retry_after: shed.retry_after,
+                };
+                return self.decide(policy, outcome, None, Cow::Borrowed(SHED));
             }
         };
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
             let message = "the upstream cannot be reached; connection backoff in force";
-            return ctx.local(
-                Reason::UpstreamUnavailable,
-                Outcome::Error,
-                message,
-                Some(wait),
-            );
+            let outcome = attempt::Outcome::BackoffClosed { wait };
+            return self.decide(policy, outcome, None, Cow::Borrowed(message));
         }
-
         // Signed at dispatch: a retry minutes later needs a signature of its own.
         let mut request = request;
         if let Some(signer) = &upstream.signer
@@ -138,43 +200,31 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
         {
             upstream.metrics.signing_failures.inc();
             upstream.record(&slot, None, None);
-            return ctx.local(Reason::Signing, Outcome::Error, &error.to_string(), None);
+            let message = error.to_string();
+            return Turn::Answer(self.local(Reason::Signing, Outcome::Error, &message, None));
         }
         let sent = {
             let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
             upstream.client.send(request).await
         };
+        let took = self
+            .clock
+            .now()
+            .saturating_duration_since(slot.dispatched_at);
         upstream
             .metrics
             .upstream_duration
-            .observe(slot.dispatched_at.elapsed().as_secs_f64());
-        let response = match sent {
-            Ok(response) => response,
+            .observe(took.as_secs_f64());
+        match sent {
+            Ok(response) => self.answered(response, &slot, policy).await,
             Err(SendError::Connect(error)) => {
                 upstream.record(&slot, None, None);
-                let now = Instant::now();
+                let now = self.clock.now();
                 upstream.connect_failed(now);
                 let wait = upstream.connect_backoff_remaining(now);
-                let before = ctx.limit(after(arrived, retry.max_elapsed));
-                let may = retry::allowed(
-                    retry,
-                    attempts,
-                    template.is_some(),
-                    false,
-                    arrived.elapsed(),
-                );
-                if may.is_ok() && now + wait <= before && ctx.withdraw(now) {
-                    upstream.metrics.retry(RetryReason::Connect).inc();
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
                 let message = format!("cannot connect to the upstream: {error}");
-                return ctx.local(
-                    Reason::UpstreamUnavailable,
-                    Outcome::Error,
-                    &message,
-                    Some(wait),
-                );
+                let outcome = attempt::Outcome::ConnectFailed { wait };
+                self.decide(policy, outcome, None, Cow::Owned(message))
             }
             Err(error) => {
                 upstream.record(&slot, None, None);
@@ -186,118 +236,127 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
                         (Reason::UpstreamUnavailable, Outcome::Error)
                     }
                 };
-                return ctx.local(reason, outcome, &error.to_string(), None);
+                Turn::Answer(self.local(reason, outcome, &error.to_string(), None))
             }
-        };
+        }
+    }
+
+    /// The upstream answered: hints, classification, and for a throttle the policy.
+    async fn answered(
+        &self,
+        response: Response<Incoming>,
+        slot: &Slot,
+        policy: &mut Attempts,
+    ) -> Turn {
+        let upstream = self.upstream;
         upstream.connected();
         upstream.metrics.response(response.status().as_u16());
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         if let Some(quota) = hints::quota(&parts.headers) {
-            upstream.apply_quota(quota, Instant::now());
+            upstream.apply_quota(quota, self.clock.now());
         }
-
         let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
-        let (verdict, body) = match upstream
-            .classifier
-            .classify_head(parts.status, &parts.headers)
-        {
-            Head::Decided(verdict) => (verdict, ProxyBody::Stream(body)),
-            Head::NeedsBody => match tokio::time::timeout_at(deadline, read_error_body(body)).await
-            {
-                Ok(Ok((body, Some(bytes)))) => (
-                    upstream
-                        .classifier
-                        .classify_body(parts.status, &parts.headers, &bytes),
-                    body,
-                ),
-                Ok(Ok((body, None))) => (Verdict::Success, body),
-                Ok(Err(error)) => {
-                    upstream.record(&slot, None, None);
-                    let message = format!("the upstream's answer broke off: {error}");
-                    return ctx.local(Reason::UpstreamUnavailable, Outcome::Error, &message, None);
-                }
-                Err(_) => {
-                    upstream.record(&slot, None, None);
-                    let message = format!(
-                        "no complete answer within {:?}",
-                        upstream.client.request_timeout()
-                    );
-                    return ctx.local(Reason::Timeout, Outcome::Timeout, &message, None);
-                }
-            },
+        let (verdict, body) = match self.classify(&parts, body, slot, deadline).await {
+            Ok(classified) => classified,
+            Err(answer) => return Turn::Answer(answer),
         };
-
         let Verdict::Throttle(_) = verdict else {
-            let body = ctx.watch(&slot, verdict, &parts.headers, body);
+            let body = self.watch(slot, verdict, &parts.headers, body);
             let outcome = if verdict == Verdict::Success {
                 Outcome::Success
             } else {
                 Outcome::Error
             };
             upstream.metrics.request(outcome).inc();
-            return Response::from_parts(parts, body);
+            return Turn::Answer(Response::from_parts(parts, body));
         };
-        let pushback = hints::retry_after(&parts.headers, SystemTime::now());
+        let pushback = hints::retry_after(&parts.headers, self.clock.wall());
         let pause = match pushback {
             Some(Pushback::Delay(d)) => Some(d),
             _ => None,
         };
-        upstream.record(&slot, Some(verdict), pause);
+        upstream.record(slot, Some(verdict), pause);
         let refused = pushback == Some(Pushback::Refuse);
-        let may = retry::allowed(
-            retry,
-            attempts,
-            template.is_some(),
-            refused,
-            arrived.elapsed(),
-        );
-        if may.is_err() {
-            return ctx.give_up(None, Some(Response::from_parts(parts, body)));
+        let outcome = attempt::Outcome::Throttled { refused };
+        let next = policy.after(outcome, self.elapsed(), || false);
+        if next != Next::ReadThrottle {
+            let answer = Some(Response::from_parts(parts, body));
+            return Turn::Next(next, answer, Cow::Borrowed(""));
         }
-        // Read what is left of the answer: the connection goes back to the pool, and
-        // the client gets it unchanged if the retry cannot go.
-        let body = match tokio::time::timeout_at(deadline, read_error_body_of(body)).await {
-            Ok(Some(body)) => body,
-            Ok(None) | Err(_) => {
-                let message = "the upstream's throttle answer broke off";
-                return ctx.local(Reason::UpstreamUnavailable, Outcome::Error, message, None);
-            }
+        let Some(Some(body)) = self
+            .clock
+            .timeout_at(deadline, read_error_body_of(body))
+            .await
+        else {
+            let message = "the upstream's throttle answer broke off";
+            let reason = Reason::UpstreamUnavailable;
+            return Turn::Answer(self.local(reason, Outcome::Error, message, None));
         };
-        let answer = Response::from_parts(parts, body);
-        let body_kept = !matches!(
-            answer.body(),
-            ProxyBody::Prefixed { .. } | ProxyBody::Stream(_)
-        );
-        if !body_kept || !ctx.withdraw(Instant::now()) {
-            return ctx.give_up(None, Some(answer));
-        }
-        upstream.metrics.retry(RetryReason::Throttle).inc();
-        kept = Some(answer);
-    }
-}
-
-/// What every step of one request needs.
-struct Ctx<'a> {
-    upstream: &'a Arc<Upstream>,
-    dialect: Dialect,
-    grpc_deadline: Option<Instant>,
-    watch_batch: bool,
-}
-
-impl Ctx<'_> {
-    /// `deadline`, or the gRPC client's own if that comes first.
-    fn limit(&self, deadline: Instant) -> Instant {
-        self.grpc_deadline.map_or(deadline, |g| deadline.min(g))
+        let held = !matches!(body, ProxyBody::Prefixed { .. } | ProxyBody::Stream(_));
+        let outcome = attempt::Outcome::ThrottleRead { held };
+        let now = self.clock.now();
+        let next = policy.after(outcome, now - self.arrived, || upstream.withdraw(now));
+        Turn::Next(
+            next,
+            Some(Response::from_parts(parts, body)),
+            Cow::Borrowed(""),
+        )
     }
 
-    /// Takes a retry from the budget, counting a refusal.
-    fn withdraw(&self, now: Instant) -> bool {
-        let ok = self.upstream.budget.withdraw(self.upstream.clock(now));
-        if !ok {
-            self.upstream.metrics.budget_exhausted.inc();
+    /// The verdict on an answer, reading a small error body when the head alone does
+    /// not decide; an error is the client's answer.
+    async fn classify(
+        &self,
+        parts: &http::response::Parts,
+        body: Incoming,
+        slot: &Slot,
+        deadline: Instant,
+    ) -> Result<(Verdict, ProxyBody), Response<ProxyBody>> {
+        let upstream = self.upstream;
+        let (status, headers): (StatusCode, &HeaderMap) = (parts.status, &parts.headers);
+        match upstream.classifier.classify_head(status, headers) {
+            Head::Decided(verdict) => return Ok((verdict, ProxyBody::Stream(body))),
+            Head::NeedsBody => {}
         }
-        ok
+        match self.clock.timeout_at(deadline, read_error_body(body)).await {
+            Some(Ok((body, Some(bytes)))) => Ok((
+                upstream.classifier.classify_body(status, headers, &bytes),
+                body,
+            )),
+            Some(Ok((body, None))) => Ok((Verdict::Success, body)),
+            Some(Err(error)) => {
+                upstream.record(slot, None, None);
+                let message = format!("the upstream's answer broke off: {error}");
+                let reason = Reason::UpstreamUnavailable;
+                Err(self.local(reason, Outcome::Error, &message, None))
+            }
+            None => {
+                upstream.record(slot, None, None);
+                let message = format!(
+                    "no complete answer within {:?}",
+                    upstream.client.request_timeout()
+                );
+                Err(self.local(Reason::Timeout, Outcome::Timeout, &message, None))
+            }
+        }
+    }
+
+    /// Asks the policy about an attempt that got no answer.
+    fn decide(
+        &self,
+        policy: &mut Attempts,
+        outcome: attempt::Outcome,
+        answer: Option<Response<ProxyBody>>,
+        message: Cow<'static, str>,
+    ) -> Turn {
+        let now = self.clock.now();
+        let next = policy.after(outcome, now - self.arrived, || self.upstream.withdraw(now));
+        Turn::Next(next, answer, message)
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.clock.now().saturating_duration_since(self.arrived)
     }
 
     /// Hands the client the upstream's throttle: `fresh` if given, else the one kept.

@@ -1,5 +1,4 @@
-use std::sync::Mutex;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::Credentials as Keys;
 use http::HeaderValue;
@@ -17,7 +16,7 @@ fn suite_keys() -> SharedCredentialsProvider {
     ))
 }
 
-fn signer(service: &str, clock: WallClock) -> Signer {
+fn signer(service: &str, clock: Clock) -> Signer {
     let settings = SigV4Settings {
         service: service.into(),
         region: "us-east-1".into(),
@@ -31,6 +30,11 @@ fn suite_time() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_440_938_160)
 }
 
+/// A clock that stands at the suite's time until moved.
+fn suite_clock() -> Clock {
+    Clock::manual(suite_time()).0
+}
+
 fn request(body: &'static str) -> Request<ProxyBody> {
     Request::builder()
         .method("GET")
@@ -42,7 +46,7 @@ fn request(body: &'static str) -> Request<ProxyBody> {
 
 #[tokio::test]
 async fn signs_aws_get_vanilla_exactly() {
-    let signer = signer("service", Arc::new(suite_time));
+    let signer = signer("service", suite_clock());
     let mut req = request("");
     signer.sign(&mut req).await.unwrap();
     assert_eq!(req.headers()["x-amz-date"], "20150830T123600Z");
@@ -56,20 +60,12 @@ async fn signs_aws_get_vanilla_exactly() {
 
 #[tokio::test]
 async fn every_signing_reads_the_clock_afresh() {
-    // Each call is six minutes later: past a signature's five-minute validity.
-    let now = Arc::new(Mutex::new(suite_time()));
-    let clock: WallClock = {
-        let now = Arc::clone(&now);
-        Arc::new(move || {
-            let mut now = now.lock().unwrap();
-            let t = *now;
-            *now += Duration::from_secs(360);
-            t
-        })
-    };
+    // The second call is six minutes later: past a signature's five-minute validity.
+    let (clock, manual) = Clock::manual(suite_time());
     let signer = signer("service", clock);
     let (mut first, mut second) = (request(""), request(""));
     signer.sign(&mut first).await.unwrap();
+    manual.advance(Duration::from_secs(360));
     signer.sign(&mut second).await.unwrap();
     assert_eq!(first.headers()["x-amz-date"], "20150830T123600Z");
     assert_eq!(second.headers()["x-amz-date"], "20150830T124200Z");
@@ -81,7 +77,7 @@ async fn every_signing_reads_the_clock_afresh() {
 
 #[test]
 fn the_clients_signature_goes() {
-    let signer = signer("dynamodb", Arc::new(suite_time));
+    let signer = signer("dynamodb", suite_clock());
     let mut headers = HeaderMap::new();
     for name in CLIENT_SIGNATURE {
         headers.insert(name, HeaderValue::from_static("from-the-client"));
@@ -97,7 +93,7 @@ fn the_clients_signature_goes() {
 
 #[test]
 fn chunk_signed_uploads_are_refused_and_s3_unsigned_chunks_kept() {
-    let s3 = signer("s3", Arc::new(suite_time));
+    let s3 = signer("s3", suite_clock());
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_SHA256, HeaderValue::from_static(STREAMING_UNSIGNED));
     s3.strip(&mut headers).unwrap();
@@ -108,14 +104,14 @@ fn chunk_signed_uploads_are_refused_and_s3_unsigned_chunks_kept() {
         HeaderValue::from_static("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
     );
     assert!(s3.strip(&mut headers).is_err());
-    let dynamodb = signer("dynamodb", Arc::new(suite_time));
+    let dynamodb = signer("dynamodb", suite_clock());
     headers.insert(CONTENT_SHA256, HeaderValue::from_static(STREAMING_UNSIGNED));
     assert!(dynamodb.strip(&mut headers).is_err());
 }
 
 #[tokio::test]
 async fn s3_sends_the_payload_hash_and_others_hash_without_a_header() {
-    let s3 = signer("s3", Arc::new(suite_time));
+    let s3 = signer("s3", suite_clock());
     let mut req = request("hello");
     s3.sign(&mut req).await.unwrap();
     assert_eq!(
@@ -123,7 +119,7 @@ async fn s3_sends_the_payload_hash_and_others_hash_without_a_header() {
         // sha256("hello")
         "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
     );
-    let dynamodb = signer("dynamodb", Arc::new(suite_time));
+    let dynamodb = signer("dynamodb", suite_clock());
     let mut req = request("hello");
     dynamodb.sign(&mut req).await.unwrap();
     assert!(!req.headers().contains_key(CONTENT_SHA256));
@@ -138,7 +134,7 @@ async fn a_session_token_is_sent() {
     };
     let keys = Keys::new("AKID", "SECRET", Some("TOKEN".into()), None, "test");
     let credentials = Credentials::from_provider(SharedCredentialsProvider::new(keys)).unwrap();
-    let signer = Signer::new(&settings, credentials, Arc::new(suite_time));
+    let signer = Signer::new(&settings, credentials, suite_clock());
     let mut req = request("{}");
     signer.sign(&mut req).await.unwrap();
     assert_eq!(req.headers()["x-amz-security-token"], "TOKEN");

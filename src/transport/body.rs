@@ -2,11 +2,10 @@
 //! body of at most `max_body_bytes` is held so a throttled attempt can be replayed; an
 //! error body of at most [`MAX_ERROR_BODY`] is read for classification; a body that
 //! turned out too large goes on as the part already read followed by the rest. A
-//! watched body reports its attempt's verdict once it has passed (DynamoDB batch
-//! answers, gRPC trailers).
+//! watched body shows its frames to a [`WatchFrames`] on the way (the proxy's verdict
+//! for DynamoDB batch answers and gRPC trailers).
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -15,9 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::pacer::Slot;
-use crate::throttle::{MAX_ERROR_BODY, Signal, UnprocessedScan, Verdict};
-use crate::upstream::Upstream;
+use crate::throttle::MAX_ERROR_BODY;
 
 /// Every body easeoff sends, to the upstream or to a client.
 #[derive(Debug)]
@@ -36,7 +33,10 @@ pub enum ProxyBody {
         rest: Incoming,
     },
     /// Streamed, and looked at on the way for batch or gRPC throttle signals.
-    Watched { inner: Incoming, watch: Box<Watch> },
+    Watched {
+        inner: Incoming,
+        watch: Box<dyn WatchFrames>,
+    },
 }
 
 impl ProxyBody {
@@ -171,83 +171,10 @@ pub async fn read_error_body(body: Incoming) -> Result<(ProxyBody, Option<Bytes>
     Ok((body, bytes))
 }
 
-/// What a watched body looks for, and where it reports.
-pub struct Watch {
-    upstream: Arc<Upstream>,
-    slot: Slot,
-    /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
-    scan: Option<UnprocessedScan>,
-    /// A gRPC answer: `grpc-status` in the trailers decides.
-    grpc: bool,
-    verdict: Verdict,
-    reported: bool,
-}
-
-impl Watch {
-    /// Watches a DynamoDB batch answer.
-    pub fn batch(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
-        Box::new(Watch::new(
-            upstream,
-            slot,
-            Some(UnprocessedScan::default()),
-            false,
-        ))
-    }
-
-    /// Watches a gRPC answer's trailers.
-    pub fn grpc(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
-        Box::new(Watch::new(upstream, slot, None, true))
-    }
-
-    fn new(
-        upstream: Arc<Upstream>,
-        slot: Slot,
-        scan: Option<UnprocessedScan>,
-        grpc: bool,
-    ) -> Watch {
-        Watch {
-            upstream,
-            slot,
-            scan,
-            grpc,
-            verdict: Verdict::Success,
-            reported: false,
-        }
-    }
-
-    fn see(&mut self, frame: &Frame<Bytes>) {
-        if let (Some(scan), Some(data)) = (&mut self.scan, frame.data_ref())
-            && scan.feed(data)
-        {
-            self.verdict = Verdict::Throttle(Signal::Partial);
-        }
-        if self.grpc
-            && let Some(trailers) = frame.trailers_ref()
-            && trailers.get("grpc-status").is_some_and(|s| s == "8")
-        {
-            self.verdict = Verdict::Throttle(Signal::Grpc);
-        }
-    }
-
-    fn finish(&mut self) {
-        if !self.reported {
-            self.reported = true;
-            self.upstream.record(&self.slot, Some(self.verdict), None);
-        }
-    }
-}
-
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch")
-            .field("verdict", &self.verdict)
-            .finish()
-    }
-}
-
-impl Drop for Watch {
-    /// A client that leaves mid-body still gets what was seen counted.
-    fn drop(&mut self) {
-        self.finish();
-    }
+/// Looks at a streamed body's frames as they pass to the client.
+pub trait WatchFrames: Send + Sync + std::fmt::Debug {
+    /// One frame on its way.
+    fn see(&mut self, frame: &Frame<Bytes>);
+    /// The body ended (not called when it broke off).
+    fn finish(&mut self);
 }

@@ -1,0 +1,11 @@
+//! HTTP below the request path: the pooled client to an upstream, the bodies that
+//! cross in both directions, and hop-by-hop headers. It knows nothing of pacing,
+//! retries or verdicts; `upstream`, `sigv4` and `proxy` build on it.
+
+mod body;
+mod client;
+mod headers;
+
+pub use body::{ProxyBody, WatchFrames, read_error_body, read_up_to};
+pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
+pub use headers::strip_hop_by_hop;
