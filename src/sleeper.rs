@@ -34,7 +34,7 @@ impl Random for fastrand::Rng {
 /// How a sleeper reacts to throttles and successes (config `sleeper.strategy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
-    /// The seed's AutoSleeper: ×up on throttles, ×down after a run of successes.
+    /// AutoSleeper's rule: ×up on throttles, ×down after a run of successes.
     Responsive,
     /// CUBIC in the rate domain: ×beta on a throttle, time-based return to the rate of
     /// the last throttle, then probing beyond it.
@@ -88,7 +88,7 @@ impl Strategy {
 pub enum Mode {
     /// Dispatches to the upstream are spaced at least the interval apart, in order.
     Pace,
-    /// Every request waits the interval on its own (the seed's per-call sleep).
+    /// Every request waits the interval on its own (AutoSleeper's per-call sleep).
     Delay,
 }
 
@@ -107,7 +107,7 @@ impl Mode {
 pub enum Initial {
     /// Pace mode: the observed dispatch spacing times `up_multiplier`.
     Auto,
-    /// The seed's rule: the first throttle sets this; a decrease below it returns to 0.
+    /// AutoSleeper's rule: the first throttle sets this; a decrease below it returns to 0.
     Fixed(Duration),
 }
 
@@ -136,7 +136,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The seed's AutoSleeper defaults, in pace mode with the automatic start.
+    /// AutoSleeper's defaults, in pace mode with the automatic start.
     pub fn seed_defaults() -> Settings {
         Settings {
             strategy: Strategy::Responsive,
@@ -262,7 +262,7 @@ fn reset_step(was_nonzero: bool) -> Step {
     }
 }
 
-/// `value` spread uniformly over ±min(factor × value, max_spread): the seed's
+/// `value` spread uniformly over ±min(factor × value, max_spread): AutoSleeper's
 /// `getNextRandomInterval`.
 pub fn randomize(value: f64, factor: f64, max_spread: f64, rng: &mut dyn Random) -> f64 {
     if factor == 0.0 {

@@ -1,5 +1,5 @@
 //! `decorrelated`: Polly's / the AWS Architecture Blog's decorrelated jitter,
-//! `min(max, max(seed, prev × 3 × U(0,1)))`, where the seed is the start of the first
+//! `min(max, max(seed, prev × 3 × U(0,1)))`, where the base is the start of the first
 //! raise; a success resets to 0.
 
 use std::time::Duration;
@@ -29,7 +29,7 @@ impl Decorrelated {
         self.interval
     }
 
-    /// One step of the formula; from 0, `prev` is the seed, as in Polly.
+    /// One step of the formula; from 0, `prev` is the base, as in Polly.
     pub fn on_throttle(&mut self, start: Duration, rng: &mut dyn Random) -> Step {
         if self.interval.is_zero() {
             self.seed = start.min(self.max);

@@ -1,4 +1,4 @@
-//! `linear`: the seed's linear backoff, +start per throttle up to the maximum;
+//! `linear`: AutoSleeper's linear backoff, +start per throttle up to the maximum;
 //! a success resets to 0.
 
 use std::time::Duration;

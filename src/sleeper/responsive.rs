@@ -1,4 +1,4 @@
-//! `responsive`: the seed's AutoSleeper ("Responsive exponential backoff"), exactly:
+//! `responsive`: AutoSleeper ("Responsive exponential backoff"), exactly:
 //! the first throttle sets the start interval, later ones multiply by `up_multiplier`;
 //! every `down_threshold` successes since the last decrease multiply by
 //! `down_multiplier`; successes at interval 0 do not count; a decrease below the floor
@@ -43,7 +43,7 @@ impl Responsive {
         self.interval
     }
 
-    /// The seed's `goUp`. Like the seed, it leaves the success count alone.
+    /// AutoSleeper's `goUp`. Like AutoSleeper, it leaves the success count alone.
     pub fn on_throttle(&mut self, start: Duration, rng: &mut dyn Random) -> Step {
         self.interval = if self.interval.is_zero() {
             start.min(self.max)
@@ -54,7 +54,7 @@ impl Responsive {
         Step::Up
     }
 
-    /// The seed's `SleepOnSuccess` bookkeeping and `goDown`.
+    /// AutoSleeper's `SleepOnSuccess` bookkeeping and `goDown`.
     pub fn on_success(&mut self, rng: &mut dyn Random) -> Step {
         if self.interval.is_zero() {
             return Step::Unchanged;
@@ -68,7 +68,7 @@ impl Responsive {
         self.interval = if next < self.floor.as_nanos() as f64 {
             Duration::ZERO
         } else {
-            // The seed does not cap decreases; with a large randomization factor one
+            // AutoSleeper does not cap decreases; with a large randomization factor one
             // could land above the maximum, which the contract forbids.
             from_nanos_f64(next).min(self.max)
         };
@@ -91,7 +91,7 @@ mod tests {
     use super::super::{Initial, Settings};
     use super::*;
 
-    /// The configuration of the seed's graph.
+    /// The configuration of AutoSleeper's graph.
     fn graph_settings() -> Settings {
         Settings {
             initial_interval: Initial::Fixed(Duration::from_millis(1)),
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn throttles_do_not_reset_the_success_count() {
-        // The seed counts successes since the last decrease, throttles or not.
+        // AutoSleeper counts successes since the last decrease, throttles or not.
         let mut s = Responsive::new(&graph_settings());
         let rng = &mut Script::new(&[0.5]);
         s.on_throttle(Duration::from_millis(1), rng);
