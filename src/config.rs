@@ -322,6 +322,13 @@ impl Config {
     }
 }
 
+impl UpstreamSettings {
+    /// This upstream's `[[upstream]]` table as [`Config::to_toml`] writes it.
+    pub fn to_toml(&self) -> String {
+        effective::render_one(self)
+    }
+}
+
 /// Whether two listen addresses cannot both be bound: the same port on the same IP,
 /// or on any IP when one of them is the wildcard address.
 fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {

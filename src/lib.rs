@@ -16,11 +16,12 @@
 //! - [`upstream`]: one upstream's run-time state, where verdicts reach the controller;
 //! - [`proxy`]: listeners, the request path and the upstream client;
 //! - [`sigv4`]: AWS credentials and SigV4 re-signing of every attempt;
-//! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
+//! - [`admin`], [`metrics`]: `/metrics`, `/status`, the status page, health;
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
-//! logic), [`demo`], [`simulate`] (the controller and pacer in virtual time) and [`plot`].
+//! logic), [`status`] (the status page in a terminal), [`demo`], [`simulate`] (the
+//! controller and pacer in virtual time) and [`plot`].
 
 pub mod admin;
 pub mod cli;
@@ -41,6 +42,7 @@ pub mod signals;
 pub mod sigv4;
 pub mod simulate;
 pub mod sleeper;
+pub mod status;
 pub mod throttle;
 pub mod upstream;
 pub mod window;

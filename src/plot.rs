@@ -1,7 +1,6 @@
-//! SVG plots of an interval trace, like the graph in the responsive-backoff seed: one
-//! dot per attempt at (time, interval in force), blue for success, red for throttled;
-//! optionally the upstream's capacity as a step line, drawn as the interval that would
-//! match it, so the dots can be read against it.
+//! SVG plots of an interval trace: one dot per attempt at (time, interval in force),
+//! blue for success, red for throttled; optionally the upstream's capacity as a step
+//! line, drawn as the interval that would match it, so the dots can be read against it.
 
 use std::collections::HashSet;
 use std::fmt::Write;

@@ -25,6 +25,13 @@ pub fn render(config: &Config) -> String {
     out
 }
 
+/// Renders one upstream's table.
+pub fn render_one(u: &UpstreamSettings) -> String {
+    let mut out = String::new();
+    render_upstream(&mut out, u);
+    out
+}
+
 fn render_upstream(out: &mut String, u: &UpstreamSettings) {
     section(out, "[[upstream]]");
     string(out, "name", &u.name);
