@@ -77,6 +77,10 @@ pub struct DemoArgs {
     /// Requests the mock accepts at once after a quiet spell.
     #[arg(long, default_value_t = 5)]
     pub burst: u32,
+    /// Where easeoff's admin server listens, to watch the run on its status page at
+    /// http://ADDR/ (default: a free port, not printed).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
 }
 
 #[derive(Debug, Args)]

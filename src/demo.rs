@@ -27,6 +27,8 @@ pub struct DemoOptions {
     pub clients: usize,
     pub rate: f64,
     pub burst: u32,
+    /// The admin address; `None` picks a free port.
+    pub admin: Option<SocketAddr>,
 }
 
 /// Why the demo could not run.
@@ -71,11 +73,15 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
             .unwrap_or_else(PoisonError::into_inner)
             .push(*a);
     });
-    let server = Server::bind_with(config(mock_addr)?, Some(observer)).await?;
+    let admin = options
+        .admin
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let server = Server::bind_with(config(mock_addr, admin)?, Some(observer)).await?;
     let upstream = server
         .upstream(UPSTREAM)
         .ok_or_else(|| DemoError::Run(std::io::Error::other("demo upstream missing")))?;
     let addr = upstream.listen;
+    let server_admin = server.admin_addr();
     let strategy = upstream.settings.sleeper.strategy.name();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(server.run(async move {
@@ -87,6 +93,9 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
         "easeoff demo: {} clients -> easeoff {addr} ({strategy} sleeper, pace mode) -> DynamoDB-style mock {mock_addr} ({} requests/s, burst {})",
         options.clients, options.rate, options.burst
     );
+    if options.admin.is_some() {
+        let _ = writeln!(out, "status page: http://{}/", server_admin);
+    }
     let start = Instant::now();
     let tally: Arc<Tally> = Arc::default();
     let writers = tokio::spawn(load::write(
@@ -116,12 +125,12 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
 }
 
 /// easeoff in front of the mock at `mock_addr`, with the dynamodb preset.
-fn config(mock_addr: SocketAddr) -> Result<Config, DemoError> {
+fn config(mock_addr: SocketAddr, admin: SocketAddr) -> Result<Config, DemoError> {
     Ok(Config::parse(
         &format!(
             r#"
 [server]
-admin_listen = "127.0.0.1:0"
+admin_listen = "{admin}"
 [[upstream]]
 name = "{UPSTREAM}"
 listen = "127.0.0.1:0"

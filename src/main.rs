@@ -192,6 +192,7 @@ async fn run_demo(args: DemoArgs) -> ExitCode {
         clients: args.clients.max(1),
         rate: args.rate,
         burst: args.burst,
+        admin: args.admin,
     };
     match demo::run(&options, &mut std::io::stdout()).await {
         Ok(()) => ExitCode::SUCCESS,
