@@ -1,8 +1,12 @@
-//! The admin server (SPEC §4): `/metrics`, `/healthz`, `/readyz`, `/status`, and with
-//! `server.admin_allow_mutations` the `POST /upstreams/{name}/reset` endpoint.
+//! The admin server: `/metrics`, `/healthz`, `/readyz`, `/status`, the status page at
+//! `/` (with the [`history`] it charts), and with `server.admin_allow_mutations` the
+//! `POST /upstreams/{name}/reset` endpoint.
+
+pub mod history;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
@@ -12,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 
+use crate::admin::history::{History, Sample};
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::throttle::Signal;
 use crate::upstream::Upstream;
@@ -25,6 +30,8 @@ pub struct AdminState {
     pub upstreams: Upstreams,
     /// False until every listener is bound, and again while draining.
     pub ready: Arc<AtomicBool>,
+    /// The last minutes of every upstream, filled by [`sample_history`].
+    pub history: History,
 }
 
 impl AdminState {
@@ -37,9 +44,13 @@ impl AdminState {
     }
 }
 
+/// The status page: one self-contained file that polls `/status`.
+const STATUS_PAGE: &str = include_str!("admin/status.html");
+
 /// The admin routes.
 pub fn router(state: Arc<AdminState>, allow_mutations: bool) -> Router {
     let router = Router::new()
+        .route("/", get(page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -47,9 +58,52 @@ pub fn router(state: Arc<AdminState>, allow_mutations: bool) -> Router {
     let router = if allow_mutations {
         router.route("/upstreams/{name}/reset", post(reset))
     } else {
-        router
+        router.route("/upstreams/{name}/reset", post(reset_disabled))
     };
     router.with_state(state)
+}
+
+/// Samples every upstream once a second into the state's history, for the status
+/// page's charts; runs until dropped or aborted.
+pub async fn sample_history(state: Arc<AdminState>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let samples: Vec<(String, Sample)> = state
+            .upstreams()
+            .iter()
+            .map(|u| {
+                let throttles_total = Signal::ALL
+                    .iter()
+                    .map(|s| u.metrics.throttle(*s).get())
+                    .sum();
+                let sample = Sample {
+                    interval_ms: u.interval().as_secs_f64() * 1e3,
+                    waiting: u.pacer.waiting() as u64,
+                    throttles_total,
+                };
+                (u.name().to_string(), sample)
+            })
+            .collect();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        state.history.record(now, &samples);
+    }
+}
+
+/// The page with the current status filled in, so it shows every upstream before its
+/// first refresh (and without JavaScript, in the page source).
+async fn page(State(state): State<Arc<AdminState>>) -> Response {
+    // "</" inside a script element would end it early; JSON allows "<\/" for it.
+    let initial = status_json(&state).to_string().replace("</", "<\\/");
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        STATUS_PAGE.replacen("null/*initial status*/", &initial, 1),
+    )
+        .into_response()
 }
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
@@ -85,8 +139,22 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> (StatusCode, &'static s
 }
 
 async fn status(State(state): State<Arc<AdminState>>) -> Json<Value> {
-    let upstreams: Vec<Value> = state.upstreams().iter().map(|u| describe(u)).collect();
-    Json(json!({ "upstreams": upstreams }))
+    Json(status_json(&state))
+}
+
+/// Every upstream as `/status` lists it, with its history and effective config.
+fn status_json(state: &AdminState) -> Value {
+    let upstreams: Vec<Value> = state
+        .upstreams()
+        .iter()
+        .map(|u| {
+            let mut entry = describe(u);
+            entry["history"] = state.history.to_json(u.name());
+            entry["config"] = json!(u.settings.to_toml());
+            entry
+        })
+        .collect();
+    json!({ "version": env!("CARGO_PKG_VERSION"), "upstreams": upstreams })
 }
 
 async fn reset(State(state): State<Arc<AdminState>>, Path(name): Path<String>) -> Response {
@@ -102,6 +170,13 @@ async fn reset(State(state): State<Arc<AdminState>>, Path(name): Path<String>) -
         )
             .into_response(),
     }
+}
+
+async fn reset_disabled() -> (StatusCode, &'static str) {
+    (
+        StatusCode::FORBIDDEN,
+        "resetting an upstream is turned off; set admin_allow_mutations = true under [server] in the config to allow it\n",
+    )
 }
 
 fn describe(u: &Upstream) -> Value {
@@ -136,5 +211,7 @@ fn describe(u: &Upstream) -> Value {
         "retries": by(RetryReason::ALL.iter().map(|r| (r.as_str(), m.retry(*r).get())).collect()),
         "retry_budget_exhausted": m.budget_exhausted.get(),
         "connect_failures": m.connect_failures.get(),
+        // Lanes will list their own interval, queue and history here.
+        "lanes": [],
     })
 }

@@ -1,4 +1,4 @@
-//! The command line (SPEC §1), as clap definitions only; `main.rs` acts on them.
+//! The command line, as clap definitions only; `main.rs` acts on them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +47,17 @@ pub enum Command {
     /// Run an upstream's real controller and pacer in virtual time against a modelled
     /// throttling upstream; print a summary, write an SVG and a CSV trace.
     Simulate(SimulateArgs),
+    /// Print a running easeoff's upstreams as a table: interval, queue, throttles,
+    /// pauses (what the admin status page at / shows).
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The admin server, e.g. http://127.0.0.1:9901; default: server.admin_listen of
+    /// --config, else http://127.0.0.1:9901.
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +77,10 @@ pub struct DemoArgs {
     /// Requests the mock accepts at once after a quiet spell.
     #[arg(long, default_value_t = 5)]
     pub burst: u32,
+    /// Where easeoff's admin server listens, to watch the run on its status page at
+    /// http://ADDR/ (default: a free port, not printed).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
 }
 
 #[derive(Debug, Args)]

@@ -142,6 +142,13 @@ impl Config {
     }
 }
 
+impl UpstreamSettings {
+    /// This upstream's tables as [`Config::to_toml`] writes them.
+    pub fn to_toml(&self) -> String {
+        effective::render_one(self)
+    }
+}
+
 /// Turns byte spans into `file:line:column` problems, in file order.
 fn locate(source: &str, file: &str, mut items: Vec<(Range<usize>, String)>) -> Vec<Problem> {
     items.sort_by_key(|(span, _)| span.start);

@@ -13,11 +13,11 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::load::{self, Tally, Until};
-use crate::mock_upstream::{self, MockOptions, Style};
+use crate::mock_upstream::{self, MockOptions, MockUpstream, Style};
 use crate::plot::{self, Point};
 use crate::server::Server;
 use crate::throttle::Verdict;
-use crate::upstream::{Attempt, Observer};
+use crate::upstream::{Attempt, Observer, Upstream};
 
 /// The demo's settings.
 #[derive(Clone, Debug)]
@@ -27,6 +27,8 @@ pub struct DemoOptions {
     pub clients: usize,
     pub rate: f64,
     pub burst: u32,
+    /// The admin address; `None` picks a free port.
+    pub admin: Option<SocketAddr>,
 }
 
 /// Why the demo could not run.
@@ -63,22 +65,6 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
         mock_upstream::spawn(mock_options, SocketAddr::from(([127, 0, 0, 1], 0)))
             .await
             .map_err(DemoError::Mock)?;
-    let config = Config::parse(
-        &format!(
-            r#"
-[server]
-admin_listen = "127.0.0.1:0"
-[[upstream]]
-name = "{UPSTREAM}"
-listen = "127.0.0.1:0"
-url = "http://{mock_addr}"
-preset = "dynamodb"
-"#
-        ),
-        "demo.toml",
-        &|_| None,
-    )?;
-
     let trace: Arc<Mutex<Vec<Attempt>>> = Arc::default();
     let recorder = Arc::clone(&trace);
     let observer: Observer = Arc::new(move |a: &Attempt| {
@@ -87,11 +73,15 @@ preset = "dynamodb"
             .unwrap_or_else(PoisonError::into_inner)
             .push(*a);
     });
-    let server = Server::bind_with(config, Some(observer)).await?;
+    let admin = options
+        .admin
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let server = Server::bind_with(config(mock_addr, admin)?, Some(observer)).await?;
     let upstream = server
         .upstream(UPSTREAM)
         .ok_or_else(|| DemoError::Run(std::io::Error::other("demo upstream missing")))?;
     let addr = upstream.listen;
+    let server_admin = server.admin_addr();
     let strategy = upstream.settings.sleeper.strategy.name();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(server.run(async move {
@@ -103,12 +93,9 @@ preset = "dynamodb"
         "easeoff demo: {} clients -> easeoff {addr} ({strategy} sleeper, pace mode) -> DynamoDB-style mock {mock_addr} ({} requests/s, burst {})",
         options.clients, options.rate, options.burst
     );
-    let _ = writeln!(
-        out,
-        "{:>5}  {:>12}  {:>10}  {:>12}  {:>14}",
-        "time", "interval", "goodput/s", "throttles/s", "client errors/s"
-    );
-
+    if options.admin.is_some() {
+        let _ = writeln!(out, "status page: http://{}/", server_admin);
+    }
     let start = Instant::now();
     let tally: Arc<Tally> = Arc::default();
     let writers = tokio::spawn(load::write(
@@ -117,7 +104,60 @@ preset = "dynamodb"
         Until::Deadline(start + options.duration),
         Arc::clone(&tally),
     ));
+    every_second(out, options, start, &mock, &tally, &upstream).await;
+    let _ = writers.await;
+    let _ = stop.send(());
+    proxy
+        .await
+        .map_err(|e| DemoError::Run(std::io::Error::other(e)))?
+        .map_err(DemoError::Run)?;
 
+    let attempts = std::mem::take(&mut *trace.lock().unwrap_or_else(PoisonError::into_inner));
+    let points = points(&attempts, start);
+    summary(out, options, &points, tally.read().1);
+    let title = format!(
+        "easeoff demo: {strategy} sleeper, {} clients, mock at {} requests/s",
+        options.clients, options.rate
+    );
+    write_file(&options.out, &plot::interval_svg(&title, &points))?;
+    let _ = writeln!(out, "wrote {}", options.out.display());
+    Ok(())
+}
+
+/// easeoff in front of the mock at `mock_addr`, with the dynamodb preset.
+fn config(mock_addr: SocketAddr, admin: SocketAddr) -> Result<Config, DemoError> {
+    Ok(Config::parse(
+        &format!(
+            r#"
+[server]
+admin_listen = "{admin}"
+[[upstream]]
+name = "{UPSTREAM}"
+listen = "127.0.0.1:0"
+url = "http://{mock_addr}"
+preset = "dynamodb"
+"#
+        ),
+        "demo.toml",
+        &|_| None,
+    )?)
+}
+
+/// The table header, then one line a second until the run's end: the interval, and
+/// what the mock and the clients saw during that second.
+async fn every_second(
+    out: &mut dyn Write,
+    options: &DemoOptions,
+    start: Instant,
+    mock: &MockUpstream,
+    tally: &Tally,
+    upstream: &Upstream,
+) {
+    let _ = writeln!(
+        out,
+        "{:>5}  {:>12}  {:>10}  {:>12}  {:>14}",
+        "time", "interval", "goodput/s", "throttles/s", "client errors/s"
+    );
     let mut last = mock.counts();
     let mut last_errors = 0;
     let mut tick = tokio::time::interval_at(start + Duration::from_secs(1), Duration::from_secs(1));
@@ -137,15 +177,11 @@ preset = "dynamodb"
         let _ = out.flush();
         (last, last_errors) = (now, errors);
     }
-    let _ = writers.await;
-    let _ = stop.send(());
-    proxy
-        .await
-        .map_err(|e| DemoError::Run(std::io::Error::other(e)))?
-        .map_err(DemoError::Run)?;
+}
 
-    let attempts = std::mem::take(&mut *trace.lock().unwrap_or_else(PoisonError::into_inner));
-    let points: Vec<Point> = attempts
+/// One plot point per answered attempt, in seconds since `start`.
+fn points(attempts: &[Attempt], start: Instant) -> Vec<Point> {
+    attempts
         .iter()
         .filter_map(|a| {
             Some(Point {
@@ -156,15 +192,7 @@ preset = "dynamodb"
                 throttled: matches!(a.verdict?, Verdict::Throttle(_)),
             })
         })
-        .collect();
-    summary(out, options, &points, tally.read().1);
-    let title = format!(
-        "easeoff demo: {strategy} sleeper, {} clients, mock at {} requests/s",
-        options.clients, options.rate
-    );
-    write_file(&options.out, &plot::interval_svg(&title, &points))?;
-    let _ = writeln!(out, "wrote {}", options.out.display());
-    Ok(())
+        .collect()
 }
 
 fn summary(out: &mut dyn Write, options: &DemoOptions, points: &[Point], client_errors: u64) {

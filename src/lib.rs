@@ -29,12 +29,13 @@
 //! - [`transport`]: the HTTP client to an upstream, bodies, hop-by-hop headers;
 //! - [`sigv4`]: AWS credentials and SigV4 re-signing of every attempt;
 //! - [`proxy`]: listeners and the request path, a loop over the attempt policy;
-//! - [`admin`], [`metrics`]: `/metrics`, `/status`, health;
+//! - [`admin`], [`metrics`]: `/metrics`, `/status`, the status page, health;
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
-//! logic), [`demo`], [`simulate`] (the controller, pacer and attempt policy in virtual
-//! time, without a network) and [`plot`].
+//! logic), [`status`] (the status page in a terminal), [`demo`], [`simulate`] (the
+//! controller, pacer and attempt policy in virtual time, without a network) and
+//! [`plot`].
 
 pub mod admin;
 pub mod attempt;
@@ -58,6 +59,7 @@ pub mod signals;
 pub mod sigv4;
 pub mod simulate;
 pub mod sleeper;
+pub mod status;
 pub mod throttle;
 pub mod transport;
 pub mod upstream;

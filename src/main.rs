@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs};
+use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs, StatusArgs};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
 use easeoff::proxy::ClientError;
@@ -21,7 +21,10 @@ const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let quiet = matches!(cli.command, Some(Command::Demo(_) | Command::Check));
+    let quiet = matches!(
+        cli.command,
+        Some(Command::Demo(_) | Command::Check | Command::Status(_))
+    );
     init_logging(&cli, if quiet { "warn" } else { "info" });
     log_panics();
     if let Some(Command::Simulate(args)) = cli.command {
@@ -44,6 +47,28 @@ fn main() -> ExitCode {
         Some(Command::Demo(args)) => runtime.block_on(run_demo(args)),
         Some(Command::MockUpstream(args)) => runtime.block_on(run_mock(args)),
         Some(Command::Simulate(args)) => run_simulate(cli.config, args),
+        Some(Command::Status(args)) => runtime.block_on(status(cli.config, args)),
+    }
+}
+
+async fn status(config: Option<PathBuf>, args: StatusArgs) -> ExitCode {
+    let admin = match (args.admin, config) {
+        (Some(admin), _) => admin,
+        (None, Some(path)) => match load(Some(path)) {
+            Ok(config) => config.server.admin_listen.to_string(),
+            Err(code) => return code,
+        },
+        (None, None) => easeoff::status::DEFAULT_ADMIN.to_string(),
+    };
+    match easeoff::status::fetch(&admin).await {
+        Ok(status) => {
+            print!("{}", easeoff::status::render(&status, &admin));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("easeoff status: {error}");
+            ExitCode::from(RUNTIME_FAILURE)
+        }
     }
 }
 
@@ -174,6 +199,7 @@ async fn run_demo(args: DemoArgs) -> ExitCode {
         clients: args.clients.max(1),
         rate: args.rate,
         burst: args.burst,
+        admin: args.admin,
     };
     match demo::run(&options, &mut std::io::stdout()).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,15 +1,21 @@
-//! Every metric easeoff exports (SPEC §5): names, help, labels and registration.
+//! Every metric easeoff exports: one table of families (name, help, type, labels) from
+//! which registration, the per-upstream handles and their removal all follow.
 //!
 //! Label sets are resolved once per upstream at start-up into [`UpstreamMetrics`], so
 //! the request path only touches atomics, and every family shows up on `/metrics`
 //! before the first request, zero-valued, for every upstream, outcome, signal and
 //! reason. Gauges that depend on the time of the scrape are set by `admin.rs`.
 
+use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
+use prometheus::core::{
+    Atomic, Collector, GenericCounter, GenericCounterVec, GenericGauge, GenericGaugeVec,
+};
 use prometheus::{
-    Counter, CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec,
-    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::throttle::Signal;
@@ -71,384 +77,188 @@ impl RetryReason {
     }
 }
 
-/// The registry and every metric family.
-pub struct Metrics {
-    registry: Registry,
-    interval: GaugeVec,
-    max_interval: GaugeVec,
-    pause: GaugeVec,
-    requests: IntCounterVec,
-    responses: IntCounterVec,
-    throttles: IntCounterVec,
-    increases: IntCounterVec,
-    decreases: IntCounterVec,
-    invocations: IntCounterVec,
-    sleeps: IntCounterVec,
-    sleep_seconds: CounterVec,
-    retries: IntCounterVec,
-    budget_exhausted: IntCounterVec,
-    queue_waiting: IntGaugeVec,
-    in_flight: IntGaugeVec,
-    queue_wait: HistogramVec,
-    upstream_duration: HistogramVec,
-    connect_failures: IntCounterVec,
-    connect_backoff: GaugeVec,
-    signing_failures: IntCounterVec,
-    config_reloads: IntCounterVec,
-}
-
-/// One upstream's metric handles.
-pub struct UpstreamMetrics {
-    pub interval: Gauge,
-    pub max_interval: Gauge,
-    pub pause: Gauge,
-    requests: [IntCounter; Outcome::ALL.len()],
-    responses: Responses,
-    throttles: [IntCounter; Signal::ALL.len()],
-    pub increases: IntCounter,
-    pub decreases: IntCounter,
-    pub invocations: IntCounter,
-    pub sleeps: IntCounter,
-    pub sleep_seconds: Counter,
-    retries: [IntCounter; RetryReason::ALL.len()],
-    pub budget_exhausted: IntCounter,
-    pub queue_waiting: IntGauge,
-    pub in_flight: IntGauge,
-    pub queue_wait: Histogram,
-    pub upstream_duration: Histogram,
-    pub connect_failures: IntCounter,
-    pub connect_backoff: Gauge,
-    pub signing_failures: IntCounter,
-}
-
-/// `easeoff_upstream_responses_total` by status, each label set made on first use.
-struct Responses {
-    family: IntCounterVec,
-    upstream: String,
-    by_status: Box<[OnceLock<IntCounter>]>,
-}
-
+/// The buckets of both latency histograms, in seconds.
 const LATENCY_BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];
 
+/// Declares the per-upstream families: each line is one family's handle field, handle
+/// type (which fixes the Prometheus type and the labels after `upstream`), name and
+/// HELP. The handles struct, the families struct, registration, resolution, removal
+/// and the exported list all come from the one line.
+macro_rules! per_upstream {
+    ($( $vis:vis $field:ident: $handle:ty = $name:literal, $help:literal; )*) => {
+        /// One upstream's metric handles.
+        pub struct UpstreamMetrics {
+            $( #[doc = $help] $vis $field: $handle, )*
+        }
+
+        /// The per-upstream families, each labelled by `upstream` first.
+        struct UpstreamFamilies {
+            $( $field: <$handle as PerUpstream>::Family, )*
+        }
+
+        impl UpstreamFamilies {
+            fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+                Ok(UpstreamFamilies {
+                    $( $field: register(registry, <$handle as PerUpstream>::family($name, $help)?)?, )*
+                })
+            }
+
+            fn resolve(&self, upstream: &str) -> UpstreamMetrics {
+                UpstreamMetrics {
+                    $( $field: <$handle as PerUpstream>::resolve(&self.$field, upstream), )*
+                }
+            }
+
+            fn remove(&self, upstream: &str) {
+                $( withdraw(&self.$field, upstream, <$handle as PerUpstream>::remove); )*
+            }
+        }
+
+        const UPSTREAM_FAMILIES: &[Family] = &[
+            $( Family {
+                name: $name,
+                help: $help,
+                kind: <$handle as PerUpstream>::KIND,
+                labels: <$handle as PerUpstream>::LABELS,
+            }, )*
+        ];
+    };
+}
+
+per_upstream! {
+    pub interval: Gauge = "easeoff_upstream_interval_seconds",
+        "Current sleeper interval: the spacing between dispatches (pace) or each request's wait (delay).";
+    pub max_interval: Gauge = "easeoff_upstream_max_interval_seconds",
+        "The configured sleeper.max_interval; an interval at it means the upstream takes less than easeoff can slow down to.";
+    pub pause: Gauge = "easeoff_upstream_pause_seconds",
+        "Remaining pause requested by the upstream (Retry-After, RateLimit).";
+    requests: By<Outcome> = "easeoff_requests_total",
+        "Client requests by final outcome: success, throttled, error, shed, timeout.";
+    responses: Responses = "easeoff_upstream_responses_total",
+        "Upstream attempts that got an answer, by HTTP status.";
+    throttles: By<Signal> = "easeoff_throttles_total",
+        "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit.";
+    pub increases: IntCounter = "easeoff_interval_increases_total",
+        "Times the sleeper raised the interval.";
+    pub decreases: IntCounter = "easeoff_interval_decreases_total",
+        "Times the sleeper lowered the interval.";
+    pub invocations: IntCounter = "easeoff_sleeper_invocations_total",
+        "Successes and throttles the sleeper was told of.";
+    pub sleeps: IntCounter = "easeoff_sleeps_total",
+        "Requests that waited for a slot.";
+    pub sleep_seconds: Counter = "easeoff_sleep_seconds_total",
+        "Time requests waited for a slot.";
+    retries: By<RetryReason> = "easeoff_retries_total",
+        "Attempts easeoff sent again, by reason: throttle, connect.";
+    pub budget_exhausted: IntCounter = "easeoff_retry_budget_exhausted_total",
+        "Retries not sent because the retry budget was spent.";
+    pub queue_waiting: IntGauge = "easeoff_queue_waiting",
+        "Requests waiting for a slot.";
+    pub in_flight: IntGauge = "easeoff_in_flight",
+        "Attempts sent upstream and not yet answered.";
+    pub queue_wait: Histogram = "easeoff_queue_wait_seconds",
+        "Time from a request's arrival to its dispatch.";
+    pub upstream_duration: Histogram = "easeoff_upstream_duration_seconds",
+        "Time from dispatch to the upstream's response head, per attempt.";
+    pub connect_failures: IntCounter = "easeoff_connect_failures_total",
+        "Connections to the upstream that could not be made.";
+    pub connect_backoff: Gauge = "easeoff_connect_backoff_seconds",
+        "Remaining connection backoff.";
+    pub signing_failures: IntCounter = "easeoff_sigv4_signing_failures_total",
+        "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.";
+}
+
+/// Reloads by `result` (success, error); not tied to an upstream.
+const CONFIG_RELOADS: Family = Family {
+    name: "easeoff_config_reloads_total",
+    help: "Configuration reloads by result: success, error.",
+    kind: "counter",
+    labels: &["result"],
+};
+
+/// Which easeoff runs; not tied to an upstream.
+const BUILD_INFO: Family = Family {
+    name: "easeoff_build_info",
+    help: "Always 1; the version label tells which easeoff runs.",
+    kind: "gauge",
+    labels: &["version"],
+};
+
+/// One exported metric family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Family {
+    /// The metric name, `easeoff_` prefixed.
+    pub name: &'static str,
+    /// The HELP line.
+    pub help: &'static str,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: &'static str,
+    /// Label names, in declaration order.
+    pub labels: &'static [&'static str],
+}
+
+impl Family {
+    fn opts(&self) -> Opts {
+        Opts::new(self.name, self.help)
+    }
+}
+
+/// Every easeoff family (process metrics aside), per-upstream ones first.
+pub fn families() -> impl Iterator<Item = &'static Family> {
+    UPSTREAM_FAMILIES
+        .iter()
+        .chain([&CONFIG_RELOADS, &BUILD_INFO])
+}
+
+/// The registry and every metric family.
+pub struct Metrics {
+    registry: Registry,
+    upstream: UpstreamFamilies,
+    config_reloads: IntCounterVec,
+}
+
 impl Metrics {
     /// Registers every family, the process metrics and `easeoff_build_info`.
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        let up = &["upstream"];
-        let m = Metrics {
-            interval: register(
-                &registry,
-                GaugeVec::new(
-                    opts(
-                        "easeoff_upstream_interval_seconds",
-                        "Current sleeper interval: the spacing between dispatches (pace) or each request's wait (delay).",
-                    ),
-                    up,
-                )?,
-            )?,
-            max_interval: register(
-                &registry,
-                GaugeVec::new(
-                    opts(
-                        "easeoff_upstream_max_interval_seconds",
-                        "The configured sleeper.max_interval; an interval at it means the upstream takes less than easeoff can slow down to.",
-                    ),
-                    up,
-                )?,
-            )?,
-            pause: register(
-                &registry,
-                GaugeVec::new(
-                    opts(
-                        "easeoff_upstream_pause_seconds",
-                        "Remaining pause requested by the upstream (Retry-After, RateLimit).",
-                    ),
-                    up,
-                )?,
-            )?,
-            requests: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_requests_total",
-                        "Client requests by final outcome: success, throttled, error, shed, timeout.",
-                    ),
-                    &["upstream", "outcome"],
-                )?,
-            )?,
-            responses: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_upstream_responses_total",
-                        "Upstream attempts that got an answer, by HTTP status.",
-                    ),
-                    &["upstream", "code"],
-                )?,
-            )?,
-            throttles: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_throttles_total",
-                        "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit.",
-                    ),
-                    &["upstream", "signal"],
-                )?,
-            )?,
-            increases: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_interval_increases_total",
-                        "Times the sleeper raised the interval (the seed's TotalWentUp).",
-                    ),
-                    up,
-                )?,
-            )?,
-            decreases: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_interval_decreases_total",
-                        "Times the sleeper lowered the interval (the seed's TotalWentDown).",
-                    ),
-                    up,
-                )?,
-            )?,
-            invocations: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_sleeper_invocations_total",
-                        "Successes and throttles the sleeper was told of (the seed's TotalInvocation).",
-                    ),
-                    up,
-                )?,
-            )?,
-            sleeps: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_sleeps_total",
-                        "Requests that waited for a slot (the seed's TotalSlept).",
-                    ),
-                    up,
-                )?,
-            )?,
-            sleep_seconds: register(
-                &registry,
-                CounterVec::new(
-                    opts(
-                        "easeoff_sleep_seconds_total",
-                        "Time requests waited for a slot (the seed's TotalSleepTime).",
-                    ),
-                    up,
-                )?,
-            )?,
-            retries: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_retries_total",
-                        "Attempts easeoff sent again, by reason: throttle, connect.",
-                    ),
-                    &["upstream", "reason"],
-                )?,
-            )?,
-            budget_exhausted: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_retry_budget_exhausted_total",
-                        "Retries not sent because the retry budget was spent.",
-                    ),
-                    up,
-                )?,
-            )?,
-            queue_waiting: register(
-                &registry,
-                IntGaugeVec::new(
-                    opts("easeoff_queue_waiting", "Requests waiting for a slot."),
-                    up,
-                )?,
-            )?,
-            in_flight: register(
-                &registry,
-                IntGaugeVec::new(
-                    opts(
-                        "easeoff_in_flight",
-                        "Attempts sent upstream and not yet answered.",
-                    ),
-                    up,
-                )?,
-            )?,
-            queue_wait: register(
-                &registry,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "easeoff_queue_wait_seconds",
-                        "Time from a request's arrival to its dispatch.",
-                    )
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-                    up,
-                )?,
-            )?,
-            upstream_duration: register(
-                &registry,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "easeoff_upstream_duration_seconds",
-                        "Time from dispatch to the upstream's response head, per attempt.",
-                    )
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-                    up,
-                )?,
-            )?,
-            connect_failures: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_connect_failures_total",
-                        "Connections to the upstream that could not be made.",
-                    ),
-                    up,
-                )?,
-            )?,
-            connect_backoff: register(
-                &registry,
-                GaugeVec::new(
-                    opts(
-                        "easeoff_connect_backoff_seconds",
-                        "Remaining connection backoff.",
-                    ),
-                    up,
-                )?,
-            )?,
-            signing_failures: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_sigv4_signing_failures_total",
-                        "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.",
-                    ),
-                    up,
-                )?,
-            )?,
-            config_reloads: register(
-                &registry,
-                IntCounterVec::new(
-                    opts(
-                        "easeoff_config_reloads_total",
-                        "Configuration reloads by result: success, error.",
-                    ),
-                    &["result"],
-                )?,
-            )?,
-            registry,
-        };
+        let upstream = UpstreamFamilies::register(&registry)?;
+        let config_reloads = register(
+            &registry,
+            IntCounterVec::new(CONFIG_RELOADS.opts(), CONFIG_RELOADS.labels)?,
+        )?;
         for result in ["success", "error"] {
-            m.config_reloads.with_label_values(&[result]);
+            config_reloads.with_label_values(&[result]);
         }
-        let build = IntGaugeVec::new(
-            opts(
-                "easeoff_build_info",
-                "Always 1; the version label tells which easeoff runs.",
-            ),
-            &["version"],
+        let build = register(
+            &registry,
+            IntGaugeVec::new(BUILD_INFO.opts(), BUILD_INFO.labels)?,
         )?;
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        m.registry.register(Box::new(build))?;
         #[cfg(target_os = "linux")]
-        m.registry.register(Box::new(
+        registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
-        Ok(m)
+        Ok(Metrics {
+            registry,
+            upstream,
+            config_reloads,
+        })
     }
 
     /// Resolves (and so publishes, zero-valued) every label set of one upstream; of the
     /// status codes, those a throttling dashboard reads (200, and 400, 429 and 503 for
     /// throttles); the rest appear on first use.
     pub fn upstream(&self, name: &str) -> UpstreamMetrics {
-        let one = |family: &IntCounterVec| family.with_label_values(&[name]);
-        let responses = Responses {
-            family: self.responses.clone(),
-            upstream: name.to_string(),
-            by_status: (100..600).map(|_| OnceLock::new()).collect(),
-        };
-        for status in [200, 400, 429, 503] {
-            responses.counter(status);
-        }
-        UpstreamMetrics {
-            interval: self.interval.with_label_values(&[name]),
-            max_interval: self.max_interval.with_label_values(&[name]),
-            pause: self.pause.with_label_values(&[name]),
-            requests: Outcome::ALL.map(|o| self.requests.with_label_values(&[name, o.as_str()])),
-            responses,
-            throttles: Signal::ALL.map(|s| self.throttles.with_label_values(&[name, s.as_str()])),
-            increases: one(&self.increases),
-            decreases: one(&self.decreases),
-            invocations: one(&self.invocations),
-            sleeps: one(&self.sleeps),
-            sleep_seconds: self.sleep_seconds.with_label_values(&[name]),
-            retries: RetryReason::ALL.map(|r| self.retries.with_label_values(&[name, r.as_str()])),
-            budget_exhausted: one(&self.budget_exhausted),
-            queue_waiting: self.queue_waiting.with_label_values(&[name]),
-            in_flight: self.in_flight.with_label_values(&[name]),
-            queue_wait: self.queue_wait.with_label_values(&[name]),
-            upstream_duration: self.upstream_duration.with_label_values(&[name]),
-            connect_failures: one(&self.connect_failures),
-            connect_backoff: self.connect_backoff.with_label_values(&[name]),
-            signing_failures: one(&self.signing_failures),
-        }
+        self.upstream.resolve(name)
     }
 
     /// Withdraws every label set of an upstream a reload removed, so dashboards stop
     /// showing it. Handles still held by its draining requests update nothing visible.
     pub fn remove_upstream(&self, name: &str) {
-        for family in [
-            &self.increases,
-            &self.decreases,
-            &self.invocations,
-            &self.sleeps,
-            &self.budget_exhausted,
-            &self.connect_failures,
-            &self.signing_failures,
-        ] {
-            let _ = family.remove_label_values(&[name]);
-        }
-        let _ = self.sleep_seconds.remove_label_values(&[name]);
-        for family in [
-            &self.interval,
-            &self.max_interval,
-            &self.pause,
-            &self.connect_backoff,
-        ] {
-            let _ = family.remove_label_values(&[name]);
-        }
-        for family in [&self.queue_waiting, &self.in_flight] {
-            let _ = family.remove_label_values(&[name]);
-        }
-        for family in [&self.queue_wait, &self.upstream_duration] {
-            let _ = family.remove_label_values(&[name]);
-        }
-        for outcome in Outcome::ALL {
-            let _ = self.requests.remove_label_values(&[name, outcome.as_str()]);
-        }
-        for signal in Signal::ALL {
-            let _ = self.throttles.remove_label_values(&[name, signal.as_str()]);
-        }
-        for reason in RetryReason::ALL {
-            let _ = self.retries.remove_label_values(&[name, reason.as_str()]);
-        }
-        for status in 100..1000u16 {
-            let _ = self
-                .responses
-                .remove_label_values(&[name, &status.to_string()]);
-        }
+        self.upstream.remove(name);
     }
 
     /// Counts a configuration reload.
@@ -469,17 +279,17 @@ impl Metrics {
 impl UpstreamMetrics {
     /// The requests counter of one outcome.
     pub fn request(&self, outcome: Outcome) -> &IntCounter {
-        &self.requests[outcome as usize]
+        self.requests.get(outcome)
     }
 
     /// The throttles counter of one signal.
     pub fn throttle(&self, signal: Signal) -> &IntCounter {
-        &self.throttles[signal as usize]
+        self.throttles.get(signal)
     }
 
     /// The retries counter of one reason.
     pub fn retry(&self, reason: RetryReason) -> &IntCounter {
-        &self.retries[reason as usize]
+        self.retries.get(reason)
     }
 
     /// Counts one upstream answer with `status`.
@@ -489,6 +299,132 @@ impl UpstreamMetrics {
             None => self.responses.make(status).inc(),
         }
     }
+}
+
+/// Implements [`PerUpstream`] for handles labelled by `upstream` alone.
+macro_rules! upstream_only {
+    ($([$($generics:tt)*] $handle:ty => $family:ty, $kind:literal, $opts:path;)*) => {$(
+        impl<$($generics)*> PerUpstream for $handle {
+            type Family = $family;
+            const KIND: &'static str = $kind;
+            const LABELS: &'static [&'static str] = &["upstream"];
+
+            fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error> {
+                <$family>::new($opts(name, help), Self::LABELS)
+            }
+
+            fn resolve(family: &Self::Family, upstream: &str) -> Self {
+                family.with_label_values(&[upstream])
+            }
+
+            fn remove(family: &Self::Family, labels: &HashMap<&str, &str>) {
+                let _ = family.remove(labels);
+            }
+        }
+    )*};
+}
+
+upstream_only! {
+    [P: Atomic + 'static] GenericGauge<P> => GenericGaugeVec<P>, "gauge", Opts::new;
+    [P: Atomic + 'static] GenericCounter<P> => GenericCounterVec<P>, "counter", Opts::new;
+    [] Histogram => HistogramVec, "histogram", latency_opts;
+}
+
+fn latency_opts(name: &str, help: &str) -> HistogramOpts {
+    HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec())
+}
+
+/// A bounded label whose every value is published from start-up.
+trait Label: Copy + 'static {
+    /// The label name.
+    const NAME: &'static str;
+    /// Every value, in the order of [`Label::index`].
+    const ALL: &'static [Self];
+    fn as_str(self) -> &'static str;
+    fn index(self) -> usize;
+}
+
+/// Makes an enum with `ALL` and `as_str` the label `$name`.
+macro_rules! label {
+    ($($ty:ident = $name:literal),*) => {$(
+        impl Label for $ty {
+            const NAME: &'static str = $name;
+            const ALL: &'static [Self] = &$ty::ALL;
+            fn as_str(self) -> &'static str {
+                $ty::as_str(self)
+            }
+            fn index(self) -> usize {
+                self as usize
+            }
+        }
+    )*};
+}
+
+label!(
+    Outcome = "outcome",
+    Signal = "signal",
+    RetryReason = "reason"
+);
+
+/// A counter per value of label `L`, all made at start-up.
+struct By<L> {
+    counters: Box<[IntCounter]>,
+    label: PhantomData<L>,
+}
+
+impl<L: Label> By<L> {
+    fn get(&self, value: L) -> &IntCounter {
+        &self.counters[value.index()]
+    }
+}
+
+/// A handle type of one upstream, and how its family is made, resolved and withdrawn.
+trait PerUpstream: Sized {
+    /// The registered family.
+    type Family: Collector + Clone + 'static;
+    /// The Prometheus type.
+    const KIND: &'static str;
+    /// The label names, `upstream` first.
+    const LABELS: &'static [&'static str];
+
+    fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error>;
+
+    /// The handle of `upstream`, with every label set it publishes from start-up.
+    fn resolve(family: &Self::Family, upstream: &str) -> Self;
+
+    /// Drops one label set.
+    fn remove(family: &Self::Family, labels: &HashMap<&str, &str>);
+}
+
+impl<L: Label> PerUpstream for By<L> {
+    type Family = IntCounterVec;
+    const KIND: &'static str = "counter";
+    const LABELS: &'static [&'static str] = &["upstream", L::NAME];
+
+    fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error> {
+        IntCounterVec::new(Opts::new(name, help), Self::LABELS)
+    }
+
+    fn resolve(family: &Self::Family, upstream: &str) -> Self {
+        By {
+            counters: L::ALL
+                .iter()
+                .map(|value| family.with_label_values(&[upstream, value.as_str()]))
+                .collect(),
+            label: PhantomData,
+        }
+    }
+
+    fn remove(family: &Self::Family, labels: &HashMap<&str, &str>) {
+        let _ = family.remove(labels);
+    }
+}
+
+/// `easeoff_upstream_responses_total` by status, each label set made on first use.
+struct Responses {
+    family: IntCounterVec,
+    upstream: String,
+    by_status: Box<[OnceLock<IntCounter>]>,
 }
 
 impl Responses {
@@ -504,11 +440,50 @@ impl Responses {
     }
 }
 
-fn opts(name: &str, help: &str) -> Opts {
-    Opts::new(name, help)
+impl PerUpstream for Responses {
+    type Family = IntCounterVec;
+    const KIND: &'static str = "counter";
+    const LABELS: &'static [&'static str] = &["upstream", "code"];
+
+    fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error> {
+        IntCounterVec::new(Opts::new(name, help), Self::LABELS)
+    }
+
+    fn resolve(family: &Self::Family, upstream: &str) -> Self {
+        let responses = Responses {
+            family: family.clone(),
+            upstream: upstream.to_string(),
+            by_status: (100..600).map(|_| OnceLock::new()).collect(),
+        };
+        for status in [200, 400, 429, 503] {
+            responses.counter(status);
+        }
+        responses
+    }
+
+    fn remove(family: &Self::Family, labels: &HashMap<&str, &str>) {
+        let _ = family.remove(labels);
+    }
 }
 
-fn register<C: prometheus::core::Collector + Clone + 'static>(
+/// Removes every label set of `family` whose `upstream` is `upstream`, whichever other
+/// labels it has, by reading back what the family holds.
+fn withdraw<F: Collector>(family: &F, upstream: &str, remove: fn(&F, &HashMap<&str, &str>)) {
+    for gathered in family.collect() {
+        for metric in gathered.get_metric() {
+            let labels: HashMap<&str, &str> = metric
+                .get_label()
+                .iter()
+                .map(|pair| (pair.name(), pair.value()))
+                .collect();
+            if labels.get("upstream") == Some(&upstream) {
+                remove(family, &labels);
+            }
+        }
+    }
+}
+
+fn register<C: Collector + Clone + 'static>(
     registry: &Registry,
     collector: C,
 ) -> Result<C, prometheus::Error> {
@@ -535,6 +510,21 @@ mod tests {
             "easeoff_build_info{version=\"",
         ] {
             assert!(text.contains(line), "missing {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_declared_family_is_exported_with_its_help_and_type() {
+        let m = Metrics::new().unwrap();
+        let _orders = m.upstream("orders");
+        let text = m.render().unwrap();
+        assert_eq!(families().count(), 22);
+        for family in families() {
+            let help = format!("# HELP {} {}\n", family.name, family.help);
+            let kind = format!("# TYPE {} {}\n", family.name, family.kind);
+            assert!(text.contains(&help), "missing {help}");
+            assert!(text.contains(&kind), "missing {kind}");
+            assert!(!family.help.contains("seed"), "{}", family.help);
         }
     }
 

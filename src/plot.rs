@@ -1,7 +1,6 @@
-//! SVG plots of an interval trace, like the graph in the responsive-backoff seed: one
-//! dot per attempt at (time, interval in force), blue for success, red for throttled;
-//! optionally the upstream's capacity as a step line, drawn as the interval that would
-//! match it, so the dots can be read against it.
+//! SVG plots of an interval trace: one dot per attempt at (time, interval in force),
+//! blue for success, red for throttled; optionally the upstream's capacity as a step
+//! line, drawn as the interval that would match it, so the dots can be read against it.
 
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -47,57 +46,7 @@ pub fn interval_svg(title: &str, points: &[Point]) -> String {
 /// point). Points that would land on the same spot as an earlier one of their colour
 /// are drawn once, so long traces stay small.
 pub fn trace_svg(title: &str, points: &[Point], capacity: &[CapacityStep], t_end: f64) -> String {
-    let t_max = points
-        .iter()
-        .map(|p| p.t)
-        .chain(capacity.iter().map(|c| c.t))
-        .fold(t_end.max(1.0), f64::max);
-    let y_max = points
-        .iter()
-        .map(|p| p.interval_ms)
-        .chain(capacity.iter().map(|c| c.interval_ms))
-        .fold(1.0, f64::max)
-        * 1.1;
-    // A sidecar whose interval ran away to seconds would flatten everything else
-    // against the bottom of a linear axis.
-    let matching = capacity.iter().map(|c| c.interval_ms).fold(0.0, f64::max);
-    let log = matching > 0.0 && y_max > LOG_SPAN * matching;
-    let (y_lo, y_hi) = if log {
-        let lowest = points
-            .iter()
-            .map(|p| p.interval_ms)
-            .chain(capacity.iter().map(|c| c.interval_ms))
-            .filter(|v| *v > 0.0)
-            .fold(matching, f64::min);
-        (
-            10f64.powf(lowest.max(0.1).log10().floor()),
-            10f64.powf(y_max.log10().ceil()),
-        )
-    } else {
-        (0.0, y_max)
-    };
-    let x_step = nice_step(t_max);
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let x = |t: f64| LEFT + t / t_max * plot_w;
-    let y = |v: f64| {
-        let share = if log {
-            (v.max(y_lo).log10() - y_lo.log10()) / (y_hi.log10() - y_lo.log10())
-        } else {
-            v / y_hi
-        };
-        TOP + plot_h - share * plot_h
-    };
-    let y_ticks = if log {
-        log_ticks(y_lo, y_hi)
-    } else {
-        let step = nice_step(y_hi);
-        (0..)
-            .map(|i| f64::from(i) * step)
-            .take_while(|v| *v <= y_hi + 1e-9)
-            .collect()
-    };
-
+    let frame = Frame::new(points, capacity, t_end);
     let mut svg = String::with_capacity(200 + points.len() * 64);
     let _ = write!(
         svg,
@@ -108,100 +57,10 @@ pub fn trace_svg(title: &str, points: &[Point], capacity: &[CapacityStep], t_end
         WIDTH / 2.0,
         escape(title)
     );
-    // Grid and tick labels.
-    for v in y_ticks {
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#e4e4e4"/><text x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"##,
-            y(v),
-            WIDTH - RIGHT,
-            LEFT - 6.0,
-            y(v) + 4.0,
-            label(v)
-        );
-    }
-    let mut t = 0.0;
-    while t <= t_max + 1e-9 {
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{1:.1}" stroke="#f0f0f0"/><text x="{0:.1}" y="{2:.1}" text-anchor="middle">{3}</text>"##,
-            x(t),
-            TOP + plot_h,
-            TOP + plot_h + 18.0,
-            label(t)
-        );
-        t += x_step;
-    }
-    let _ = writeln!(
-        svg,
-        r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>
-<text x="{}" y="{}" text-anchor="middle">time (s)</text>
-<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">{}</text>"##,
-        LEFT + plot_w / 2.0,
-        HEIGHT - 14.0,
-        TOP + plot_h / 2.0,
-        if log {
-            "interval (ms, log scale; 0 at the bottom)"
-        } else {
-            "interval (ms)"
-        }
-    );
-    // Throttles last, so they stay visible on top of the successes.
-    for throttled in [false, true] {
-        let color = if throttled { RED } else { BLUE };
-        let _ = writeln!(svg, r#"<g fill="{color}" fill-opacity="0.7">"#);
-        let mut drawn = HashSet::new();
-        for p in points.iter().filter(|p| p.throttled == throttled) {
-            let (cx, cy) = (x(p.t), y(p.interval_ms));
-            // Half a pixel: finer than a dot of radius 2.2 can show.
-            if !drawn.insert(((cx * 2.0).round() as i64, (cy * 2.0).round() as i64)) {
-                continue;
-            }
-            let _ = writeln!(svg, r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="2.2"/>"#);
-        }
-        svg.push_str("</g>\n");
-    }
+    frame.axes(&mut svg);
+    frame.dots(&mut svg, points);
     if !capacity.is_empty() {
-        let mut path = String::new();
-        for (i, step) in capacity.iter().enumerate() {
-            let until = capacity.get(i + 1).map_or(t_max, |next| next.t);
-            let command = if i == 0 { 'M' } else { 'L' };
-            let _ = write!(
-                path,
-                "{command}{:.1},{:.1} L{:.1},{:.1} ",
-                x(step.t),
-                y(step.interval_ms),
-                x(until),
-                y(step.interval_ms)
-            );
-        }
-        let _ = writeln!(
-            svg,
-            r#"<path d="{}" fill="none" stroke="{GREEN}" stroke-width="2"/>"#,
-            path.trim_end()
-        );
-        // Label each level once, where it first appears.
-        let mut labelled: Vec<f64> = Vec::new();
-        for step in capacity {
-            if labelled.iter().any(|r| (r - step.rate).abs() < 1e-9) {
-                continue;
-            }
-            labelled.push(step.rate);
-            let _ = writeln!(
-                svg,
-                r#"<text x="{:.1}" y="{:.1}" fill="{GREEN}" stroke="white" stroke-width="3" paint-order="stroke">capacity {}/s</text>"#,
-                x(step.t) + 4.0,
-                y(step.interval_ms) - 5.0,
-                label(step.rate)
-            );
-        }
-        let _ = writeln!(
-            svg,
-            r#"<line x1="{0}" y1="34" x2="{1}" y2="34" stroke="{GREEN}" stroke-width="2"/><text x="{2}" y="38">interval matching capacity</text>"#,
-            WIDTH - RIGHT - 360.0,
-            WIDTH - RIGHT - 344.0,
-            WIDTH - RIGHT - 338.0
-        );
+        frame.capacity(&mut svg, capacity);
     }
     let _ = write!(
         svg,
@@ -215,6 +74,183 @@ pub fn trace_svg(title: &str, points: &[Point], capacity: &[CapacityStep], t_end
         WIDTH - RIGHT - 64.0
     );
     svg
+}
+
+/// The plot area's scales: seconds across, milliseconds up (linear or log).
+struct Frame {
+    t_max: f64,
+    log: bool,
+    y_lo: f64,
+    y_hi: f64,
+}
+
+const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
+const PLOT_H: f64 = HEIGHT - TOP - BOTTOM;
+
+impl Frame {
+    fn new(points: &[Point], capacity: &[CapacityStep], t_end: f64) -> Frame {
+        let t_max = points
+            .iter()
+            .map(|p| p.t)
+            .chain(capacity.iter().map(|c| c.t))
+            .fold(t_end.max(1.0), f64::max);
+        let y_max = points
+            .iter()
+            .map(|p| p.interval_ms)
+            .chain(capacity.iter().map(|c| c.interval_ms))
+            .fold(1.0, f64::max)
+            * 1.1;
+        // A sidecar whose interval ran away to seconds would flatten everything else
+        // against the bottom of a linear axis.
+        let matching = capacity.iter().map(|c| c.interval_ms).fold(0.0, f64::max);
+        let log = matching > 0.0 && y_max > LOG_SPAN * matching;
+        let (y_lo, y_hi) = if log {
+            let lowest = points
+                .iter()
+                .map(|p| p.interval_ms)
+                .chain(capacity.iter().map(|c| c.interval_ms))
+                .filter(|v| *v > 0.0)
+                .fold(matching, f64::min);
+            (
+                10f64.powf(lowest.max(0.1).log10().floor()),
+                10f64.powf(y_max.log10().ceil()),
+            )
+        } else {
+            (0.0, y_max)
+        };
+        Frame {
+            t_max,
+            log,
+            y_lo,
+            y_hi,
+        }
+    }
+
+    fn x(&self, t: f64) -> f64 {
+        LEFT + t / self.t_max * PLOT_W
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        let share = if self.log {
+            (v.max(self.y_lo).log10() - self.y_lo.log10()) / (self.y_hi.log10() - self.y_lo.log10())
+        } else {
+            v / self.y_hi
+        };
+        TOP + PLOT_H - share * PLOT_H
+    }
+
+    /// Grid, tick labels, the frame and the axis titles.
+    fn axes(&self, svg: &mut String) {
+        let y_ticks = if self.log {
+            log_ticks(self.y_lo, self.y_hi)
+        } else {
+            let step = nice_step(self.y_hi);
+            (0..)
+                .map(|i| f64::from(i) * step)
+                .take_while(|v| *v <= self.y_hi + 1e-9)
+                .collect()
+        };
+        for v in y_ticks {
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#e4e4e4"/><text x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+                self.y(v),
+                WIDTH - RIGHT,
+                LEFT - 6.0,
+                self.y(v) + 4.0,
+                label(v)
+            );
+        }
+        let x_step = nice_step(self.t_max);
+        let mut t = 0.0;
+        while t <= self.t_max + 1e-9 {
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{1:.1}" stroke="#f0f0f0"/><text x="{0:.1}" y="{2:.1}" text-anchor="middle">{3}</text>"##,
+                self.x(t),
+                TOP + PLOT_H,
+                TOP + PLOT_H + 18.0,
+                label(t)
+            );
+            t += x_step;
+        }
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{LEFT}" y="{TOP}" width="{PLOT_W}" height="{PLOT_H}" fill="none" stroke="#444"/>
+<text x="{}" y="{}" text-anchor="middle">time (s)</text>
+<text transform="translate(18,{}) rotate(-90)" text-anchor="middle">{}</text>"##,
+            LEFT + PLOT_W / 2.0,
+            HEIGHT - 14.0,
+            TOP + PLOT_H / 2.0,
+            if self.log {
+                "interval (ms, log scale; 0 at the bottom)"
+            } else {
+                "interval (ms)"
+            }
+        );
+    }
+
+    /// One dot per spot and colour; throttles last, so they stay visible on top of
+    /// the successes.
+    fn dots(&self, svg: &mut String, points: &[Point]) {
+        for throttled in [false, true] {
+            let color = if throttled { RED } else { BLUE };
+            let _ = writeln!(svg, r#"<g fill="{color}" fill-opacity="0.7">"#);
+            let mut drawn = HashSet::new();
+            for p in points.iter().filter(|p| p.throttled == throttled) {
+                let (cx, cy) = (self.x(p.t), self.y(p.interval_ms));
+                // Half a pixel: finer than a dot of radius 2.2 can show.
+                if !drawn.insert(((cx * 2.0).round() as i64, (cy * 2.0).round() as i64)) {
+                    continue;
+                }
+                let _ = writeln!(svg, r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="2.2"/>"#);
+            }
+            svg.push_str("</g>\n");
+        }
+    }
+
+    /// The capacity as one step line, each level labelled once, and its legend entry.
+    fn capacity(&self, svg: &mut String, capacity: &[CapacityStep]) {
+        let mut path = String::new();
+        for (i, step) in capacity.iter().enumerate() {
+            let until = capacity.get(i + 1).map_or(self.t_max, |next| next.t);
+            let command = if i == 0 { 'M' } else { 'L' };
+            let _ = write!(
+                path,
+                "{command}{:.1},{:.1} L{:.1},{:.1} ",
+                self.x(step.t),
+                self.y(step.interval_ms),
+                self.x(until),
+                self.y(step.interval_ms)
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r#"<path d="{}" fill="none" stroke="{GREEN}" stroke-width="2"/>"#,
+            path.trim_end()
+        );
+        let mut labelled: Vec<f64> = Vec::new();
+        for step in capacity {
+            if labelled.iter().any(|r| (r - step.rate).abs() < 1e-9) {
+                continue;
+            }
+            labelled.push(step.rate);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}" fill="{GREEN}" stroke="white" stroke-width="3" paint-order="stroke">capacity {}/s</text>"#,
+                self.x(step.t) + 4.0,
+                self.y(step.interval_ms) - 5.0,
+                label(step.rate)
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{0}" y1="34" x2="{1}" y2="34" stroke="{GREEN}" stroke-width="2"/><text x="{2}" y="38">interval matching capacity</text>"#,
+            WIDTH - RIGHT - 360.0,
+            WIDTH - RIGHT - 344.0,
+            WIDTH - RIGHT - 338.0
+        );
+    }
 }
 
 /// 1, 2 and 5 × 10^k from `lo` to `hi`, both powers of ten.

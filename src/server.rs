@@ -228,7 +228,9 @@ impl Server {
             metrics: Arc::clone(&live.metrics),
             upstreams: Arc::clone(&live.upstreams),
             ready: Arc::clone(&live.ready),
+            history: Default::default(),
         });
+        let sampler = tokio::spawn(admin::sample_history(Arc::clone(&state)));
         let (admin_done, admin_stop) = tokio::sync::oneshot::channel::<()>();
         let app = admin::router(state, allow_mutations);
         let mut admin = tokio::spawn(
@@ -258,6 +260,7 @@ impl Server {
                 admin.await
             }
         };
+        sampler.abort();
         ended.map_err(std::io::Error::other)?
     }
 }

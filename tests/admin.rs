@@ -121,7 +121,14 @@ async fn reset_exists_only_when_mutations_are_allowed() {
     let up = upstream(|_| async { respond(429, &[], "") }).await;
     let target = up.addr;
     let closed = proxy(target, "").await;
-    assert_eq!(reset(closed.admin).await.status, 404);
+    // Refused with how to allow it, rather than a bare 404.
+    let refused = reset(closed.admin).await;
+    assert_eq!(refused.status, 403);
+    assert!(
+        refused.text().contains("admin_allow_mutations = true"),
+        "{}",
+        refused.text()
+    );
 
     let open = proxy_config(&format!(
         "[server]\nadmin_listen = \"127.0.0.1:0\"\nadmin_allow_mutations = true\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\n[upstream.sleeper]\ninitial_interval = \"50ms\"\n[upstream.retry]\nmax_attempts = 1\n"

@@ -4,26 +4,37 @@
 
 use std::fmt::Write;
 
-use super::Config;
 use super::keys::Schema;
 use super::schema::{CONNECT_BACKOFF, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM};
+use super::{Config, UpstreamSettings};
 
 /// Renders `config` as a TOML document.
 pub fn render(config: &Config) -> String {
     let mut out = String::new();
     section(&mut out, &SERVER, &config.server);
     for u in &config.upstreams {
-        section(&mut out, &UPSTREAM, u);
-        section(&mut out, &SLEEPER, &u.sleeper);
-        section(&mut out, &THROTTLE, &u.throttle);
-        section(&mut out, &RETRY, &u.retry);
-        section(&mut out, &QUEUE, &u.queue);
-        if let Some(sig) = &u.sigv4 {
-            section(&mut out, &SIGV4, sig);
-        }
-        section(&mut out, &CONNECT_BACKOFF, &u.connect_backoff);
+        upstream(&mut out, u);
     }
     out
+}
+
+/// Renders one upstream's tables.
+pub fn render_one(u: &UpstreamSettings) -> String {
+    let mut out = String::new();
+    upstream(&mut out, u);
+    out
+}
+
+fn upstream(out: &mut String, u: &UpstreamSettings) {
+    section(out, &UPSTREAM, u);
+    section(out, &SLEEPER, &u.sleeper);
+    section(out, &THROTTLE, &u.throttle);
+    section(out, &RETRY, &u.retry);
+    section(out, &QUEUE, &u.queue);
+    if let Some(sig) = &u.sigv4 {
+        section(out, &SIGV4, sig);
+    }
+    section(out, &CONNECT_BACKOFF, &u.connect_backoff);
 }
 
 fn section<S>(out: &mut String, schema: &Schema<S>, value: &S) {

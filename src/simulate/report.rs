@@ -208,6 +208,17 @@ fn on_target(window: &[Bin], capacity: f64) -> bool {
 /// The summary printed after a run.
 pub fn summary(options: &SimOptions, trace: &Trace, bins: &[Bin]) -> String {
     let mut out = String::new();
+    header_lines(&mut out, options);
+    overall_lines(&mut out, trace, bins);
+    if options.sidecars > 1 {
+        sidecar_lines(&mut out, options, trace, bins);
+    }
+    phase_lines(&mut out, options, bins);
+    out
+}
+
+/// What was simulated: the upstream, its sleeper, the scenario and the model.
+fn header_lines(out: &mut String, options: &SimOptions) {
     let s = &options.settings;
     let secs = options.duration.as_secs_f64();
     let _ = writeln!(
@@ -236,7 +247,10 @@ pub fn summary(options: &SimOptions, trace: &Trace, bins: &[Bin]) -> String {
         },
         options.burst
     );
+}
 
+/// Goodput, attempts and client requests over the whole run.
+fn overall_lines(out: &mut String, trace: &Trace, bins: &[Bin]) {
     let whole = phase_stats(
         bins,
         Phase {
@@ -275,9 +289,10 @@ pub fn summary(options: &SimOptions, trace: &Trace, bins: &[Bin]) -> String {
         ms(quantile(&took, 0.99)),
         ms(took.last().copied().unwrap_or_default()),
     );
-    if options.sidecars > 1 {
-        sidecar_lines(&mut out, options, trace, bins);
-    }
+}
+
+/// One row per capacity phase: how fast the sleeper found the capacity and held it.
+fn phase_lines(out: &mut String, options: &SimOptions, bins: &[Bin]) {
     let _ = writeln!(
         out,
         "phases (a 5 s window is on target with <10% of attempts throttled and goodput >= 90% of capacity;\n  first ok: the first such window starts; converged: every window from then on is on target)"
@@ -320,7 +335,6 @@ pub fn summary(options: &SimOptions, trace: &Trace, bins: &[Bin]) -> String {
             100.0 * p.on_target
         );
     }
-    out
 }
 
 /// Each sidecar's share: with one upstream shared, a sidecar whose interval runs away

@@ -1,0 +1,277 @@
+//! `easeoff status`: what the admin status page shows, as a table in a terminal. Reads
+//! `/status` from a running easeoff over plain HTTP/1.1; rendering is pure, so it is
+//! tested without a server.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// Where `easeoff status` looks when neither `--admin` nor a config names the admin server.
+pub const DEFAULT_ADMIN: &str = "http://127.0.0.1:9901";
+
+/// How long to wait for the admin server before giving up.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the status could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("invalid admin URL \"{0}\": expected http://HOST:PORT")]
+    Url(String),
+    #[error("cannot reach the admin server at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the admin server at {url} answered {status}")]
+    Status { url: String, status: u16 },
+    #[error("the admin server at {url} sent a status that is not JSON: {reason}")]
+    Json { url: String, reason: String },
+}
+
+/// The admin URL for `--admin`: `http://` is added when no scheme is given.
+pub fn admin_url(admin: &str) -> String {
+    let trimmed = admin.trim_end_matches('/');
+    if trimmed.contains("://") {
+        trimmed.to_string()
+    } else {
+        format!("http://{trimmed}")
+    }
+}
+
+/// GETs `{admin}/status` and parses it.
+pub async fn fetch(admin: &str) -> Result<Value, StatusError> {
+    let base = admin_url(admin);
+    let url = format!("{base}/status");
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| StatusError::Url(admin.to_string()))?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(StatusError::Url(admin.to_string()));
+    }
+    let unreachable = |reason: String| StatusError::Unreachable {
+        url: base.clone(),
+        reason,
+    };
+    let request = Request::get(uri)
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| unreachable(e.to_string()))?;
+    let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let answer = async {
+        let response = client.request(request).await.map_err(|e| {
+            // The legacy client's own message is only "client error (Connect)"; the
+            // cause (refused, no route) is in its source.
+            let cause = std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
+            unreachable(cause)
+        })?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?
+            .to_bytes();
+        Ok::<_, StatusError>((status, body))
+    };
+    let (status, body) = tokio::time::timeout(TIMEOUT, answer)
+        .await
+        .map_err(|_| unreachable(format!("no answer within {} s", TIMEOUT.as_secs())))??;
+    if !status.is_success() {
+        return Err(StatusError::Status {
+            url: base,
+            status: status.as_u16(),
+        });
+    }
+    serde_json::from_slice(&body).map_err(|e| StatusError::Json {
+        url: base,
+        reason: e.to_string(),
+    })
+}
+
+/// The table: one row per upstream (and lane), then each one's interval over the
+/// kept minutes as a line of bars.
+pub fn render(status: &Value, admin: &str) -> String {
+    let mut rows = vec![
+        [
+            "upstream",
+            "interval",
+            "queue",
+            "in flight",
+            "throttles",
+            "retries",
+            "success",
+            "shed",
+            "errors",
+            "paused until",
+            "sleeper",
+        ]
+        .map(String::from),
+    ];
+    let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
+    for u in &upstreams {
+        rows.push(row(u, &text(&u["name"])));
+        for lane in u["lanes"].as_array().into_iter().flatten() {
+            rows.push(row(lane, &format!("  lane {}", text(&lane["name"]))));
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "easeoff {} at {}",
+        text(&status["version"]),
+        admin_url(admin)
+    );
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, w))| match c {
+                // Names and words left, figures right.
+                0 | 9 | 10 => format!("{cell:<w$}"),
+                _ => format!("{cell:>w$}"),
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    for u in &upstreams {
+        let history = &u["history"]["interval_ms"];
+        let values: Vec<f64> = history
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_f64)
+            .collect();
+        let _ = writeln!(
+            out,
+            "\n{}: interval over the last {} s (peak {}): {}",
+            text(&u["name"]),
+            values.len(),
+            ms(values.iter().copied().fold(0.0, f64::max)),
+            bars(&values, 60)
+        );
+    }
+    out
+}
+
+fn row(u: &Value, name: &str) -> [String; 11] {
+    let count = |v: &Value| v.as_u64().unwrap_or(0).to_string();
+    let sum = |v: &Value| {
+        v.as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum::<u64>())
+            .to_string()
+    };
+    let requests = &u["requests"];
+    let errors = ["error", "timeout"]
+        .iter()
+        .filter_map(|k| requests[k].as_u64())
+        .sum::<u64>();
+    [
+        name.to_string(),
+        ms(u["interval_ms"].as_f64().unwrap_or(0.0)),
+        count(&u["waiting"]),
+        count(&u["in_flight"]),
+        sum(&u["throttles"]),
+        sum(&u["retries"]),
+        count(&requests["success"]),
+        count(&requests["shed"]),
+        errors.to_string(),
+        u["paused_until"].as_str().unwrap_or("-").to_string(),
+        match (u["strategy"].as_str(), u["mode"].as_str()) {
+            (Some(strategy), Some(mode)) => format!("{strategy}, {mode}"),
+            _ => "-".to_string(),
+        },
+    ]
+}
+
+/// The largest value of each of `width` spans as one of eight bar heights.
+fn bars(values: &[f64], width: usize) -> String {
+    const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if values.is_empty() {
+        return "(no samples yet)".to_string();
+    }
+    let peak = values.iter().copied().fold(0.0, f64::max);
+    let per = values.len().div_ceil(width);
+    values
+        .chunks(per)
+        .map(|chunk| {
+            let v = chunk.iter().copied().fold(0.0, f64::max);
+            let level = if peak > 0.0 {
+                (v / peak * 7.0).round() as usize
+            } else {
+                0
+            };
+            LEVELS[level.min(7)]
+        })
+        .collect()
+}
+
+fn ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2} s", v / 1000.0)
+    } else {
+        format!("{v:.1} ms")
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_row_per_upstream_and_lane_with_its_figures() {
+        let status = json!({
+            "version": "1.2.3",
+            "upstreams": [{
+                "name": "orders", "interval_ms": 50.0, "waiting": 3, "in_flight": 1,
+                "paused_until": null, "strategy": "cubic", "mode": "pace",
+                "requests": {"success": 10, "throttled": 1, "error": 2, "shed": 4, "timeout": 1},
+                "throttles": {"status": 5, "body": 2}, "retries": {"throttle": 6, "connect": 0},
+                "history": {"interval_ms": [0.0, 25.0, 50.0]},
+                "lanes": [{"name": "writes", "interval_ms": 1500.0, "waiting": 0}],
+            }],
+        });
+        let out = render(&status, "127.0.0.1:9901");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "easeoff 1.2.3 at http://127.0.0.1:9901");
+        let orders: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            orders,
+            [
+                "orders", "50.0", "ms", "3", "1", "7", "6", "10", "4", "3", "-", "cubic,", "pace"
+            ]
+        );
+        assert!(lines[3].starts_with("  lane writes"), "{out}");
+        assert!(lines[3].contains("1.50 s"), "{out}");
+        assert!(
+            out.contains("orders: interval over the last 3 s (peak 50.0 ms): ▁▅█"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn long_histories_are_squeezed_into_the_width() {
+        let values: Vec<f64> = (0..600).map(f64::from).collect();
+        let line = bars(&values, 60);
+        assert_eq!(line.chars().count(), 60);
+        assert!(line.ends_with('█'));
+        assert_eq!(bars(&[], 60), "(no samples yet)");
+    }
+
+    #[test]
+    fn admin_addresses_without_a_scheme_get_http() {
+        assert_eq!(admin_url("127.0.0.1:9901"), "http://127.0.0.1:9901");
+        assert_eq!(admin_url("http://[::1]:9901/"), "http://[::1]:9901");
+    }
+}
