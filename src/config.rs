@@ -44,8 +44,26 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Enables `POST /upstreams/{name}/reset`.
     pub admin_allow_mutations: bool,
-    /// A client must send its request headers within this time.
+    /// A client must send its first request head within this time of connecting.
     pub header_read_timeout: Duration,
+    /// A client connection with no request open is closed after this time.
+    pub keepalive_timeout: Duration,
+    /// The longest silence inside a request body (client) or response body (upstream).
+    pub body_idle_timeout: Duration,
+    /// HTTP/2 clients are pinged after this much silence and dropped if they do not
+    /// answer within the same time.
+    pub http2_keepalive_interval: Duration,
+    /// HTTP/2 streams open at once on one client connection.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 streams a client connection may cancel after their request began, per
+    /// `http2_reset_window`, before it gets a GOAWAY.
+    pub http2_max_resets: u32,
+    /// The window `http2_max_resets` counts in.
+    pub http2_reset_window: Duration,
+    /// Admin connections open at once; more are closed at once.
+    pub admin_max_connections: usize,
+    /// An admin connection's request head deadline from connecting, and its idle timeout.
+    pub admin_timeout: Duration,
     /// How the listeners' connections are spread over threads.
     pub runtime: RuntimeShape,
 }
@@ -84,6 +102,10 @@ pub struct UpstreamSettings {
     pub request_timeout: Duration,
     /// Extra trusted CA certificates (PEM) for an https upstream.
     pub ca_file: Option<PathBuf>,
+    /// Idle connections kept to the upstream, over all threads.
+    pub max_idle_connections: usize,
+    /// An idle upstream connection unused this long is closed.
+    pub idle_connection_timeout: Duration,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -99,6 +121,13 @@ pub struct UpstreamUrl {
     pub authority: Authority,
     /// Prefixed to every request path; empty or starting with `/`, never ending in `/`.
     pub base_path: String,
+}
+
+impl UpstreamUrl {
+    /// Scheme, host and port, for `/status` and logs: a base path can carry a token.
+    pub fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.authority)
+    }
 }
 
 impl std::fmt::Display for UpstreamUrl {
@@ -184,6 +213,14 @@ const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "admin_allow_mutations",
     "header_read_timeout",
+    "keepalive_timeout",
+    "body_idle_timeout",
+    "http2_keepalive_interval",
+    "http2_max_concurrent_streams",
+    "http2_max_resets",
+    "http2_reset_window",
+    "admin_max_connections",
+    "admin_timeout",
     "runtime",
 ];
 const SLEEPER_KEYS: &[&str] = &[
@@ -339,11 +376,21 @@ struct UpstreamKeys {
 
 fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
     let mut s = ServerSettings {
-        admin_listen: SocketAddr::from(([0, 0, 0, 0], 9901)),
+        admin_listen: SocketAddr::from(([127, 0, 0, 1], 9901)),
         shutdown_grace: Duration::from_secs(25),
         max_connections: 10_000,
         admin_allow_mutations: false,
         header_read_timeout: Duration::from_secs(30),
+        // Above the pool idle times of common HTTP clients (Go's 90 s), so a client
+        // retires an idle connection before easeoff closes it under a request.
+        keepalive_timeout: Duration::from_secs(120),
+        body_idle_timeout: Duration::from_secs(60),
+        http2_keepalive_interval: Duration::from_secs(30),
+        http2_max_concurrent_streams: 100,
+        http2_max_resets: 100,
+        http2_reset_window: Duration::from_secs(10),
+        admin_max_connections: 32,
+        admin_timeout: Duration::from_secs(10),
         runtime: RuntimeShape::PerCore,
     };
     let Some(mut t) = table else {
@@ -367,6 +414,31 @@ fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
     }
     if let Some(v) = positive_duration(&mut t, "header_read_timeout") {
         s.header_read_timeout = v;
+    }
+    for (key, field) in [
+        ("keepalive_timeout", &mut s.keepalive_timeout),
+        ("body_idle_timeout", &mut s.body_idle_timeout),
+        ("http2_keepalive_interval", &mut s.http2_keepalive_interval),
+        ("http2_reset_window", &mut s.http2_reset_window),
+        ("admin_timeout", &mut s.admin_timeout),
+    ] {
+        if let Some(v) = positive_duration(&mut t, key) {
+            *field = v;
+        }
+    }
+    for (key, field) in [
+        (
+            "http2_max_concurrent_streams",
+            &mut s.http2_max_concurrent_streams,
+        ),
+        ("http2_max_resets", &mut s.http2_max_resets),
+    ] {
+        if let Some(v) = positive_count(&mut t, key) {
+            *field = u32::try_from(v).unwrap_or(u32::MAX);
+        }
+    }
+    if let Some(v) = positive_count(&mut t, "admin_max_connections") {
+        s.admin_max_connections = usize::try_from(v).unwrap_or(usize::MAX);
     }
     if let Some(i) = t.choice("runtime", &RuntimeShape::NAMES) {
         s.runtime = if *i.get_ref() == 0 {
@@ -420,6 +492,11 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
         positive_duration(&mut t, "connect_timeout").unwrap_or(Duration::from_secs(20));
     let request_timeout =
         positive_duration(&mut t, "request_timeout").unwrap_or(Duration::from_secs(60));
+    let max_idle_connections = t.unsigned("max_idle_connections").map_or(64, |v| {
+        usize::try_from(v.into_inner()).unwrap_or(usize::MAX)
+    });
+    let idle_connection_timeout =
+        positive_duration(&mut t, "idle_connection_timeout").unwrap_or(Duration::from_secs(90));
     let ca_file = t.parsed("ca_file", |path| {
         std::fs::metadata(path)
             .map(|_| PathBuf::from(path))
@@ -449,6 +526,8 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
         connect_timeout,
         request_timeout,
         ca_file: ca_file.map(Spanned::into_inner),
+        max_idle_connections,
+        idle_connection_timeout,
         sleeper,
         throttle,
         retry,
@@ -818,6 +897,15 @@ fn in_range(
         );
         None
     }
+}
+
+fn positive_count(t: &mut TableReader<'_, '_>, key: &'static str) -> Option<u64> {
+    let v = t.unsigned(key)?;
+    if *v.get_ref() == 0 {
+        t.error(v.span(), key, "must be at least 1, got 0");
+        return None;
+    }
+    Some(v.into_inner())
 }
 
 fn positive_duration(t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Duration> {

@@ -18,6 +18,22 @@ pub fn render(config: &Config) -> String {
     plain(&mut out, "max_connections", s.max_connections);
     plain(&mut out, "admin_allow_mutations", s.admin_allow_mutations);
     duration(&mut out, "header_read_timeout", s.header_read_timeout);
+    duration(&mut out, "keepalive_timeout", s.keepalive_timeout);
+    duration(&mut out, "body_idle_timeout", s.body_idle_timeout);
+    duration(
+        &mut out,
+        "http2_keepalive_interval",
+        s.http2_keepalive_interval,
+    );
+    plain(
+        &mut out,
+        "http2_max_concurrent_streams",
+        s.http2_max_concurrent_streams,
+    );
+    plain(&mut out, "http2_max_resets", s.http2_max_resets);
+    duration(&mut out, "http2_reset_window", s.http2_reset_window);
+    plain(&mut out, "admin_max_connections", s.admin_max_connections);
+    duration(&mut out, "admin_timeout", s.admin_timeout);
     string(&mut out, "runtime", s.runtime.name());
     for u in &config.upstreams {
         render_upstream(&mut out, u);
@@ -34,6 +50,8 @@ fn render_upstream(out: &mut String, u: &UpstreamSettings) {
     plain(out, "preserve_host", u.preserve_host);
     duration(out, "connect_timeout", u.connect_timeout);
     duration(out, "request_timeout", u.request_timeout);
+    plain(out, "max_idle_connections", u.max_idle_connections);
+    duration(out, "idle_connection_timeout", u.idle_connection_timeout);
     if let Some(ca) = &u.ca_file {
         string(out, "ca_file", &ca.display().to_string());
     }

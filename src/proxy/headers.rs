@@ -19,7 +19,8 @@ static HOP_BY_HOP: [HeaderName; 7] = [
     UPGRADE,
 ];
 
-/// Removes hop-by-hop headers and those the Connection header names. `TE: trailers`
+/// Removes hop-by-hop headers and those the Connection header names, and a
+/// Content-Length beside a Transfer-Encoding. `TE: trailers`
 /// is kept: gRPC needs it end to end and HTTP/2 allows exactly that value.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the names finds which are present: most requests carry none, most
@@ -35,6 +36,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     if present & 1 != 0 {
         remove_connection_named(headers);
+    }
+    // RFC 9112 §6.3: with Transfer-Encoding the Content-Length is wrong, and passing it
+    // on would frame the body by it (a truncated answer on a kept-alive connection).
+    if present & (1 << 4) != 0 {
+        headers.remove(http::header::CONTENT_LENGTH);
     }
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
         if present & (1 << i) != 0 {

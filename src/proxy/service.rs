@@ -27,8 +27,13 @@ use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::upstream::Upstream;
 
-/// Serves one request for `upstream`; every path ends in a response.
-pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
+/// Serves one request for `upstream`; every path ends in a response. A request body
+/// held in memory may go silent for at most `body_idle`.
+pub async fn handle(
+    upstream: Arc<Upstream>,
+    req: Request<Incoming>,
+    body_idle: Duration,
+) -> Response<ProxyBody> {
     let arrived = Instant::now();
     let settings = &*upstream.settings;
     let dialect = Dialect {
@@ -64,7 +69,7 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
         retry.max_body_bytes
     };
     let body = if retry.max_attempts > 1 || signed_body {
-        match read_up_to(body, hold).await {
+        match read_up_to(body, hold, Some(body_idle)).await {
             Ok(body) => body,
             Err(error) => {
                 let message = format!("cannot read the request body: {error}");
