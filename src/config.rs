@@ -102,10 +102,7 @@ pub struct UpstreamSettings {
     pub request_timeout: Duration,
     /// Extra trusted CA certificates (PEM) for an https upstream.
     pub ca_file: Option<PathBuf>,
-    /// Idle connections kept to the upstream, over all threads.
-    pub max_idle_connections: usize,
-    /// An idle upstream connection unused this long is closed.
-    pub idle_connection_timeout: Duration,
+    pub pool: PoolSettings,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -157,6 +154,15 @@ pub struct QueueSettings {
     pub max_waiting: usize,
     /// An expected or actual wait beyond this is shed.
     pub max_wait: Duration,
+}
+
+/// `[upstream.pool]`: the idle connections kept to the upstream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolSettings {
+    /// Idle connections kept, over all threads.
+    pub max_idle: usize,
+    /// An idle connection unused this long is closed.
+    pub idle_timeout: Duration,
 }
 
 /// `[upstream.sigv4]`.
@@ -247,6 +253,7 @@ const RETRY_KEYS: &[&str] = &[
 ];
 const QUEUE_KEYS: &[&str] = &["max_waiting", "max_wait"];
 const SIGV4_KEYS: &[&str] = &["service", "region"];
+const POOL_KEYS: &[&str] = &["max_idle", "idle_timeout"];
 const BACKOFF_KEYS: &[&str] = &[
     "initial",
     "multiplier",
@@ -261,6 +268,7 @@ const UPSTREAM_SECTIONS: &[Section] = &[
     ("[upstream.queue]", QUEUE_KEYS),
     ("[upstream.sigv4]", SIGV4_KEYS),
     ("[upstream.connect_backoff]", BACKOFF_KEYS),
+    ("[upstream.pool]", POOL_KEYS),
 ];
 
 impl Config {
@@ -492,11 +500,6 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
         positive_duration(&mut t, "connect_timeout").unwrap_or(Duration::from_secs(20));
     let request_timeout =
         positive_duration(&mut t, "request_timeout").unwrap_or(Duration::from_secs(60));
-    let max_idle_connections = t.unsigned("max_idle_connections").map_or(64, |v| {
-        usize::try_from(v.into_inner()).unwrap_or(usize::MAX)
-    });
-    let idle_connection_timeout =
-        positive_duration(&mut t, "idle_connection_timeout").unwrap_or(Duration::from_secs(90));
     let ca_file = t.parsed("ca_file", |path| {
         std::fs::metadata(path)
             .map(|_| PathBuf::from(path))
@@ -508,6 +511,7 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
     let queue = read_queue(t.table("queue"));
     let sigv4 = t.table("sigv4").map(read_sigv4);
     let connect_backoff = read_connect_backoff(t.table("connect_backoff"));
+    let pool = read_pool(t.table("pool"));
     t.finish(UPSTREAM_SECTIONS);
 
     let keys = UpstreamKeys {
@@ -526,8 +530,7 @@ fn read_upstream(mut t: TableReader<'_, '_>) -> (Option<UpstreamSettings>, Upstr
         connect_timeout,
         request_timeout,
         ca_file: ca_file.map(Spanned::into_inner),
-        max_idle_connections,
-        idle_connection_timeout,
+        pool,
         sleeper,
         throttle,
         retry,
@@ -897,6 +900,24 @@ fn in_range(
         );
         None
     }
+}
+
+fn read_pool(table: Option<TableReader<'_, '_>>) -> PoolSettings {
+    let mut s = PoolSettings {
+        max_idle: 64,
+        idle_timeout: Duration::from_secs(90),
+    };
+    let Some(mut t) = table else {
+        return s;
+    };
+    if let Some(v) = t.unsigned("max_idle") {
+        s.max_idle = usize::try_from(v.into_inner()).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = positive_duration(&mut t, "idle_timeout") {
+        s.idle_timeout = v;
+    }
+    t.finish(&[]);
+    s
 }
 
 fn positive_count(t: &mut TableReader<'_, '_>, key: &'static str) -> Option<u64> {

@@ -50,8 +50,6 @@ fn render_upstream(out: &mut String, u: &UpstreamSettings) {
     plain(out, "preserve_host", u.preserve_host);
     duration(out, "connect_timeout", u.connect_timeout);
     duration(out, "request_timeout", u.request_timeout);
-    plain(out, "max_idle_connections", u.max_idle_connections);
-    duration(out, "idle_connection_timeout", u.idle_connection_timeout);
     if let Some(ca) = &u.ca_file {
         string(out, "ca_file", &ca.display().to_string());
     }
@@ -101,6 +99,10 @@ fn render_upstream(out: &mut String, u: &UpstreamSettings) {
     section(out, "[upstream.queue]");
     plain(out, "max_waiting", u.queue.max_waiting);
     duration(out, "max_wait", u.queue.max_wait);
+
+    section(out, "[upstream.pool]");
+    plain(out, "max_idle", u.pool.max_idle);
+    duration(out, "idle_timeout", u.pool.idle_timeout);
 
     if let Some(sig) = &u.sigv4 {
         section(out, "[upstream.sigv4]");

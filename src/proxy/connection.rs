@@ -207,7 +207,9 @@ where
     C: GracefulConnection,
 {
     tokio::pin!(conn);
-    let first = tracker.accepted + limits.header_read_timeout;
+    // Never asleep longer than the keep-alive timeout: a request may begin and end in
+    // between and move the deadline earlier.
+    let first = tracker.accepted + limits.header_read_timeout.min(limits.keepalive_timeout);
     let watchdog = tokio::time::sleep_until(first);
     tokio::pin!(watchdog);
     // Pinned once, so a busy connection does not re-register them on every poll.
@@ -232,18 +234,24 @@ where
             () = &mut watchdog => match closing {
                 Some(Closed::Drained) => watchdog.as_mut().reset(far_future()),
                 Some(reason) => return (reason, Ok(())),
-                None => match tracker.idle_deadline(limits) {
-                    Some(at) if at <= Instant::now() => {
-                        closing = Some(Closed::Idle);
-                        conn.as_mut().graceful_shutdown();
-                        watchdog.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                None => {
+                    let now = Instant::now();
+                    let next = now + limits.keepalive_timeout;
+                    match tracker.idle_deadline(limits) {
+                        // No request head yet: nothing to finish.
+                        Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == 0 => {
+                            return (Closed::Idle, Ok(()));
+                        }
+                        Some(at) if at <= now => {
+                            closing = Some(Closed::Idle);
+                            conn.as_mut().graceful_shutdown();
+                            watchdog.as_mut().reset(now + CLOSE_GRACE);
+                        }
+                        Some(at) => watchdog.as_mut().reset(at.min(next)),
+                        // A request is open: look again once it could have become idle.
+                        None => watchdog.as_mut().reset(next),
                     }
-                    Some(at) => watchdog.as_mut().reset(at),
-                    // A request is open: look again once it could have become idle.
-                    None => watchdog
-                        .as_mut()
-                        .reset(Instant::now() + limits.keepalive_timeout),
-                },
+                }
             },
         }
     }
