@@ -5,7 +5,7 @@
 //! streams it had started gets a GOAWAY. Also the accept loop's backoff when accepting
 //! fails (out of descriptors). What a request does is the service's business.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -76,6 +76,8 @@ pub struct Tracker {
     /// When the latest request ended, in milliseconds after `accepted`.
     last_end_ms: AtomicU64,
     resets: Mutex<ResetWindow>,
+    /// Set once the client cancelled too many streams: no new request starts work.
+    refusing: AtomicBool,
     /// Woken when the client cancelled more streams than allowed.
     too_many_resets: Notify,
     max_resets: u32,
@@ -97,6 +99,7 @@ impl Tracker {
             started: AtomicU64::new(0),
             last_end_ms: AtomicU64::new(0),
             resets: Mutex::new(ResetWindow::default()),
+            refusing: AtomicBool::new(false),
             too_many_resets: Notify::new(),
             max_resets: limits.http2_max_resets,
             reset_window: limits.http2_reset_window,
@@ -134,9 +137,15 @@ impl Tracker {
             resets.count += 1;
             resets.count > self.max_resets
         };
-        if exceeded {
+        if exceeded && !self.refusing.swap(true, Ordering::Relaxed) {
             self.too_many_resets.notify_one();
         }
+    }
+
+    /// Whether the connection is closing for too many cancelled streams: requests
+    /// that arrive before the client sees the GOAWAY must not start upstream work.
+    pub fn is_refusing(&self) -> bool {
+        self.refusing.load(Ordering::Relaxed)
     }
 
     /// When the connection must close for want of a request, or `None` while a
@@ -160,6 +169,11 @@ pub struct RequestGuard {
 }
 
 impl RequestGuard {
+    /// See [`Tracker::is_refusing`].
+    pub fn is_refusing(&self) -> bool {
+        self.tracker.is_refusing()
+    }
+
     /// The request got its answer.
     pub fn done(mut self) {
         self.done = true;

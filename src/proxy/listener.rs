@@ -108,6 +108,8 @@ async fn accept(
                     let version = req.version();
                     let (mut response, first) = if req.method() == Method::CONNECT {
                         (refuse_connect(&upstream, &req), None)
+                    } else if guard.is_refusing() {
+                        (refuse_closing(&upstream), None)
                     } else {
                         let response = handle(Arc::clone(&upstream), req, body_idle).await;
                         first_frame(&upstream, response, body_idle).await
@@ -147,26 +149,38 @@ async fn accept(
 /// easeoff is not a forward proxy: a tunnel would bypass the pacing, and an upstream
 /// that accepted one would leave the client with an empty reply.
 fn refuse_connect(upstream: &Upstream, req: &Request<Incoming>) -> Response<ProxyBody> {
-    upstream.metrics.request(Outcome::Error).inc();
-    let dialect = Dialect {
-        preset: upstream.settings.preset,
-        grpc: false,
-    };
-    let mut response = reply(
-        Reason::MethodNotAllowed,
-        dialect,
-        upstream.name(),
-        &format!(
-            "easeoff forwards requests to its upstream and is not a forward proxy: {} is not supported",
-            req.method()
-        ),
-        None,
+    let message = format!(
+        "easeoff forwards requests to its upstream and is not a forward proxy: {} is not supported",
+        req.method()
     );
+    let mut response = local(upstream, Reason::MethodNotAllowed, Outcome::Error, &message);
     response.headers_mut().insert(
         http::header::ALLOW,
         HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS"),
     );
     response
+}
+
+/// A request on a connection that cancelled too many streams: no upstream work for it.
+fn refuse_closing(upstream: &Upstream) -> Response<ProxyBody> {
+    let message = "this connection cancelled too many requests and is closing; reconnect";
+    local(upstream, Reason::Shed, Outcome::Shed, message)
+}
+
+/// easeoff's own answer, counted and logged as the service's are.
+fn local(
+    upstream: &Upstream,
+    reason: Reason,
+    outcome: Outcome,
+    message: &str,
+) -> Response<ProxyBody> {
+    tracing::debug!(upstream = %upstream.name(), ?reason, message, "local answer");
+    upstream.metrics.request(outcome).inc();
+    let dialect = Dialect {
+        preset: upstream.settings.preset,
+        grpc: false,
+    };
+    reply(reason, dialect, upstream.name(), message, None)
 }
 
 /// Waits for the first frame of an upstream's body before the head goes out, so a body
@@ -190,27 +204,21 @@ async fn first_frame(
         std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)),
     )
     .await;
-    let (reason, message) = match polled {
+    let (reason, outcome, message) = match polled {
         Ok(Some(Ok(frame))) => return (Response::from_parts(parts, body), Some(frame)),
         Ok(None) => return (Response::from_parts(parts, body), None),
         Ok(Some(Err(error))) => (
             Reason::UpstreamUnavailable,
+            Outcome::Error,
             format!("the upstream's answer broke off: {error}"),
         ),
         Err(_) => (
             Reason::Timeout,
+            Outcome::Timeout,
             format!("the upstream sent a head and then no body for {idle:?}"),
         ),
     };
-    tracing::debug!(upstream = %upstream.name(), %message, "local answer");
-    let dialect = Dialect {
-        preset: upstream.settings.preset,
-        grpc: false,
-    };
-    (
-        reply(reason, dialect, upstream.name(), &message, None),
-        None,
-    )
+    (local(upstream, reason, outcome, &message), None)
 }
 
 fn is_streaming(headers: &http::HeaderMap) -> bool {
