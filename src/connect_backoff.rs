@@ -54,7 +54,9 @@ impl ConnectBackoff {
         match self.state {
             State::Healthy => Admission::Open,
             State::Waiting { until } if now < until => Admission::Closed(until - now),
-            State::Probing { since } if now < since + self.probe_timeout => {
+            State::Probing { since }
+                if now.saturating_duration_since(since) < self.probe_timeout =>
+            {
                 Admission::Closed(self.backoff.interval())
             }
             State::Waiting { .. } | State::Probing { .. } => {

@@ -88,7 +88,11 @@ impl<R: Random> Controller<R> {
         match self.initial {
             Initial::Fixed(d) => d,
             Initial::Auto => spacing
-                .map(|s| s.mul_f64(self.up_multiplier))
+                .map(|s| {
+                    // `mul_f64` panics past `Duration::MAX`; the clamp below caps it anyway.
+                    Duration::try_from_secs_f64(self.up_multiplier * s.as_secs_f64())
+                        .unwrap_or(Duration::MAX)
+                })
                 .unwrap_or(self.min_interval)
                 .clamp(self.min_interval, self.max_interval),
         }

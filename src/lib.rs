@@ -9,7 +9,8 @@
 //! - [`retry`]: the retry budget and when an attempt may be repeated;
 //! - [`connect_backoff`]: gRPC's connection backoff in front of an unreachable upstream;
 //! - [`config`]: the TOML file turned into validated settings;
-//! - [`window`]: lock-free counts over a sliding window (dispatch rate, retry budget).
+//! - [`window`]: lock-free counts over a sliding window (dispatch rate, retry budget);
+//! - [`deadline`]: instants plus configured durations, saturating.
 //!
 //! The I/O shell applies the decisions:
 //! - [`pacer`]: spacing, queueing and pauses per upstream;
@@ -27,6 +28,7 @@ pub mod cli;
 pub mod config;
 pub mod connect_backoff;
 pub mod controller;
+pub mod deadline;
 pub mod demo;
 pub mod hints;
 pub mod load;

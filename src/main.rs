@@ -9,6 +9,7 @@ use clap::Parser;
 use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
+use easeoff::proxy::ClientError;
 use easeoff::server::{Handle, StartError};
 use easeoff::signals::{Request, Signals};
 use easeoff::simulate::{self, Scenario, SimOptions};
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(cli.command, Some(Command::Demo(_) | Command::Check));
     init_logging(&cli, if quiet { "warn" } else { "info" });
+    log_panics();
     if let Some(Command::Simulate(args)) = cli.command {
         // Its own single-threaded runtime in paused time.
         return run_simulate(cli.config, args);
@@ -83,9 +85,14 @@ async fn run(path: Option<PathBuf>) -> ExitCode {
         Err(error) => {
             tracing::error!(%error, "cannot start");
             eprintln!("easeoff: {error}");
-            // Missing credentials are the deployment's to fix, like a config error.
+            // Missing credentials are the deployment's to fix, like a config error; a
+            // CA file that changed since it was read is a config error.
             let code = match error {
-                StartError::Credentials { .. } => USAGE,
+                StartError::Credentials { .. }
+                | StartError::Client {
+                    source: ClientError::CaFile { .. },
+                    ..
+                } => USAGE,
                 _ => RUNTIME_FAILURE,
             };
             return ExitCode::from(code);
@@ -302,6 +309,27 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
     print!("{}", simulate::report::summary(&options, &trace, &bins));
     println!("wrote {} and {}", args.out.display(), csv_path.display());
     ExitCode::SUCCESS
+}
+
+/// Sends panics through the log, so they arrive as JSON lines when the log is JSON,
+/// instead of as plain text beside it.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic without a message");
+        let location = info.location().map(ToString::to_string);
+        let thread = std::thread::current();
+        tracing::error!(
+            panic = message,
+            location = location.as_deref().unwrap_or("unknown"),
+            thread = thread.name().unwrap_or("unnamed"),
+            "panicked; this is a bug in easeoff"
+        );
+    }));
 }
 
 fn init_logging(cli: &Cli, default_level: &str) {

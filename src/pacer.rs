@@ -298,8 +298,13 @@ impl Shared {
     fn enter(&self) -> Result<WaitingGuard<'_>, Shed> {
         if self.waiting.load(Ordering::Relaxed) >= self.limits.max_waiting {
             let now = Instant::now();
-            let wait = self.release_at(now).saturating_duration_since(now)
-                + self.spacing(now) * count(self.limits.max_waiting);
+            let wait = self
+                .release_at(now)
+                .saturating_duration_since(now)
+                .saturating_add(
+                    self.spacing(now)
+                        .saturating_mul(count(self.limits.max_waiting)),
+                );
             return Err(Shed { retry_after: wait });
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);

@@ -315,7 +315,7 @@ impl Live {
         let mut state = self.state.lock().await;
         state.draining = true;
         let margin = (grace / 10).min(Duration::from_secs(1));
-        let by = Instant::now() + grace.saturating_sub(margin);
+        let by = crate::deadline::after(Instant::now(), grace.saturating_sub(margin));
         let replaced = state.replaced.iter().filter_map(Weak::upgrade);
         for upstream in self.all().into_iter().chain(replaced) {
             upstream.pacer.drain(by);

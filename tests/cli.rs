@@ -263,3 +263,65 @@ fn sigv4_without_credentials_fails_at_start_up_naming_every_source() {
     assert!(started.elapsed() < Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Waits for `child` to end, killing it after `limit` (a hang guard, not a speed test).
+fn wait_ended(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn an_endless_config_file_is_refused_after_a_mebibyte() {
+    let child = easeoff()
+        .args(["check", "--config", "/dev/zero"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_ended(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "/dev/zero: the config file is larger than 1 MiB; is it the right file?\n"
+    );
+}
+
+#[test]
+fn a_ca_file_without_certificates_fails_check_and_run_alike_with_exit_2() {
+    let dir = std::env::temp_dir().join(format!("easeoff-emptyca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, "").unwrap();
+    let config = dir.join("easeoff.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\nadmin_listen = \"127.0.0.1:0\"\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"https://127.0.0.1:9\"\nca_file = \"{}\"\n", ca.display()),
+    )
+    .unwrap();
+    let want = format!(
+        "{}:7:11: upstream \"up\": ca_file: cannot load CA certificates from \"{}\": no PEM certificates in the file\n",
+        config.display(),
+        ca.display()
+    );
+    for command in ["check", "run"] {
+        let child = easeoff()
+            .arg(command)
+            .arg("--config")
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_ended(child, Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{command}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

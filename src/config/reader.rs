@@ -226,10 +226,10 @@ impl<'t, 'i> TableReader<'t, 'i> {
         }
     }
 
-    pub fn boolean(&mut self, key: &'static str) -> Option<bool> {
+    pub fn boolean(&mut self, key: &'static str) -> Option<Spanned<bool>> {
         let value = self.raw(key)?;
         match value.get_ref() {
-            DeValue::Boolean(b) => Some(*b),
+            DeValue::Boolean(b) => Some(Spanned::new(value.span(), *b)),
             _ => {
                 self.wrong_type(key, value, "true or false");
                 None

@@ -1,4 +1,10 @@
+use std::time::Duration;
+
+use http::uri::Scheme;
+
 use super::*;
+use crate::sleeper::{self, Initial, Strategy};
+use crate::throttle::Preset;
 
 fn env(name: &str) -> Option<String> {
     match name {
@@ -415,5 +421,137 @@ fn the_runtime_shape_is_one_of_two_names() {
         [
             r#"easeoff.toml:2:11: server.runtime must be one of multi-thread | per-core, got "percore" (did you mean "per-core"?)"#
         ]
+    );
+}
+
+/// `MINIMAL` with `[section]` holding `key = value`.
+fn with(section: &str, key: &str, value: &str) -> String {
+    match section {
+        "server" => format!("[server]\n{key} = {value}\n{MINIMAL}"),
+        "" => format!("{MINIMAL}{key} = {value}\n"),
+        _ => format!("{MINIMAL}[upstream.{section}]\n{key} = {value}\n"),
+    }
+}
+
+#[test]
+fn every_duration_is_at_most_a_day() {
+    for (section, key) in [
+        ("server", "shutdown_grace"),
+        ("server", "header_read_timeout"),
+        ("", "connect_timeout"),
+        ("", "request_timeout"),
+        ("sleeper", "initial_interval"),
+        ("sleeper", "min_interval"),
+        ("sleeper", "max_interval"),
+        ("sleeper", "max_randomization"),
+        ("sleeper", "recovery"),
+        ("retry", "max_elapsed"),
+        ("queue", "max_wait"),
+        ("connect_backoff", "initial"),
+        ("connect_backoff", "max"),
+        ("connect_backoff", "min_connect_timeout"),
+    ] {
+        let day = with(section, key, "\"24h\"");
+        let accepted = parse(&day);
+        // A day-long start or floor is above the default ceiling (15m, 2m): other checks.
+        if !["initial_interval", "min_interval", "initial"].contains(&key) {
+            assert!(accepted.is_ok(), "{key}: {accepted:?}");
+        }
+        let got = problems(&with(section, key, "\"200000000000000d\""));
+        assert_eq!(got.len(), 1, "{key}: {got:?}");
+        assert!(
+            got[0].ends_with(&format!("{key} must be at most 1d, got 200000000000000d")),
+            "{got:?}"
+        );
+    }
+}
+
+#[test]
+fn multipliers_must_be_finite_and_at_most_a_hundred() {
+    for (section, key) in [
+        ("sleeper", "up_multiplier"),
+        ("connect_backoff", "multiplier"),
+    ] {
+        assert!(parse(&with(section, key, "100")).is_ok(), "{key}");
+        let got = problems(&with(section, key, "1e30"));
+        assert!(
+            got[0].ends_with(&format!("{key} must be at most 100, got 1e30")),
+            "{got:?}"
+        );
+        let got = problems(&with(section, key, "inf"));
+        assert!(
+            got[0].ends_with(&format!("{key} must be a number, got float inf")),
+            "{got:?}"
+        );
+    }
+}
+
+#[test]
+fn sizes_and_counts_are_rejected_beyond_their_maximum_instead_of_saturating() {
+    let cases = [
+        (
+            "retry",
+            "max_body_bytes",
+            "\"2GiB\"",
+            "must be at most 1GiB, got 2GiB",
+        ),
+        (
+            "retry",
+            "max_body_bytes",
+            "\"99999999999GiB\"",
+            ": size \"99999999999GiB\" is out of range",
+        ),
+        (
+            "retry",
+            "max_attempts",
+            "101",
+            "must be from 1 to 100 (1 turns retries off), got 101",
+        ),
+        (
+            "retry",
+            "budget_min_per_second",
+            "4294967296",
+            "must be at most 1000000, got 4294967296",
+        ),
+        (
+            "queue",
+            "max_waiting",
+            "18446744073709551615",
+            "must be at most 1000000, got 18446744073709551615",
+        ),
+        (
+            "server",
+            "max_connections",
+            "1000001",
+            "must be at most 1000000, got 1000001",
+        ),
+    ];
+    for (section, key, value, want) in cases {
+        let got = problems(&with(section, key, value));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].ends_with(&format!(
+                "{key}{}{want}",
+                if want.starts_with(':') { "" } else { " " }
+            )),
+            "{got:?}"
+        );
+    }
+    let c = parse(&with("retry", "max_body_bytes", "\"1GiB\"")).unwrap();
+    assert_eq!(c.upstreams[0].retry.max_body_bytes, 1 << 30);
+}
+
+#[test]
+fn a_ca_file_without_certificates_is_refused_naming_the_key() {
+    let empty = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/config/invalid/empty_ca.pem"
+    );
+    let got = problems(&with("", "ca_file", &format!("\"{empty}\"")));
+    assert_eq!(
+        got,
+        [format!(
+            "easeoff.toml:6:11: upstream \"orders\": ca_file: cannot load CA certificates from \"{empty}\": no PEM certificates in the file"
+        )]
     );
 }

@@ -93,7 +93,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    Ok((value * scale as f64).round() as u64)
+    let bytes = (value * scale as f64).round();
+    // `as` would saturate silently; a size this large is a mistake worth naming.
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("size \"{s}\" is out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 /// Prints a byte size in the largest binary unit that keeps it exact.
@@ -154,6 +159,10 @@ mod tests {
         assert_eq!(parse_size("10MB"), Ok(10_000_000));
         assert_eq!(parse_size("1048576"), Ok(1 << 20));
         assert!(parse_size("1 parsec").is_err());
+        assert_eq!(
+            parse_size("99999999999GiB"),
+            Err("size \"99999999999GiB\" is out of range".into())
+        );
         assert_eq!(format_size(1 << 20), "1MiB");
         assert_eq!(format_size(1000), "1000B");
     }

@@ -14,12 +14,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use super::body::ProxyBody;
 use super::headers::strip_hop_by_hop;
-use crate::config::UpstreamSettings;
+use crate::config::{self, UpstreamSettings};
 use crate::throttle::Preset;
 
 /// Why the client could not be built.
@@ -202,20 +200,12 @@ fn roots(settings: &UpstreamSettings) -> Result<RootCertStore, ClientError> {
         }
     }
     if let Some(path) = &settings.ca_file {
-        let ca_error = |reason: String| ClientError::CaFile {
+        // The same loading `check` does, so a file it accepts is one the client takes.
+        let extra = config::ca_roots(path).map_err(|reason| ClientError::CaFile {
             path: path.display().to_string(),
             reason,
-        };
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| ca_error(e.to_string()))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ca_error(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(ca_error("no PEM certificates in the file".into()));
-        }
-        for cert in certs {
-            roots.add(cert).map_err(|e| ca_error(e.to_string()))?;
-        }
+        })?;
+        roots.roots.extend(extra.roots);
     }
     if settings.url.scheme == Scheme::HTTPS && roots.is_empty() {
         return Err(ClientError::NoRoots);

@@ -19,6 +19,7 @@ use super::client::SendError;
 use super::headers::strip_hop_by_hop;
 use super::reply::{Dialect, Reason, reply};
 use crate::connect_backoff::Admission;
+use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::metrics::{Outcome, RetryReason};
 use crate::pacer::Slot;
@@ -111,9 +112,9 @@ pub async fn handle(
             },
         };
         let now = Instant::now();
-        let mut deadline = ctx.limit(now + settings.queue.max_wait);
+        let mut deadline = ctx.limit(after(now, settings.queue.max_wait));
         if attempts > 1 {
-            deadline = deadline.min(arrived + retry.max_elapsed);
+            deadline = deadline.min(after(arrived, retry.max_elapsed));
         }
         let slot = match upstream.acquire(deadline).await {
             Ok(slot) => slot,
@@ -159,7 +160,7 @@ pub async fn handle(
                 let now = Instant::now();
                 upstream.connect_failed(now);
                 let wait = upstream.connect_backoff_remaining(now);
-                let before = ctx.limit(arrived + retry.max_elapsed);
+                let before = ctx.limit(after(arrived, retry.max_elapsed));
                 let may = retry::allowed(
                     retry,
                     attempts,
@@ -201,7 +202,7 @@ pub async fn handle(
             upstream.apply_quota(quota, Instant::now());
         }
 
-        let deadline = slot.dispatched_at + upstream.client.request_timeout();
+        let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
         let (verdict, body) = match upstream
             .classifier
             .classify_head(parts.status, &parts.headers)

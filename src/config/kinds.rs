@@ -1,0 +1,264 @@
+//! The kinds of value only one key has: an upstream's name and url, a CA file, the
+//! sleeper's `initial_interval`, the throttle rules. The general kinds (numbers in a
+//! range, sizes, choices, text) are in `keys.rs`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::HeaderName;
+use http::uri::{Scheme, Uri};
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use toml::Spanned;
+
+use super::keys::{Bounds, Kind, quote, strings};
+use super::reader::TableReader;
+use super::schema::UpstreamUrl;
+use super::units::{format_duration, parse_duration};
+use crate::sleeper::Initial;
+
+/// An upstream's name; every later message about the upstream is prefixed with it,
+/// so it is read first.
+pub struct Name;
+
+impl Kind<String> for Name {
+    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<String>> {
+        let Some(name) = t.string(key) else {
+            t.set_context("upstream: ".to_string());
+            let at = t.span().start;
+            t.error(at..at, key, "is missing (every [[upstream]] needs a name)");
+            return None;
+        };
+        t.set_context(format!("upstream \"{}\": ", name.get_ref()));
+        let text = name.get_ref();
+        if text.is_empty()
+            || !text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            t.error(
+                name.span(),
+                key,
+                format_args!("must be letters, digits, '-', '_' or '.', got \"{text}\""),
+            );
+        }
+        Some(name)
+    }
+
+    fn show(&self, value: &String) -> Option<String> {
+        Some(quote(value))
+    }
+}
+
+/// A PEM file of extra trusted CA certificates, loaded as the upstream client loads it.
+pub struct CaFile;
+
+impl Kind<Option<PathBuf>> for CaFile {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Option<PathBuf>>> {
+        let path = t.parsed(key, |path| {
+            ca_roots(Path::new(path))
+                .map(|_| PathBuf::from(path))
+                .map_err(|e| format!("cannot load CA certificates from \"{path}\": {e}"))
+        })?;
+        let span = path.span();
+        Some(Spanned::new(span, Some(path.into_inner())))
+    }
+
+    fn show(&self, value: &Option<PathBuf>) -> Option<String> {
+        value.as_ref().map(|p| quote(&p.display().to_string()))
+    }
+}
+
+/// The certificates of a `ca_file` as trust roots; the error says why the file cannot
+/// serve as one (unreadable, not PEM, no certificate, a certificate that does not parse).
+pub fn ca_roots(path: &Path) -> Result<RootCertStore, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificates in the file".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| match e {
+            rustls::Error::InvalidCertificate(why) => {
+                format!("a certificate in the file is not valid ({why:?})")
+            }
+            e => e.to_string(),
+        })?;
+    }
+    Ok(roots)
+}
+
+/// `"auto"` or a duration within `.0`.
+pub struct InitialInterval(pub Bounds<Duration>);
+
+impl Kind<Initial> for InitialInterval {
+    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<Initial>> {
+        let v = t.parsed(key, |text| {
+            if text == "auto" {
+                Ok(Initial::Auto)
+            } else {
+                parse_duration(text)
+                    .map(Initial::Fixed)
+                    .map_err(|e| format!("{e}, or \"auto\""))
+            }
+        })?;
+        match *v.get_ref() {
+            Initial::Auto => Some(v),
+            Initial::Fixed(d) => self.0.within(t, key, Spanned::new(v.span(), d)).map(|_| v),
+        }
+    }
+
+    fn show(&self, value: &Initial) -> Option<String> {
+        Some(match value {
+            Initial::Auto => quote("auto"),
+            Initial::Fixed(d) => quote(&format_duration(*d)),
+        })
+    }
+}
+
+/// HTTP statuses.
+pub struct Statuses;
+
+impl Kind<Vec<u16>> for Statuses {
+    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<Vec<u16>>> {
+        let list = t.unsigned_array(key)?;
+        let span = list.span();
+        let mut statuses = Vec::new();
+        for code in list.into_inner() {
+            match u16::try_from(*code.get_ref()) {
+                Ok(c) if (100..=599).contains(&c) => statuses.push(c),
+                _ => t.error(
+                    code.span(),
+                    key,
+                    format_args!(
+                        "must hold HTTP statuses from 100 to 599, got {}",
+                        code.get_ref()
+                    ),
+                ),
+            }
+        }
+        Some(Spanned::new(span, statuses))
+    }
+
+    fn show(&self, value: &Vec<u16>) -> Option<String> {
+        let statuses: Vec<String> = value.iter().map(u16::to_string).collect();
+        Some(format!("[{}]", statuses.join(", ")))
+    }
+}
+
+/// Substrings, none of them empty.
+pub struct Needles;
+
+impl Kind<Vec<String>> for Needles {
+    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<Vec<String>>> {
+        let span = t.span();
+        let codes = t.string_array(key)?;
+        let mut out = Vec::new();
+        for code in codes {
+            if code.get_ref().is_empty() {
+                t.error(code.span(), key, "must not hold an empty string");
+            } else {
+                out.push(code.into_inner());
+            }
+        }
+        Some(Spanned::new(span, out))
+    }
+
+    fn show(&self, value: &Vec<String>) -> Option<String> {
+        Some(strings(value))
+    }
+}
+
+/// `{ "header-name" = ["substring", ...] }`.
+pub struct HeaderRules;
+
+impl Kind<Vec<(HeaderName, Vec<String>)>> for HeaderRules {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Vec<(HeaderName, Vec<String>)>>> {
+        let span = t.span();
+        let present = t.has(key);
+        let lists = t.string_lists(key);
+        if !present {
+            return None;
+        }
+        let mut rules = Vec::new();
+        for (name, needles) in lists {
+            match HeaderName::from_bytes(name.get_ref().as_bytes()) {
+                Ok(header) => rules.push((
+                    header,
+                    needles.into_iter().map(Spanned::into_inner).collect(),
+                )),
+                Err(_) => t.error(
+                    name.span(),
+                    key,
+                    format_args!("has an invalid header name \"{}\"", name.get_ref()),
+                ),
+            }
+        }
+        Some(Spanned::new(span, rules))
+    }
+
+    fn show(&self, value: &Vec<(HeaderName, Vec<String>)>) -> Option<String> {
+        let headers: Vec<String> = value
+            .iter()
+            .map(|(name, needles)| format!("{} = {}", quote(name.as_str()), strings(needles)))
+            .collect();
+        Some(format!("{{ {} }}", headers.join(", ")).replace("{  }", "{}"))
+    }
+}
+
+/// An `IP:port` a socket is bound to.
+pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!("invalid address \"{text}\": write an IP and a port, e.g. \"127.0.0.1:8000\" or \"[::1]:8000\"")
+    })
+}
+
+/// An upstream url: http or https, a host, an optional base path, nothing else.
+pub fn parse_url(text: &str) -> Result<UpstreamUrl, String> {
+    let uri: Uri = text
+        .parse()
+        .map_err(|e| format!("invalid url \"{text}\": {e}"))?;
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::HTTP,
+        Some("https") => Scheme::HTTPS,
+        _ => {
+            return Err(format!(
+                "invalid url \"{text}\": scheme must be http or https"
+            ));
+        }
+    };
+    let authority = uri
+        .authority()
+        .filter(|a| !a.host().is_empty())
+        .cloned()
+        .ok_or_else(|| format!("invalid url \"{text}\": it has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "invalid url \"{text}\": credentials in the url are not supported"
+        ));
+    }
+    if uri.query().is_some() {
+        return Err(format!(
+            "invalid url \"{text}\": a query string is not allowed"
+        ));
+    }
+    let base_path = uri.path().trim_end_matches('/').to_string();
+    Ok(UpstreamUrl {
+        scheme,
+        authority,
+        base_path,
+    })
+}

@@ -1,0 +1,478 @@
+//! Every key of the config file, once: the section structs, their defaults and one
+//! descriptor per key (name, kind, range). Reading, unknown-key hints and the `check`
+//! printout all follow from the descriptor tables below.
+//!
+//! To add a key: add the field, with its `///` line, to its section's struct; give its
+//! default in that section's `Default` (or defaults function); add one line
+//! `field: Kind` to the section's `keys!` table, where the kind says how the value is
+//! read, its range and how it is printed (`Bounds::new(low, high)` for numbers and
+//! durations, `Size(..)` for byte sizes, `Plain` for booleans, strings and enums with
+//! a [`Choice`] impl; `kinds.rs` for one-off kinds). The key's name is the field's name.
+//! The table refuses to compile while a field has no line. Checks that relate two keys
+//! go to `validate.rs`; a new section also needs a line in `sections.rs` and
+//! `effective.rs`. Then add the key, its default and its range to the README table.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+
+use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
+use super::kinds::{
+    CaFile, HeaderRules, InitialInterval, Name, Needles, Statuses, parse_socket_addr, parse_url,
+};
+use crate::sleeper::{self, Initial, Mode, Strategy};
+use crate::throttle::{Preset, Rules};
+
+/// The longest any configured duration may be: every timeout, wait and interval is
+/// at most a day, so deadlines computed from them cannot overflow.
+const DAY: Duration = Duration::from_secs(24 * 3600);
+/// A duration from 0 to a day.
+const TIME: Bounds<Duration> = Bounds::new(Duration::ZERO, DAY);
+/// A duration above 0, up to a day.
+const SOME_TIME: Bounds<Duration> = TIME.open_low();
+/// Queue lengths, connection counts and per-second budgets.
+const MILLION: u64 = 1_000_000;
+/// The largest factor an interval or backoff grows by in one step.
+const MULTIPLIER: Bounds<f64> = Bounds::new(1.0, 100.0);
+
+/// `[server]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSettings {
+    /// Where `/metrics`, `/healthz`, `/readyz` and `/status` are served.
+    pub admin_listen: SocketAddr,
+    /// How long requests may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Client connections open at once, over all listeners.
+    pub max_connections: usize,
+    /// Enables `POST /upstreams/{name}/reset`.
+    pub admin_allow_mutations: bool,
+    /// A client must send its first request head within this time of connecting.
+    pub header_read_timeout: Duration,
+    /// A client connection with no request open is closed after this time.
+    pub keepalive_timeout: Duration,
+    /// The longest silence inside a request body (client) or response body (upstream).
+    pub body_idle_timeout: Duration,
+    /// HTTP/2 clients are pinged after this much silence and dropped if they do not
+    /// answer within the same time.
+    pub http2_keepalive_interval: Duration,
+    /// HTTP/2 streams open at once on one client connection.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 streams a client connection may cancel after their request began, per
+    /// `http2_reset_window`, before it gets a GOAWAY.
+    pub http2_max_resets: u32,
+    /// The window `http2_max_resets` counts in.
+    pub http2_reset_window: Duration,
+    /// Admin connections open at once; more are closed at once.
+    pub admin_max_connections: usize,
+    /// An admin connection's request head deadline from connecting, and its idle timeout.
+    pub admin_timeout: Duration,
+    /// How the listeners' connections are spread over threads.
+    pub runtime: RuntimeShape,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            // Loopback: /status and /metrics are for the pod or host, not the network;
+            // deployments that scrape from outside set the address explicitly.
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9901)),
+            shutdown_grace: Duration::from_secs(25),
+            max_connections: 10_000,
+            admin_allow_mutations: false,
+            header_read_timeout: Duration::from_secs(30),
+            // Above the pool idle times of common HTTP clients (Go's 90 s), so a client
+            // retires an idle connection before easeoff closes it under a request.
+            keepalive_timeout: Duration::from_secs(120),
+            body_idle_timeout: Duration::from_secs(60),
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_max_concurrent_streams: 100,
+            http2_max_resets: 100,
+            http2_reset_window: Duration::from_secs(10),
+            admin_max_connections: 32,
+            admin_timeout: Duration::from_secs(10),
+            runtime: RuntimeShape::PerCore,
+        }
+    }
+}
+
+/// The keys of `[server]`.
+pub const SERVER: Schema<ServerSettings> = keys!(
+    "[server]",
+    ServerSettings {
+        admin_listen: Parsed(parse_socket_addr),
+        shutdown_grace: TIME,
+        max_connections: Bounds::new(1, MILLION),
+        admin_allow_mutations: Plain,
+        header_read_timeout: SOME_TIME,
+        keepalive_timeout: SOME_TIME,
+        body_idle_timeout: SOME_TIME,
+        http2_keepalive_interval: SOME_TIME,
+        http2_max_concurrent_streams: Bounds::new(1, MILLION),
+        http2_max_resets: Bounds::new(1, MILLION),
+        http2_reset_window: SOME_TIME,
+        admin_max_connections: Bounds::new(1, MILLION),
+        admin_timeout: SOME_TIME,
+        runtime: Plain,
+    }
+);
+
+/// `[server] runtime`: the thread layout that serves client connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeShape {
+    /// One work-stealing tokio runtime for everything.
+    MultiThread,
+    /// One single-threaded runtime per CPU, each accepting on its own `SO_REUSEPORT`
+    /// socket: less hand-over between threads, the shape nginx has.
+    PerCore,
+}
+
+/// One `[[upstream]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamSettings {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub url: UpstreamUrl,
+    pub preset: Preset,
+    /// Send the client's Host instead of the upstream's.
+    pub preserve_host: bool,
+    pub connect_timeout: Duration,
+    /// Per attempt, until the response head arrives; 504 when it expires.
+    pub request_timeout: Duration,
+    /// Extra trusted CA certificates (PEM) for an https upstream.
+    pub ca_file: Option<PathBuf>,
+    pub sleeper: sleeper::Settings,
+    pub throttle: Rules,
+    pub retry: RetrySettings,
+    pub queue: QueueSettings,
+    pub sigv4: Option<SigV4Settings>,
+    pub connect_backoff: ConnectBackoffSettings,
+    pub pool: PoolSettings,
+}
+
+impl Default for UpstreamSettings {
+    /// The defaults of every optional key; `name`, `listen` and `url` are required, so
+    /// theirs are placeholders.
+    fn default() -> Self {
+        UpstreamSettings {
+            name: String::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            url: UpstreamUrl {
+                scheme: Scheme::HTTP,
+                authority: Authority::from_static("localhost"),
+                base_path: String::new(),
+            },
+            preset: Preset::None,
+            preserve_host: false,
+            connect_timeout: Duration::from_secs(20),
+            request_timeout: Duration::from_secs(60),
+            ca_file: None,
+            sleeper: sleeper_defaults(Preset::None),
+            throttle: throttle_defaults(),
+            retry: RetrySettings::default(),
+            queue: QueueSettings::default(),
+            sigv4: None,
+            connect_backoff: ConnectBackoffSettings::default(),
+            pool: PoolSettings::default(),
+        }
+    }
+}
+
+/// The keys of `[[upstream]]` itself; its sub-tables have their own.
+pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSettings {
+    name: Name,
+    listen: Required(Parsed(parse_socket_addr), ""),
+    url: Required(Parsed(parse_url), ""),
+    preset: Plain,
+    preserve_host: Plain,
+    connect_timeout: SOME_TIME,
+    request_timeout: SOME_TIME,
+    ca_file: CaFile,
+} tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool);
+
+/// The upstream's address, split the way forwarding needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamUrl {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// Prefixed to every request path; empty or starting with `/`, never ending in `/`.
+    pub base_path: String,
+}
+
+impl UpstreamUrl {
+    /// Scheme, host and port, for `/status` and logs: a base path can carry a token.
+    pub fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.authority)
+    }
+}
+
+impl std::fmt::Display for UpstreamUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.base_path)
+    }
+}
+
+/// The sleeper an upstream gets with no `[upstream.sleeper]`: `preset` picks the
+/// strategy, the rest are AutoSleeper's defaults.
+pub fn sleeper_defaults(preset: Preset) -> sleeper::Settings {
+    let mut s = sleeper::Settings::seed_defaults();
+    // AWS services throttle with token buckets, which `cubic` tracks closely.
+    if matches!(preset, Preset::Aws | Preset::DynamoDb) {
+        s.strategy = Strategy::Cubic;
+    }
+    s
+}
+
+/// The defaults once `strategy` and `mode` are known: gRPC's for its own algorithm,
+/// AutoSleeper's for the others; the start depends on the mode.
+pub fn sleeper_defaults_for(strategy: Strategy, mode: Mode) -> sleeper::Settings {
+    let mut s = sleeper::Settings {
+        strategy,
+        mode,
+        ..sleeper::Settings::seed_defaults()
+    };
+    if strategy == Strategy::Exponential {
+        s.up_multiplier = 1.6;
+        s.randomization_factor = 0.2;
+        s.max_interval = Duration::from_secs(120);
+    }
+    s.initial_interval = match (mode, strategy) {
+        (Mode::Pace, _) => Initial::Auto,
+        (Mode::Delay, Strategy::Exponential) => Initial::Fixed(Duration::from_secs(1)),
+        (Mode::Delay, _) => Initial::Fixed(Duration::from_millis(500)),
+    };
+    s
+}
+
+/// The keys of `[upstream.sleeper]`.
+pub const SLEEPER: Schema<sleeper::Settings> = keys!(
+    "[upstream.sleeper]",
+    sleeper::Settings {
+        strategy: Plain,
+        mode: Plain,
+        initial_interval: InitialInterval(TIME),
+        min_interval: TIME,
+        max_interval: SOME_TIME,
+        max_randomization: TIME,
+        up_multiplier: MULTIPLIER,
+        down_multiplier: Bounds::new(0.0, 1.0).open_low().says("in (0, 1]"),
+        randomization_factor: Bounds::new(0.0, 1.0).open_high().says("in [0, 1)"),
+        down_threshold: Bounds::new(1, u32::MAX as u64).says("from 1 to 4294967295"),
+        beta: Bounds::new(0.0, 1.0)
+            .open_low()
+            .open_high()
+            .says("in (0, 1)"),
+        recovery: SOME_TIME,
+    }
+);
+
+/// Throttles recognised besides the preset's: 429 and 503.
+pub fn throttle_defaults() -> Rules {
+    Rules {
+        statuses: vec![429, 503],
+        ..Rules::default()
+    }
+}
+
+/// The keys of `[upstream.throttle]`.
+pub const THROTTLE: Schema<Rules> = keys!(
+    "[upstream.throttle]",
+    Rules {
+        statuses: Statuses,
+        body_codes: Needles,
+        headers: HeaderRules,
+    }
+);
+
+/// `[upstream.retry]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetrySettings {
+    /// Total attempts for a throttled request; 1 turns retries off.
+    pub max_attempts: u32,
+    /// Larger request bodies stream and are never retried.
+    pub max_body_bytes: u64,
+    /// Retries may be at most this fraction of requests over 10 s ...
+    pub budget_ratio: f64,
+    /// ... plus this many per second.
+    pub budget_min_per_second: u32,
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max_attempts: 5,
+            max_body_bytes: 1 << 20,
+            budget_ratio: 0.2,
+            budget_min_per_second: 10,
+            max_elapsed: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetrySettings {
+    /// The defaults for `preset`: botocore's retry policy, 10 attempts for DynamoDB,
+    /// where throttling is routine, 5 elsewhere. easeoff's retries are paced and
+    /// budgeted, so extra attempts add no load above the interval; they only absorb
+    /// the clusters of throttles a controller's probing produces.
+    pub fn defaults_for(preset: Preset) -> Self {
+        RetrySettings {
+            max_attempts: if preset == Preset::DynamoDb { 10 } else { 5 },
+            ..RetrySettings::default()
+        }
+    }
+}
+
+/// The keys of `[upstream.retry]`.
+pub const RETRY: Schema<RetrySettings> = keys!(
+    "[upstream.retry]",
+    RetrySettings {
+        max_attempts: Bounds::new(1, 100).says("from 1 to 100 (1 turns retries off)"),
+        max_body_bytes: Size(Bounds::new(0, 1 << 30)),
+        budget_ratio: Bounds::new(0.0, 1000.0).says("from 0 to 1000"),
+        budget_min_per_second: Bounds::new(0, MILLION),
+        max_elapsed: TIME,
+    }
+);
+
+/// `[upstream.queue]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueSettings {
+    /// Requests waiting for a slot; beyond this they are shed.
+    pub max_waiting: usize,
+    /// An expected or actual wait beyond this is shed.
+    pub max_wait: Duration,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings {
+            max_waiting: 1000,
+            max_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The keys of `[upstream.queue]`.
+pub const QUEUE: Schema<QueueSettings> = keys!(
+    "[upstream.queue]",
+    QueueSettings {
+        max_waiting: Bounds::new(0, MILLION),
+        max_wait: TIME,
+    }
+);
+
+/// `[upstream.sigv4]`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SigV4Settings {
+    pub service: String,
+    pub region: String,
+}
+
+/// What a `[upstream.sigv4]` without `service` or `region` is told.
+const SIGV4_NEEDS: &str = " ([upstream.sigv4] needs service and region)";
+
+/// The keys of `[upstream.sigv4]`.
+pub const SIGV4: Schema<SigV4Settings> = keys!(
+    "[upstream.sigv4]",
+    SigV4Settings {
+        service: Required(NonEmpty, SIGV4_NEEDS),
+        region: Required(NonEmpty, SIGV4_NEEDS),
+    }
+);
+
+/// `[upstream.connect_backoff]`: gRPC's connection backoff.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConnectBackoffSettings {
+    pub initial: Duration,
+    pub multiplier: f64,
+    pub jitter: f64,
+    pub max: Duration,
+    pub min_connect_timeout: Duration,
+}
+
+impl Default for ConnectBackoffSettings {
+    fn default() -> Self {
+        ConnectBackoffSettings {
+            initial: Duration::from_secs(1),
+            multiplier: 1.6,
+            jitter: 0.2,
+            max: Duration::from_secs(120),
+            min_connect_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The keys of `[upstream.connect_backoff]`.
+pub const CONNECT_BACKOFF: Schema<ConnectBackoffSettings> = keys!(
+    "[upstream.connect_backoff]",
+    ConnectBackoffSettings {
+        initial: SOME_TIME,
+        multiplier: MULTIPLIER,
+        jitter: Bounds::new(0.0, 1.0).open_high().says("in [0, 1)"),
+        max: TIME,
+        min_connect_timeout: SOME_TIME,
+    }
+);
+
+/// `[upstream.pool]`: the idle connections kept to the upstream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolSettings {
+    /// Idle connections kept, over all threads.
+    pub max_idle: usize,
+    /// An idle connection unused this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_idle: 64,
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// The keys of `[upstream.pool]`.
+pub const POOL: Schema<PoolSettings> = keys!(
+    "[upstream.pool]",
+    PoolSettings {
+        max_idle: Bounds::new(0, MILLION),
+        idle_timeout: SOME_TIME,
+    }
+);
+
+impl Choice for RuntimeShape {
+    fn all() -> impl Iterator<Item = Self> + Clone {
+        [RuntimeShape::MultiThread, RuntimeShape::PerCore].into_iter()
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            RuntimeShape::MultiThread => "multi-thread",
+            RuntimeShape::PerCore => "per-core",
+        }
+    }
+}
+
+/// Choices whose words their own modules define, as `name()`.
+macro_rules! named_choices {
+    ($($T:ty => $all:expr),* $(,)?) => {$(
+        impl Choice for $T {
+            fn all() -> impl Iterator<Item = Self> + Clone {
+                $all
+            }
+
+            fn word(self) -> &'static str {
+                self.name()
+            }
+        }
+    )*};
+}
+
+named_choices! {
+    Strategy => (0..Strategy::NAMES.len()).map(Strategy::from_index),
+    Mode => [Mode::Pace, Mode::Delay].into_iter(),
+    Preset => (0..Preset::NAMES.len()).map(Preset::from_index),
+}

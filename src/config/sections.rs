@@ -1,0 +1,100 @@
+//! Section readers: each table of the file read through its schema, starting from the
+//! section's defaults, then the checks that relate keys of the same section. Which
+//! keys exist and what they accept is `schema.rs`'s business.
+
+use super::keys::{Schema, Set, keep_unset, read_keys};
+use super::reader::{Section, TableReader};
+use super::schema::{
+    CONNECT_BACKOFF, POOL, PoolSettings, QUEUE, QueueSettings, RETRY, RetrySettings, SERVER, SIGV4,
+    SLEEPER, ServerSettings, SigV4Settings, THROTTLE, UPSTREAM, UpstreamSettings, sleeper_defaults,
+    sleeper_defaults_for, throttle_defaults,
+};
+use super::validate;
+
+/// The sub-tables of `[[upstream]]`, so a key written one level too high is pointed
+/// to its table.
+pub const UPSTREAM_SECTIONS: &[Section] = &[
+    SLEEPER.section(),
+    THROTTLE.section(),
+    RETRY.section(),
+    QUEUE.section(),
+    SIGV4.section(),
+    CONNECT_BACKOFF.section(),
+    POOL.section(),
+];
+
+/// `[server]`, or its defaults when the file has none.
+pub fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
+    read_section(table, &SERVER, ServerSettings::default(), |_, _, _| {})
+}
+
+/// One `[[upstream]]` with its sub-tables, and where its own keys were set (for the
+/// checks across upstreams). Missing required keys leave placeholders, reported.
+pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
+    let mut u = UpstreamSettings::default();
+    let set = read_keys(&mut t, &UPSTREAM, &mut u);
+    let preset = u.preset;
+    u.sleeper = read_section(
+        t.table("sleeper"),
+        &SLEEPER,
+        sleeper_defaults(preset),
+        |t, s, set| {
+            let defaults = sleeper_defaults_for(s.strategy, s.mode);
+            keep_unset(&SLEEPER, s, &defaults, set);
+            validate::sleeper(t, s, set);
+        },
+    );
+    u.throttle = read_section(
+        t.table("throttle"),
+        &THROTTLE,
+        throttle_defaults(),
+        |_, _, _| {},
+    );
+    u.retry = read_section(
+        t.table("retry"),
+        &RETRY,
+        RetrySettings::defaults_for(preset),
+        |_, _, _| {},
+    );
+    u.queue = read_section(
+        t.table("queue"),
+        &QUEUE,
+        QueueSettings::default(),
+        |_, _, _| {},
+    );
+    u.sigv4 = t
+        .table("sigv4")
+        .map(|table| read_section(Some(table), &SIGV4, SigV4Settings::default(), |_, _, _| {}));
+    u.connect_backoff = read_section(
+        t.table("connect_backoff"),
+        &CONNECT_BACKOFF,
+        u.connect_backoff,
+        validate::connect_backoff,
+    );
+    u.pool = read_section(
+        t.table("pool"),
+        &POOL,
+        PoolSettings::default(),
+        |_, _, _| {},
+    );
+    t.finish(UPSTREAM_SECTIONS);
+    (u, set)
+}
+
+/// Reads `table` over `defaults`, then lets `settle` fill in defaults that depend on
+/// what was read and check keys against each other.
+fn read_section<S>(
+    table: Option<TableReader<'_, '_>>,
+    schema: &Schema<S>,
+    defaults: S,
+    settle: impl FnOnce(&TableReader<'_, '_>, &mut S, &Set),
+) -> S {
+    let mut value = defaults;
+    let Some(mut t) = table else {
+        return value;
+    };
+    let set = read_keys(&mut t, schema, &mut value);
+    settle(&t, &mut value, &set);
+    t.finish(&[]);
+    value
+}

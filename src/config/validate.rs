@@ -1,0 +1,124 @@
+//! Checks that relate several keys: within a section (the sleeper's start against its
+//! bounds, the backoff's bounds) and across upstreams (names and listen addresses used
+//! twice). A single key's range is its descriptor's business (`schema.rs`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use super::keys::Set;
+use super::reader::{Sink, TableReader};
+use super::schema::{ConnectBackoffSettings, UpstreamSettings};
+use super::units::format_duration;
+use crate::sleeper::{self, Initial, Mode, Strategy};
+
+/// The sleeper's strategy, mode and start agree, and its bounds are in order.
+pub fn sleeper(t: &TableReader<'_, '_>, s: &sleeper::Settings, set: &Set) {
+    let at = set.span("initial_interval");
+    match s.initial_interval {
+        _ if s.mode == Mode::Delay && s.strategy == Strategy::Cubic => t.error(
+            set.span("strategy"),
+            "strategy",
+            "\"cubic\" paces a rate and needs mode = \"pace\"",
+        ),
+        Initial::Auto if s.mode == Mode::Delay => t.error(
+            at,
+            "initial_interval",
+            "\"auto\" needs mode = \"pace\"; give a duration such as \"500ms\" in delay mode",
+        ),
+        Initial::Auto if s.strategy == Strategy::Constant => t.error(
+            at,
+            "initial_interval",
+            "must be set to the fixed spacing when strategy = \"constant\", e.g. \"20ms\" for 50 requests/s",
+        ),
+        Initial::Fixed(d) if d.is_zero() && s.strategy != Strategy::Off => {
+            t.error(at, "initial_interval", "must be greater than 0")
+        }
+        Initial::Fixed(d) if d > s.max_interval => t.error(
+            at,
+            "initial_interval",
+            format_args!(
+                "({}) must not exceed sleeper.max_interval ({})",
+                format_duration(d),
+                format_duration(s.max_interval)
+            ),
+        ),
+        _ => {}
+    }
+    if s.min_interval > s.max_interval {
+        t.error(
+            set.span("min_interval"),
+            "min_interval",
+            format_args!(
+                "({}) must not exceed sleeper.max_interval ({})",
+                format_duration(s.min_interval),
+                format_duration(s.max_interval)
+            ),
+        );
+    }
+}
+
+/// The backoff's ceiling is not below its first wait.
+pub fn connect_backoff(t: &TableReader<'_, '_>, b: &mut ConnectBackoffSettings, set: &Set) {
+    if b.initial > b.max {
+        t.error(
+            set.span("max"),
+            "max",
+            format_args!(
+                "({}) must not be below connect_backoff.initial ({})",
+                format_duration(b.max),
+                format_duration(b.initial)
+            ),
+        );
+    }
+}
+
+/// No two upstreams share a name, and no two listeners (the admin one included) can
+/// clash. `line_of` turns a byte offset into the line a message cites.
+pub fn distinct(
+    sink: &Sink,
+    admin_listen: SocketAddr,
+    upstreams: &[(UpstreamSettings, Set)],
+    line_of: impl Fn(usize) -> usize,
+) {
+    let mut seen_names: HashMap<&str, usize> = HashMap::new();
+    let mut seen_listens: Vec<(SocketAddr, String)> =
+        vec![(admin_listen, "server.admin_listen".into())];
+    for (u, set) in upstreams {
+        let named = set.has("name");
+        if named {
+            let span = set.span("name");
+            if let Some(line) = seen_names.get(u.name.as_str()) {
+                sink.push(
+                    span,
+                    format!(
+                        "upstream \"{}\": name is already used by the upstream on line {line}",
+                        u.name
+                    ),
+                );
+            } else {
+                seen_names.insert(&u.name, line_of(span.start));
+            }
+        }
+        if set.has("listen") {
+            let me = format!("upstream \"{}\"", if named { u.name.as_str() } else { "?" });
+            match seen_listens.iter().find(|(a, _)| overlaps(*a, u.listen)) {
+                Some((_, owner)) => sink.push(
+                    set.span("listen"),
+                    format!(
+                        "{me}: listen address {} is already used by {owner}",
+                        u.listen
+                    ),
+                ),
+                None => seen_listens.push((u.listen, me)),
+            }
+        }
+    }
+}
+
+/// Whether two listen addresses cannot both be bound: the same port on the same IP,
+/// or on any IP when one of them is the wildcard address.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
