@@ -17,7 +17,9 @@ mod service;
 
 pub use body::ProxyBody;
 pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
-pub use connection::{Acceptor, Closed, Limits, Tracker, builder as connection_builder, drive};
+pub use connection::{
+    Acceptor, Closed, Limits, RequestGuard, Tracker, builder as connection_builder, drive,
+};
 pub use headers::strip_hop_by_hop;
 pub use listener::{Current, ListenerContext, serve};
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};

@@ -209,7 +209,7 @@ pub enum Closed {
 
 /// Runs `conn` under `limits` until it ends: closes it gracefully (HTTP/2: GOAWAY)
 /// when it idles past its deadline, when its client cancels too many streams, or when
-/// `drain` turns true, and drops it if it has not finished within [`CLOSE_GRACE`] of an
+/// `drain` turns true, and drops it if it has not finished within a second of an
 /// idle or reset close (a drain waits for the listener's grace instead).
 pub async fn drive<C>(
     conn: C,

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod process;
+#[allow(unused_imports)]
 pub use process::*;
 
 use std::convert::Infallible;
