@@ -40,8 +40,8 @@ pub struct Limits {
 const PENDING_ACCEPT_RESETS: usize = 20;
 const LOCAL_ERROR_RESETS: usize = 1024;
 
-/// How long a connection told to close may take to finish what it has open before it is
-/// dropped, when the close is easeoff's (idle, too many resets) rather than a drain.
+/// How long a connection told to close for too many cancelled streams may take to
+/// send its GOAWAY and finish what it has open before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// A connection builder for HTTP/1.1 and h2c with `limits` applied.
@@ -209,8 +209,8 @@ pub enum Closed {
 
 /// Runs `conn` under `limits` until it ends: closes it gracefully (HTTP/2: GOAWAY)
 /// when it idles past its deadline, when its client cancels too many streams, or when
-/// `drain` turns true, and drops it if it has not finished within a second of an
-/// idle or reset close (a drain waits for the listener's grace instead).
+/// `drain` turns true; drops it if it has not finished within a second of a reset
+/// close. A connection without a first request head by its deadline is dropped.
 pub async fn drive<C>(
     conn: C,
     tracker: &Tracker,
@@ -246,7 +246,7 @@ where
                 watchdog.as_mut().reset(Instant::now() + CLOSE_GRACE);
             }
             () = &mut watchdog => match closing {
-                Some(Closed::Drained) => watchdog.as_mut().reset(far_future()),
+                Some(Closed::Drained | Closed::Idle) => watchdog.as_mut().reset(far_future()),
                 Some(reason) => return (reason, Ok(())),
                 None => {
                     let now = Instant::now();
@@ -256,10 +256,12 @@ where
                         Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == 0 => {
                             return (Closed::Idle, Ok(()));
                         }
+                        // An answer may still be streaming (a download, a gRPC
+                        // stream): it finishes, bounded by `body_idle_timeout`.
                         Some(at) if at <= now => {
                             closing = Some(Closed::Idle);
                             conn.as_mut().graceful_shutdown();
-                            watchdog.as_mut().reset(now + CLOSE_GRACE);
+                            watchdog.as_mut().reset(far_future());
                         }
                         Some(at) => watchdog.as_mut().reset(at.min(next)),
                         // A request is open: look again once it could have become idle.
