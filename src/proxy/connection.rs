@@ -329,3 +329,58 @@ impl Acceptor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        header_read_timeout: Duration::from_secs(30),
+        keepalive_timeout: Duration::from_secs(120),
+        http2_keepalive_interval: Duration::from_secs(30),
+        http2_max_concurrent_streams: 100,
+        http2_max_resets: 3,
+        http2_reset_window: Duration::from_secs(10),
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_head_is_due_from_the_accept_and_idle_time_from_the_last_answer() {
+        let tracker = Tracker::new(&LIMITS);
+        let accepted = tracker.accepted;
+        assert_eq!(
+            tracker.idle_deadline(&LIMITS),
+            Some(accepted + LIMITS.header_read_timeout)
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let guard = tracker.begin();
+        assert_eq!(tracker.idle_deadline(&LIMITS), None);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        guard.done();
+        assert_eq!(
+            tracker.idle_deadline(&LIMITS),
+            Some(accepted + Duration::from_secs(7) + LIMITS.keepalive_timeout)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancels_past_the_budget_in_one_window_refuse_and_a_new_window_starts_afresh() {
+        let tracker = Tracker::new(&LIMITS);
+        for _ in 0..3 {
+            drop(tracker.begin());
+        }
+        assert!(!tracker.is_refusing(), "3 cancels are within a budget of 3");
+        tokio::time::advance(LIMITS.http2_reset_window).await;
+        for _ in 0..3 {
+            drop(tracker.begin());
+        }
+        assert!(!tracker.is_refusing(), "a new window counts from 0");
+        drop(tracker.begin());
+        assert!(tracker.is_refusing());
+        // Answered requests are not cancels.
+        let fresh = Tracker::new(&LIMITS);
+        for _ in 0..10 {
+            fresh.begin().done();
+        }
+        assert!(!fresh.is_refusing());
+    }
+}

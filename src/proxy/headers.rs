@@ -112,6 +112,19 @@ mod tests {
     }
 
     #[test]
+    fn content_length_beside_transfer_encoding_goes_alone_stays() {
+        let mut h = HeaderMap::new();
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "{h:?}");
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["content-length"], "3");
+    }
+
+    #[test]
     fn every_connection_header_value_names_headers_to_drop() {
         let mut h = HeaderMap::new();
         h.append("connection", HeaderValue::from_static("X-One"));

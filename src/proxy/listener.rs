@@ -5,7 +5,9 @@
 //! request reads the current one, so keep-alive connections follow the new settings.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -199,11 +201,32 @@ async fn first_frame(
         return (response, None);
     }
     let (parts, mut body) = response.into_parts();
-    let polled = tokio::time::timeout(
-        idle,
-        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)),
-    )
-    .await;
+    // The frame is usually one hop away (the upstream connection's task, on this
+    // thread with per-core runtimes): a yield fetches it without arming a timer.
+    let mut polled = None;
+    for _ in 0..2 {
+        let once = std::future::poll_fn(|cx| {
+            Poll::Ready(match Pin::new(&mut body).poll_frame(cx) {
+                Poll::Ready(frame) => Some(frame),
+                Poll::Pending => None,
+            })
+        });
+        if let Some(frame) = once.await {
+            polled = Some(Ok(frame));
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let polled = match polled {
+        Some(polled) => polled,
+        None => {
+            tokio::time::timeout(
+                idle,
+                std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
+            )
+            .await
+        }
+    };
     let (reason, outcome, message) = match polled {
         Ok(Some(Ok(frame))) => return (Response::from_parts(parts, body), Some(frame)),
         Ok(None) => return (Response::from_parts(parts, body), None),
