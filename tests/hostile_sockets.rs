@@ -314,3 +314,57 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+/// Out of descriptors on the proxy's listener: accepting backs off instead of
+/// spinning, says so once per burst, and serves again once descriptors are free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepting_backs_off_when_out_of_descriptors() {
+    let up = upstream(|_| async { ok() }).await;
+    let config = config_file(&format!(
+        "{}\n{}",
+        server("header_read_timeout = \"1s\"\nruntime = \"multi-thread\""),
+        upstream_table("up", up.addr, "")
+    ));
+    let mut command = Command::new("prlimit");
+    command
+        .args(["--nofile=64:64", "--"])
+        .arg(env!("CARGO_BIN_EXE_easeoff"))
+        .args(["run", "--log-format", "json", "--config"])
+        .arg(&config);
+    let easeoff = Process::spawn(command);
+    let proxy = easeoff.listens["up"];
+    let mut silent = Vec::new();
+    for _ in 0..100 {
+        silent.push(TcpStream::connect(proxy).await.unwrap());
+    }
+    let failed = "accept failed; backing off until it works again";
+    wait_until(5 * SECOND, "an accept failure", || {
+        let easeoff = &easeoff;
+        async move { !easeoff.logged(failed, "error").is_empty() }
+    })
+    .await;
+    // The silent connections time out, descriptors come back, the backlog is served.
+    let answer = tokio::time::timeout(15 * SECOND, get(&easeoff.url("up")))
+        .await
+        .expect("not served once descriptors were free again");
+    assert_eq!(answer.status, 200);
+    wait_until(5 * SECOND, "the end of the burst to be logged", || {
+        let easeoff = &easeoff;
+        async move { !easeoff.logged("accepting again", "listener").is_empty() }
+    })
+    .await;
+    let failures = easeoff.logged(failed, "error");
+    let again = easeoff.logged("accepting again", "listener");
+    assert!(
+        failures.len() <= 3,
+        "{} accept-failure lines",
+        failures.len()
+    );
+    println!(
+        "nofile 64, 100 silent connections: {} accept-failure line(s) ({:?}), {} 'accepting again' line(s); a new client served",
+        failures.len(),
+        failures.first(),
+        again.len(),
+    );
+    assert_eq!(again.len(), 1);
+}

@@ -20,15 +20,26 @@ const SECOND: Duration = Duration::from_secs(1);
 /// An upstream that reads each request head and writes `reply` (then holds the
 /// connection open); counts the requests it saw.
 async fn scripted(reply: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
+    let (addr, seen, _) = scripted_counting(reply).await;
+    (addr, seen)
+}
+
+/// As [`scripted`], also counting the connections it accepted.
+async fn scripted_counting(
+    reply: &'static [u8],
+) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(AtomicUsize::new(0));
+    let connections = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&seen);
+    let accepted = Arc::clone(&connections);
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
+            accepted.fetch_add(1, Ordering::SeqCst);
             let counted = Arc::clone(&counted);
             tokio::spawn(async move {
                 let mut head = Vec::new();
@@ -52,7 +63,7 @@ async fn scripted(reply: &'static [u8]) -> (SocketAddr, Arc<AtomicUsize>) {
             });
         }
     });
-    (addr, seen)
+    (addr, seen, connections)
 }
 
 async fn proxy_to(target: SocketAddr, server_keys: &str, upstream_keys: &str) -> Proxy {
@@ -105,24 +116,30 @@ async fn content_length_beside_transfer_encoding_is_dropped() {
 }
 
 /// Finding 7: an upstream whose first chunk size is invalid left the client with an
-/// empty reply; it gets a 502.
+/// empty reply; it gets a 502, and the broken upstream connection is not reused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_first_chunk_is_a_502() {
-    let (target, _) =
-        scripted(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n").await;
+    let (target, seen, connections) =
+        scripted_counting(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n")
+            .await;
     let proxy = proxy_to(target, "", "").await;
-    let answer = raw_exchange(
-        proxy.addr,
-        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        10 * SECOND,
-    )
-    .await;
-    assert!(answer.starts_with("HTTP/1.1 502"), "{answer:?}");
-    assert!(answer.contains("upstream-unavailable"), "{answer}");
-    println!(
-        "invalid first chunk: {}",
-        answer.lines().next().unwrap_or("")
+    for _ in 0..3 {
+        let answer = raw_exchange(
+            proxy.addr,
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            10 * SECOND,
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer:?}");
+        assert!(answer.contains("upstream-unavailable"), "{answer}");
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        3,
+        "a broken connection was reused"
     );
+    println!("invalid first chunk: 3 requests, 3 x 502, 3 upstream connections");
 }
 
 /// Finding 7: an upstream head followed by silence left the client waiting forever;
