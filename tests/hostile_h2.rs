@@ -13,18 +13,35 @@ use support::*;
 const SECOND: Duration = Duration::from_secs(1);
 const MAX_RESETS: usize = 20;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paced_rapid_reset_gets_a_goaway_within_the_reset_budget() {
-    // The upstream never answers: every request is work a cancel throws away.
+type H2Connection = tokio::task::JoinHandle<Result<(), h2::Error>>;
+
+/// easeoff with `server_keys`, in front of an upstream that never answers (every
+/// request is work a cancel throws away), and an HTTP/2 connection to it.
+async fn h2_to_a_silent_upstream(
+    server_keys: &str,
+) -> (
+    TestUpstream,
+    Proxy,
+    h2::client::SendRequest<bytes::Bytes>,
+    H2Connection,
+) {
     let up = upstream(|_| std::future::pending()).await;
     let proxy = proxy_config(&format!(
-        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\nhttp2_max_resets = {MAX_RESETS}\nhttp2_reset_window = \"1m\"\n\n{}",
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n{server_keys}\n\n{}",
         upstream_table("up", up.addr, "")
     ))
     .await;
     let tcp = TcpStream::connect(proxy.addr).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    let connection = tokio::spawn(connection);
+    (up, proxy, client, tokio::spawn(connection))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_rapid_reset_gets_a_goaway_within_the_reset_budget() {
+    let (up, proxy, client, connection) = h2_to_a_silent_upstream(&format!(
+        "http2_max_resets = {MAX_RESETS}\nhttp2_reset_window = \"1m\""
+    ))
+    .await;
     let started = Instant::now();
     let mut resets = 0;
     let mut refused = false;
@@ -91,15 +108,7 @@ async fn paced_rapid_reset_gets_a_goaway_within_the_reset_budget() {
 /// gets its GOAWAY within two batches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_rapid_reset_with_the_default_budget() {
-    let up = upstream(|_| std::future::pending()).await;
-    let proxy = proxy_config(&format!(
-        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n{}",
-        upstream_table("up", up.addr, "")
-    ))
-    .await;
-    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
-    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    let connection = tokio::spawn(connection);
+    let (up, proxy, client, connection) = h2_to_a_silent_upstream("").await;
     let started = Instant::now();
     let mut resets = 0;
     let mut refused = false;

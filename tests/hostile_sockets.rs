@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -17,6 +16,17 @@ const SECOND: Duration = Duration::from_secs(1);
 
 fn server(extra: &str) -> String {
     format!("[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n{extra}\n")
+}
+
+/// An upstream answering 200 and a config file for the binary in front of it.
+async fn config_for_binary(server_keys: &str) -> (TestUpstream, std::path::PathBuf) {
+    let up = upstream(|_| async { ok() }).await;
+    let config = config_file(&format!(
+        "{}\n{}",
+        server(server_keys),
+        upstream_table("up", up.addr, "")
+    ));
+    (up, config)
 }
 
 async fn one_upstream(server_keys: &str) -> (TestUpstream, Proxy) {
@@ -100,15 +110,12 @@ async fn a_trickled_head_is_cut_off_by_the_deadline_from_accept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_request_body_is_answered_and_closed() {
     let (up, proxy) = one_upstream("body_idle_timeout = \"500ms\"").await;
-    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
-    socket
-        .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
-        .await
-        .unwrap();
-    let (after, seen) = closed_within(&mut socket, 10 * SECOND)
-        .await
-        .expect("a stalled body kept its connection for 10 s");
-    let seen = String::from_utf8_lossy(&seen);
+    let (after, seen) = raw_exchange_timed(
+        proxy.addr,
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789",
+        10 * SECOND,
+    )
+    .await;
     assert!(seen.starts_with("HTTP/1.1 400"), "{seen}");
     assert!(seen.contains("no body data"), "{seen}");
     assert_eq!(up.count(), 0);
@@ -121,15 +128,8 @@ async fn a_stalled_request_body_is_answered_and_closed() {
 async fn idle_keep_alive_is_announced_and_closed_after_its_own_timeout() {
     let (_up, proxy) =
         one_upstream("header_read_timeout = \"300ms\"\nkeepalive_timeout = \"2s\"").await;
-    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
-    socket
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let (after, seen) = closed_within(&mut socket, 10 * SECOND)
-        .await
-        .expect("an idle keep-alive connection was open after 10 s");
-    let seen = String::from_utf8_lossy(&seen);
+    let (after, seen) =
+        raw_exchange_timed(proxy.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 10 * SECOND).await;
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     assert!(seen.contains("keep-alive: timeout=2\r\n"), "{seen}");
     // Longer than the head deadline: idle time is not counted against the head.
@@ -168,19 +168,8 @@ async fn an_idle_http2_connection_is_closed() {
 /// the silent ones time out; accept failures are logged once per burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_admin_connections_cannot_use_up_the_descriptors() {
-    let up = upstream(|_| async { ok() }).await;
-    let config = config_file(&format!(
-        "{}\n{}",
-        server("admin_timeout = \"1s\""),
-        upstream_table("up", up.addr, "")
-    ));
-    let mut command = Command::new("prlimit");
-    command
-        .args(["--nofile=512:512", "--"])
-        .arg(env!("CARGO_BIN_EXE_easeoff"))
-        .args(["run", "--log-format", "json", "--config"])
-        .arg(&config);
-    let easeoff = Process::spawn(command);
+    let (_up, config) = config_for_binary("admin_timeout = \"1s\"").await;
+    let easeoff = Process::start_limited(&config, 512);
     let mut silent = Vec::new();
     for _ in 0..600 {
         match TcpStream::connect(easeoff.admin).await {
@@ -229,14 +218,10 @@ async fn silent_admin_connections_cannot_use_up_the_descriptors() {
 #[ignore = "opens 10,000 sockets; run by hand (see README, development)"]
 async fn ten_thousand_idle_connections() {
     const N: usize = 10_000;
-    let up = upstream(|_| async { ok() }).await;
-    let config = config_file(&format!(
-        "{}\n{}",
-        server(
-            "max_connections = 10100\nheader_read_timeout = \"10s\"\nkeepalive_timeout = \"10s\""
-        ),
-        upstream_table("up", up.addr, "")
-    ));
+    let (_up, config) = config_for_binary(
+        "max_connections = 10100\nheader_read_timeout = \"10s\"\nkeepalive_timeout = \"10s\"",
+    )
+    .await;
     let easeoff = Process::start(&config);
     let pid = easeoff.child.id();
     let proxy = easeoff.listens["up"];
@@ -319,19 +304,9 @@ fn rss_kib(pid: u32) -> u64 {
 /// spinning, says so once per burst, and serves again once descriptors are free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepting_backs_off_when_out_of_descriptors() {
-    let up = upstream(|_| async { ok() }).await;
-    let config = config_file(&format!(
-        "{}\n{}",
-        server("header_read_timeout = \"1s\"\nruntime = \"multi-thread\""),
-        upstream_table("up", up.addr, "")
-    ));
-    let mut command = Command::new("prlimit");
-    command
-        .args(["--nofile=64:64", "--"])
-        .arg(env!("CARGO_BIN_EXE_easeoff"))
-        .args(["run", "--log-format", "json", "--config"])
-        .arg(&config);
-    let easeoff = Process::spawn(command);
+    let (_up, config) =
+        config_for_binary("header_read_timeout = \"1s\"\nruntime = \"multi-thread\"").await;
+    let easeoff = Process::start_limited(&config, 64);
     let proxy = easeoff.listens["up"];
     let mut silent = Vec::new();
     for _ in 0..100 {

@@ -66,6 +66,16 @@ async fn scripted_counting(
     (addr, seen, connections)
 }
 
+/// The raw answer to a GET that asks for the connection to close after it.
+async fn get_closing(proxy: SocketAddr) -> String {
+    raw_exchange(
+        proxy,
+        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        10 * SECOND,
+    )
+    .await
+}
+
 async fn proxy_to(target: SocketAddr, server_keys: &str, upstream_keys: &str) -> Proxy {
     proxy_config(&format!(
         "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n{server_keys}\n\n{}",
@@ -124,12 +134,7 @@ async fn an_invalid_first_chunk_is_a_502() {
             .await;
     let proxy = proxy_to(target, "", "").await;
     for _ in 0..3 {
-        let answer = raw_exchange(
-            proxy.addr,
-            "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            10 * SECOND,
-        )
-        .await;
+        let answer = get_closing(proxy.addr).await;
         assert!(answer.starts_with("HTTP/1.1 502"), "{answer:?}");
         assert!(answer.contains("upstream-unavailable"), "{answer}");
     }
@@ -149,12 +154,7 @@ async fn a_head_then_silence_is_a_504_after_the_body_idle_timeout() {
     let (target, _) = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n").await;
     let proxy = proxy_to(target, "body_idle_timeout = \"500ms\"", "").await;
     let started = Instant::now();
-    let answer = raw_exchange(
-        proxy.addr,
-        "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-        10 * SECOND,
-    )
-    .await;
+    let answer = get_closing(proxy.addr).await;
     assert!(answer.starts_with("HTTP/1.1 504"), "{answer:?}");
     println!(
         "head then silence: {} after {:?}",
@@ -169,15 +169,8 @@ async fn a_head_then_silence_is_a_504_after_the_body_idle_timeout() {
 async fn a_body_that_stops_part_way_is_cut_off() {
     let (target, _) = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello").await;
     let proxy = proxy_to(target, "body_idle_timeout = \"500ms\"", "").await;
-    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
-    socket
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let (after, seen) = closed_within(&mut socket, 10 * SECOND)
-        .await
-        .expect("the client was left waiting");
-    let seen = String::from_utf8_lossy(&seen);
+    let (after, seen) =
+        raw_exchange_timed(proxy.addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 10 * SECOND).await;
     assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
     assert!(seen.ends_with("hello"), "{seen}");
     println!("body stopped part-way: connection ended {after:?} after the request");

@@ -337,13 +337,23 @@ pub async fn closed_within(
     }
 }
 
-/// The text of a raw HTTP/1.1 exchange, written on a fresh connection.
+/// The text of a raw HTTP/1.1 exchange, written on a fresh connection that the proxy
+/// must then close.
 pub async fn raw_exchange(addr: SocketAddr, request: &str, limit: Duration) -> String {
+    raw_exchange_timed(addr, request, limit).await.1
+}
+
+/// As [`raw_exchange`], with the time from writing the request to the close.
+pub async fn raw_exchange_timed(
+    addr: SocketAddr,
+    request: &str,
+    limit: Duration,
+) -> (Duration, String) {
     use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
-    let (_, seen) = closed_within(&mut stream, limit)
+    let (after, seen) = closed_within(&mut stream, limit)
         .await
         .unwrap_or_else(|| panic!("{request:?}: connection still open after {limit:?}"));
-    String::from_utf8_lossy(&seen).into_owned()
+    (after, String::from_utf8_lossy(&seen).into_owned())
 }

@@ -35,6 +35,18 @@ impl Process {
         command
     }
 
+    /// As [`Process::start`], with at most `nofile` file descriptors.
+    pub fn start_limited(config: &Path, nofile: u32) -> Process {
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={nofile}:{nofile}"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_easeoff"))
+            .args(["run", "--log-format", "json", "--config"])
+            .arg(config);
+        Process::spawn(command)
+    }
+
     /// Runs `command` and waits for its ready line.
     pub fn spawn(mut command: Command) -> Process {
         let mut child = command
