@@ -275,3 +275,35 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
     easeoff.signal("TERM");
     assert!(easeoff.wait().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_to_an_absurd_value_is_refused_at_its_position_and_serving_goes_on() {
+    let up = upstream(|_| async { ok() }).await;
+    let text = format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}",
+        upstream_table("a", up.addr, "")
+    );
+    let config = config_file(&text);
+    let easeoff = Process::start(&config);
+    let admin = easeoff.admin;
+    assert_eq!(get(&easeoff.url("a")).await.status, 200);
+
+    // Accepted, this wait would overflow every request's deadline.
+    let absurd = format!("{text}[upstream.queue]\nmax_wait = \"200000000000000d\"\n");
+    std::fs::write(&config, absurd).unwrap();
+    easeoff.signal("HUP");
+    wait_until(SECOND * 5, "the refused reload", || async {
+        metric(admin, "easeoff_config_reloads_total{result=\"error\"}").await == 1.0
+    })
+    .await;
+    let errors = easeoff.logged("reload failed; keeping the running config", "error");
+    assert_eq!(
+        errors,
+        [format!(
+            "{}:10:12: upstream \"a\": queue.max_wait must be at most 1d, got 200000000000000d",
+            config.display()
+        )]
+    );
+    assert_eq!(get(&easeoff.url("a")).await.status, 200);
+    assert_eq!(up.count(), 2);
+}
