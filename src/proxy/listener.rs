@@ -1,5 +1,8 @@
 //! The accept loop of one listener: HTTP/1.1 and h2c from clients, the connection
-//! limit shared by all listeners, and draining its connections when it stops.
+//! limit shared by all listeners, and draining its connections when it stops. Around
+//! each request: `CONNECT` refused, the upstream body's first frame awaited before the
+//! head goes out, the keep-alive timeout announced, the body bounded by
+//! `body_idle_timeout`. Each connection's deadlines are `connection.rs`'s.
 //!
 //! The upstream a listener serves can be swapped by a reload while it runs: each
 //! request reads the current one, so keep-alive connections follow the new settings.
