@@ -42,7 +42,7 @@ COPY config/generic-api.toml /etc/easeoff/easeoff.toml
 # `easeoff check` and `easeoff run` without --config read the same file.
 ENV EASEOFF_CONFIG=/etc/easeoff/easeoff.toml
 # 8000: the upstream listener of the shipped configs; 9901: admin (/metrics, /healthz,
-# /readyz, /status), server.admin_listen's default.
+# /readyz, /status), which the shipped config binds on 0.0.0.0.
 EXPOSE 8000 9901
 # distroless's nonroot user, by number so Kubernetes' runAsNonRoot can verify it.
 USER 65532:65532

@@ -1,23 +1,32 @@
 //! The admin server: `/metrics`, `/healthz`, `/readyz`, `/status`, the status page at
 //! `/` (with the [`history`] it charts), and with `server.admin_allow_mutations` the
-//! `POST /upstreams/{name}/reset` endpoint.
+//! `POST /upstreams/{name}/reset` endpoint; served with a connection limit and
+//! deadlines of its own.
 
 pub mod history;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
 use serde_json::{Map, Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::admin::history::{History, Sample};
 use crate::metrics::{Metrics, Outcome, RetryReason};
+use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
 use crate::throttle::Signal;
 use crate::upstream::Upstream;
 
@@ -150,7 +159,7 @@ fn status_json(state: &AdminState) -> Value {
         .map(|u| {
             let mut entry = describe(u);
             entry["history"] = state.history.to_json(u.name());
-            entry["config"] = json!(u.settings.to_toml());
+            entry["config"] = json!(shown_config(&u.settings));
             entry
         })
         .collect();
@@ -193,7 +202,7 @@ fn describe(u: &Upstream) -> Value {
     json!({
         "name": s.name,
         "listen": u.listen.to_string(),
-        "url": s.url.to_string(),
+        "url": s.url.origin(),
         "preset": s.preset.name(),
         "strategy": s.sleeper.strategy.name(),
         "mode": s.sleeper.mode.name(),
@@ -214,4 +223,81 @@ fn describe(u: &Upstream) -> Value {
         // Lanes will list their own interval, queue and history here.
         "lanes": [],
     })
+}
+
+/// How the admin server bounds its clients.
+#[derive(Clone, Copy, Debug)]
+pub struct AdminLimits {
+    /// Connections open at once; one more is closed as soon as it is accepted, so
+    /// silent connections cannot use up the process's file descriptors.
+    pub max_connections: usize,
+    /// Deadlines of each connection.
+    pub connection: Limits,
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets open requests
+/// finish for up to a second.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: AdminLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let builder = Arc::new(connection_builder(&limits.connection));
+    let open = Arc::new(AtomicUsize::new(0));
+    let (drain, draining) = watch::channel(false);
+    let mut acceptor = Acceptor::new("admin");
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            stream = acceptor.accept(&listener) => stream,
+            () = &mut shutdown => break,
+        };
+        if open.fetch_add(1, Ordering::Relaxed) >= limits.max_connections {
+            open.fetch_sub(1, Ordering::Relaxed);
+            continue;
+        }
+        let tracker = Tracker::new(&limits.connection);
+        let service = {
+            let tracker = Arc::clone(&tracker);
+            let app = TowerToHyperService::new(app.clone());
+            service_fn(move |req: Request<Incoming>| {
+                let guard = tracker.begin();
+                let call = hyper::service::Service::call(&app, req);
+                async move {
+                    let response = call.await;
+                    guard.done();
+                    response
+                }
+            })
+        };
+        let builder = Arc::clone(&builder);
+        let open = Arc::clone(&open);
+        let draining = draining.clone();
+        tokio::spawn(async move {
+            let connection = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            let _ = drive(connection, &tracker, &limits.connection, draining).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    drop(listener);
+    drop(draining);
+    let _ = drain.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain.closed()).await;
+}
+
+/// The upstream's effective config for `/status`: its URL's path can carry a token
+/// (a webhook path, a key), so only the scheme, host and port are shown.
+fn shown_config(settings: &crate::config::UpstreamSettings) -> String {
+    let url = settings.url.to_string();
+    let shown = if settings.url.base_path.is_empty() {
+        url.clone()
+    } else {
+        format!("{}/...", settings.url.origin())
+    };
+    settings
+        .to_toml()
+        .replace(&format!("url = \"{url}\""), &format!("url = \"{shown}\""))
 }

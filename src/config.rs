@@ -25,8 +25,8 @@ use toml::de::DeTable;
 pub use kinds::ca_roots;
 use reader::{Sink, TableReader};
 pub use schema::{
-    ConnectBackoffSettings, QueueSettings, RetrySettings, RuntimeShape, ServerSettings,
-    SigV4Settings, UpstreamSettings, UpstreamUrl,
+    ConnectBackoffSettings, PoolSettings, QueueSettings, RetrySettings, RuntimeShape,
+    ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
 };
 
 /// The largest config file read: a real one is a few KiB, so anything near this is

@@ -368,6 +368,12 @@ fn init_logging(cli: &Cli, default_level: &str) {
         eprintln!("easeoff: ignoring log filter {filter:?}: {error}");
         EnvFilter::new(default_level)
     });
+    // The SigV4 signer traces the credentials it signs with (the access key id) and
+    // the request it signs: credentials never reach the log, at any level.
+    let filter = match "aws_sigv4=debug".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let json = match cli.log_format {
         Some(format) => format == LogFormat::Json,
         None => !std::io::stderr().is_terminal(),

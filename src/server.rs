@@ -22,10 +22,10 @@ use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::admin::{self, AdminState, Upstreams};
-use crate::config::{Config, RuntimeShape, UpstreamSettings};
+use crate::admin::{self, AdminLimits, AdminState, Upstreams};
+use crate::config::{Config, RuntimeShape, ServerSettings, UpstreamSettings};
 use crate::metrics::Metrics;
-use crate::proxy::{self, ClientError, Current, ListenerContext};
+use crate::proxy::{self, ClientError, Current, Limits, ListenerContext};
 use crate::sigv4::{CredentialsError, SigningEnv};
 use crate::upstream::{Observer, Upstream};
 
@@ -206,20 +206,24 @@ impl Server {
     /// whose slot lies past that is shed at once.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let live = self.live;
-        let (allow_mutations, grace) = {
+        let (allow_mutations, grace, admin_limits) = {
             let mut state = live.state.lock().await;
             let server = state.config.server.clone();
             for listening in &mut state.listeners {
                 listening.start(live.context(&server), live.workers.as_ref());
             }
             state.started = true;
-            (server.admin_allow_mutations, server.shutdown_grace)
+            (
+                server.admin_allow_mutations,
+                server.shutdown_grace,
+                admin_limits(&server),
+            )
         };
         for upstream in live.all() {
             tracing::info!(
                 upstream = %upstream.name(),
                 listen = %upstream.listen,
-                url = %upstream.settings.url,
+                url = %upstream.settings.url.origin(),
                 strategy = upstream.settings.sleeper.strategy.name(),
                 "forwarding"
             );
@@ -233,17 +237,13 @@ impl Server {
         let sampler = tokio::spawn(admin::sample_history(Arc::clone(&state)));
         let (admin_done, admin_stop) = tokio::sync::oneshot::channel::<()>();
         let app = admin::router(state, allow_mutations);
-        let mut admin = tokio::spawn(
-            axum::serve(self.admin, app)
-                .with_graceful_shutdown(async move {
-                    let _ = admin_stop.await;
-                })
-                .into_future(),
-        );
+        let mut admin = tokio::spawn(admin::serve(self.admin, app, admin_limits, async move {
+            let _ = admin_stop.await;
+        }));
         live.ready.store(true, Ordering::Relaxed);
         tracing::info!(admin = %self.admin_addr, "easeoff ready");
 
-        // The admin server only ends early if it fails; then the proxy stops too.
+        // The admin server only ends early if its task fails; then the proxy stops too.
         let admin_ended = tokio::select! {
             () = shutdown => None,
             ended = &mut admin => Some(ended),
@@ -261,7 +261,7 @@ impl Server {
             }
         };
         sampler.abort();
-        ended.map_err(std::io::Error::other)?
+        ended.map_err(std::io::Error::other)
     }
 }
 
@@ -282,10 +282,18 @@ impl Handle {
 }
 
 impl Live {
-    fn context(&self, server: &crate::config::ServerSettings) -> ListenerContext {
+    fn context(&self, server: &ServerSettings) -> ListenerContext {
         ListenerContext {
             connections: Arc::clone(&self.connections),
-            header_read_timeout: server.header_read_timeout,
+            limits: Limits {
+                header_read_timeout: server.header_read_timeout,
+                keepalive_timeout: server.keepalive_timeout,
+                http2_keepalive_interval: server.http2_keepalive_interval,
+                http2_max_concurrent_streams: server.http2_max_concurrent_streams,
+                http2_max_resets: server.http2_max_resets,
+                http2_reset_window: server.http2_reset_window,
+            },
+            body_idle_timeout: server.body_idle_timeout,
             grace: server.shutdown_grace,
             // Replaced by each listener's own.
             stop: watch::channel(false).1,
@@ -384,6 +392,22 @@ impl Listening {
     fn close(mut self) -> Vec<JoinHandle<()>> {
         let _ = self.stop.send(true);
         std::mem::take(&mut self.tasks)
+    }
+}
+
+/// The admin server's bounds: few connections, short deadlines, no HTTP/2 resets to
+/// speak of.
+fn admin_limits(server: &ServerSettings) -> AdminLimits {
+    AdminLimits {
+        max_connections: server.admin_max_connections,
+        connection: Limits {
+            header_read_timeout: server.admin_timeout,
+            keepalive_timeout: server.admin_timeout,
+            http2_keepalive_interval: server.admin_timeout,
+            http2_max_concurrent_streams: 16,
+            http2_max_resets: 16,
+            http2_reset_window: Duration::from_secs(10),
+        },
     }
 }
 

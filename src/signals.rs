@@ -1,4 +1,5 @@
-//! The process's signals: SIGTERM and SIGINT stop it, SIGHUP reloads the config.
+//! The process's signals: SIGTERM and SIGINT stop it, SIGHUP reloads the config,
+//! SIGUSR1 and SIGUSR2 are ignored (their default action would kill the process).
 //!
 //! Handlers are installed by [`Signals::install`], before the proxy binds anything, so
 //! a SIGTERM that arrives right after start-up still drains instead of killing.
@@ -19,6 +20,8 @@ pub struct Signals {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr1: Signal,
+    usr2: Signal,
 }
 
 impl Signals {
@@ -28,15 +31,21 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
         })
     }
 
-    /// Completes on the next signal.
+    /// Completes on the next signal that asks for something.
     pub async fn recv(&mut self) -> Request {
-        tokio::select! {
-            _ = self.term.recv() => Request::Stop("SIGTERM"),
-            _ = self.int.recv() => Request::Stop("SIGINT"),
-            _ = self.hup.recv() => Request::Reload,
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return Request::Stop("SIGTERM"),
+                _ = self.int.recv() => return Request::Stop("SIGINT"),
+                _ = self.hup.recv() => return Request::Reload,
+                _ = self.usr1.recv() => tracing::debug!(signal = "SIGUSR1", "ignored"),
+                _ = self.usr2.recv() => tracing::debug!(signal = "SIGUSR2", "ignored"),
+            }
         }
     }
 

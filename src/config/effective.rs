@@ -5,7 +5,9 @@
 use std::fmt::Write;
 
 use super::keys::Schema;
-use super::schema::{CONNECT_BACKOFF, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM};
+use super::schema::{
+    CONNECT_BACKOFF, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM,
+};
 use super::{Config, UpstreamSettings};
 
 /// Renders `config` as a TOML document.
@@ -35,6 +37,7 @@ fn upstream(out: &mut String, u: &UpstreamSettings) {
         section(out, &SIGV4, sig);
     }
     section(out, &CONNECT_BACKOFF, &u.connect_backoff);
+    section(out, &POOL, &u.pool);
 }
 
 fn section<S>(out: &mut String, schema: &Schema<S>, value: &S) {

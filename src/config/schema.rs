@@ -48,8 +48,26 @@ pub struct ServerSettings {
     pub max_connections: usize,
     /// Enables `POST /upstreams/{name}/reset`.
     pub admin_allow_mutations: bool,
-    /// A client must send its request headers within this time.
+    /// A client must send its first request head within this time of connecting.
     pub header_read_timeout: Duration,
+    /// A client connection with no request open is closed after this time.
+    pub keepalive_timeout: Duration,
+    /// The longest silence inside a request body (client) or response body (upstream).
+    pub body_idle_timeout: Duration,
+    /// HTTP/2 clients are pinged after this much silence and dropped if they do not
+    /// answer within the same time.
+    pub http2_keepalive_interval: Duration,
+    /// HTTP/2 streams open at once on one client connection.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 streams a client connection may cancel after their request began, per
+    /// `http2_reset_window`, before it gets a GOAWAY.
+    pub http2_max_resets: u32,
+    /// The window `http2_max_resets` counts in.
+    pub http2_reset_window: Duration,
+    /// Admin connections open at once; more are closed at once.
+    pub admin_max_connections: usize,
+    /// An admin connection's request head deadline from connecting, and its idle timeout.
+    pub admin_timeout: Duration,
     /// How the listeners' connections are spread over threads.
     pub runtime: RuntimeShape,
 }
@@ -57,11 +75,23 @@ pub struct ServerSettings {
 impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
-            admin_listen: SocketAddr::from(([0, 0, 0, 0], 9901)),
+            // Loopback: /status and /metrics are for the pod or host, not the network;
+            // deployments that scrape from outside set the address explicitly.
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9901)),
             shutdown_grace: Duration::from_secs(25),
             max_connections: 10_000,
             admin_allow_mutations: false,
             header_read_timeout: Duration::from_secs(30),
+            // Above the pool idle times of common HTTP clients (Go's 90 s), so a client
+            // retires an idle connection before easeoff closes it under a request.
+            keepalive_timeout: Duration::from_secs(120),
+            body_idle_timeout: Duration::from_secs(60),
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_max_concurrent_streams: 100,
+            http2_max_resets: 100,
+            http2_reset_window: Duration::from_secs(10),
+            admin_max_connections: 32,
+            admin_timeout: Duration::from_secs(10),
             runtime: RuntimeShape::PerCore,
         }
     }
@@ -76,6 +106,14 @@ pub const SERVER: Schema<ServerSettings> = keys!(
         max_connections: Bounds::new(1, MILLION),
         admin_allow_mutations: Plain,
         header_read_timeout: SOME_TIME,
+        keepalive_timeout: SOME_TIME,
+        body_idle_timeout: SOME_TIME,
+        http2_keepalive_interval: SOME_TIME,
+        http2_max_concurrent_streams: Bounds::new(1, MILLION),
+        http2_max_resets: Bounds::new(1, MILLION),
+        http2_reset_window: SOME_TIME,
+        admin_max_connections: Bounds::new(1, MILLION),
+        admin_timeout: SOME_TIME,
         runtime: Plain,
     }
 );
@@ -110,6 +148,7 @@ pub struct UpstreamSettings {
     pub queue: QueueSettings,
     pub sigv4: Option<SigV4Settings>,
     pub connect_backoff: ConnectBackoffSettings,
+    pub pool: PoolSettings,
 }
 
 impl Default for UpstreamSettings {
@@ -135,6 +174,7 @@ impl Default for UpstreamSettings {
             queue: QueueSettings::default(),
             sigv4: None,
             connect_backoff: ConnectBackoffSettings::default(),
+            pool: PoolSettings::default(),
         }
     }
 }
@@ -149,7 +189,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     connect_timeout: SOME_TIME,
     request_timeout: SOME_TIME,
     ca_file: CaFile,
-} tables: sleeper, throttle, retry, queue, sigv4, connect_backoff);
+} tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool);
 
 /// The upstream's address, split the way forwarding needs it.
 #[derive(Clone, Debug, PartialEq)]
@@ -158,6 +198,13 @@ pub struct UpstreamUrl {
     pub authority: Authority,
     /// Prefixed to every request path; empty or starting with `/`, never ending in `/`.
     pub base_path: String,
+}
+
+impl UpstreamUrl {
+    /// Scheme, host and port, for `/status` and logs: a base path can carry a token.
+    pub fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.authority)
+    }
 }
 
 impl std::fmt::Display for UpstreamUrl {
@@ -366,6 +413,33 @@ pub const CONNECT_BACKOFF: Schema<ConnectBackoffSettings> = keys!(
         jitter: Bounds::new(0.0, 1.0).open_high().says("in [0, 1)"),
         max: TIME,
         min_connect_timeout: SOME_TIME,
+    }
+);
+
+/// `[upstream.pool]`: the idle connections kept to the upstream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolSettings {
+    /// Idle connections kept, over all threads.
+    pub max_idle: usize,
+    /// An idle connection unused this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_idle: 64,
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// The keys of `[upstream.pool]`.
+pub const POOL: Schema<PoolSettings> = keys!(
+    "[upstream.pool]",
+    PoolSettings {
+        max_idle: Bounds::new(0, MILLION),
+        idle_timeout: SOME_TIME,
     }
 );
 

@@ -5,8 +5,8 @@
 use super::keys::{Schema, Set, keep_unset, read_keys};
 use super::reader::{Section, TableReader};
 use super::schema::{
-    CONNECT_BACKOFF, QUEUE, QueueSettings, RETRY, RetrySettings, SERVER, SIGV4, SLEEPER,
-    ServerSettings, SigV4Settings, THROTTLE, UPSTREAM, UpstreamSettings, sleeper_defaults,
+    CONNECT_BACKOFF, POOL, PoolSettings, QUEUE, QueueSettings, RETRY, RetrySettings, SERVER, SIGV4,
+    SLEEPER, ServerSettings, SigV4Settings, THROTTLE, UPSTREAM, UpstreamSettings, sleeper_defaults,
     sleeper_defaults_for, throttle_defaults,
 };
 use super::validate;
@@ -20,6 +20,7 @@ pub const UPSTREAM_SECTIONS: &[Section] = &[
     QUEUE.section(),
     SIGV4.section(),
     CONNECT_BACKOFF.section(),
+    POOL.section(),
 ];
 
 /// `[server]`, or its defaults when the file has none.
@@ -69,6 +70,12 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
         &CONNECT_BACKOFF,
         u.connect_backoff,
         validate::connect_backoff,
+    );
+    u.pool = read_section(
+        t.table("pool"),
+        &POOL,
+        PoolSettings::default(),
+        |_, _, _| {},
     );
     t.finish(UPSTREAM_SECTIONS);
     (u, set)

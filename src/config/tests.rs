@@ -36,7 +36,7 @@ url = "https://dynamodb.us-east-1.amazonaws.com"
 #[test]
 fn a_minimal_upstream_gets_the_documented_defaults() {
     let c = parse(MINIMAL).unwrap();
-    assert_eq!(c.server.admin_listen, "0.0.0.0:9901".parse().unwrap());
+    assert_eq!(c.server.admin_listen, "127.0.0.1:9901".parse().unwrap());
     assert_eq!(c.server.shutdown_grace, Duration::from_secs(25));
     assert_eq!(c.server.max_connections, 10_000);
     assert_eq!(c.server.runtime, RuntimeShape::PerCore);

@@ -25,6 +25,8 @@ pub enum Reason {
     TooLarge,
     /// The attempt could not be SigV4-signed: no credentials.
     Signing,
+    /// A method easeoff does not forward (`CONNECT`: it is not a forward proxy).
+    MethodNotAllowed,
 }
 
 impl Reason {
@@ -36,6 +38,7 @@ impl Reason {
             Reason::BadRequest => "bad-request",
             Reason::TooLarge => "too-large",
             Reason::Signing => "signing",
+            Reason::MethodNotAllowed => "method-not-allowed",
         }
     }
 
@@ -47,6 +50,7 @@ impl Reason {
             Reason::BadRequest => StatusCode::BAD_REQUEST,
             Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Reason::Signing => StatusCode::SERVICE_UNAVAILABLE,
+            Reason::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
@@ -59,6 +63,7 @@ impl Reason {
             Reason::BadRequest => "3",           // INVALID_ARGUMENT
             Reason::TooLarge => "8",             // RESOURCE_EXHAUSTED
             Reason::Signing => "14",             // UNAVAILABLE
+            Reason::MethodNotAllowed => "12",    // UNIMPLEMENTED
         }
     }
 }

@@ -31,14 +31,19 @@ use crate::upstream::Upstream;
 
 const SHED: &str = "too many requests waiting for this upstream; retry later";
 
-/// Serves one request for `upstream`; every path ends in a response.
-pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
+/// Serves one request for `upstream`; every path ends in a response. A request body
+/// held in memory may go silent for at most `body_idle`.
+pub async fn handle(
+    upstream: Arc<Upstream>,
+    req: Request<Incoming>,
+    body_idle: Duration,
+) -> Response<ProxyBody> {
     let clock = upstream.clock();
     let ctx = Ctx::new(&upstream, req.headers(), clock.now());
     upstream.deposit(ctx.arrived);
     let (mut head, body) = req.into_parts();
     upstream.client.rewrite(&mut head);
-    let (body, template) = match ctx.hold(&mut head, body).await {
+    let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
         Ok(held) => held,
         Err(answer) => return answer,
     };
@@ -128,6 +133,7 @@ impl<'a> Ctx<'a> {
         &self,
         head: &mut Parts,
         body: Incoming,
+        idle: Duration,
     ) -> Result<(ProxyBody, Option<Template>), Response<ProxyBody>> {
         let upstream = self.upstream;
         if let Some(signer) = &upstream.signer
@@ -144,7 +150,7 @@ impl<'a> Ctx<'a> {
             retry.max_body_bytes
         };
         let body = if retry.max_attempts > 1 || signed_body {
-            read_up_to(body, hold).await.map_err(|error| {
+            read_up_to(body, hold, Some(idle)).await.map_err(|error| {
                 let message = format!("cannot read the request body: {error}");
                 self.local(Reason::BadRequest, Outcome::Error, &message, None)
             })?

@@ -7,6 +7,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
@@ -122,10 +123,23 @@ impl Body for ProxyBody {
     }
 }
 
+/// Why a body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Broken(#[from] hyper::Error),
+    #[error("no body data for {0:?}")]
+    Idle(Duration),
+}
+
 /// Reads `body` if it fits in `limit` bytes: `Full` when it does (replayable),
 /// `Prefixed` when it turned out larger, `Stream` untouched when its announced length
-/// already says so.
-pub async fn read_up_to(body: Incoming, limit: u64) -> Result<ProxyBody, hyper::Error> {
+/// already says so. With `idle`, a sender silent that long fails the read.
+pub async fn read_up_to(
+    body: Incoming,
+    limit: u64,
+    idle: Option<Duration>,
+) -> Result<ProxyBody, ReadError> {
     if body.is_end_stream() {
         return Ok(ProxyBody::Full {
             data: None,
@@ -139,7 +153,14 @@ pub async fn read_up_to(body: Incoming, limit: u64) -> Result<ProxyBody, hyper::
     let mut body = body;
     let mut data = BytesMut::new();
     let mut trailers = None;
-    while let Some(frame) = body.frame().await {
+    loop {
+        let frame = match idle {
+            Some(idle) => tokio::time::timeout(idle, body.frame())
+                .await
+                .map_err(|_| ReadError::Idle(idle))?,
+            None => body.frame().await,
+        };
+        let Some(frame) = frame else { break };
         match frame?.into_data() {
             Ok(chunk) => {
                 data.extend_from_slice(&chunk);
@@ -162,8 +183,8 @@ pub async fn read_up_to(body: Incoming, limit: u64) -> Result<ProxyBody, hyper::
 
 /// Reads an error body for classification: its bytes when it is at most
 /// [`MAX_ERROR_BODY`] long.
-pub async fn read_error_body(body: Incoming) -> Result<(ProxyBody, Option<Bytes>), hyper::Error> {
-    let body = read_up_to(body, MAX_ERROR_BODY as u64).await?;
+pub async fn read_error_body(body: Incoming) -> Result<(ProxyBody, Option<Bytes>), ReadError> {
+    let body = read_up_to(body, MAX_ERROR_BODY as u64, None).await?;
     let bytes = match &body {
         ProxyBody::Full { data, .. } => Some(data.clone().unwrap_or_default()),
         _ => None,

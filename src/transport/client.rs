@@ -106,10 +106,13 @@ impl UpstreamClient {
         } else {
             https.enable_all_versions().wrap_connector(http)
         };
+        // Per-core runtimes each have a pool: the cap is shared out among them.
+        let per_pool = settings.pool.max_idle.div_ceil(worker_count());
         let mut builder = Client::builder(TokioExecutor::new());
         builder
             .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(settings.pool.idle_timeout)
+            .pool_max_idle_per_host(per_pool)
             .http2_only(grpc)
             .set_host(false);
         let clients: Box<[OnceLock<Pooled>]> =

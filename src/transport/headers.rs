@@ -19,7 +19,8 @@ static HOP_BY_HOP: [HeaderName; 7] = [
     UPGRADE,
 ];
 
-/// Removes hop-by-hop headers and those the Connection header names. `TE: trailers`
+/// Removes hop-by-hop headers and those the Connection header names, and a
+/// Content-Length beside a Transfer-Encoding. `TE: trailers`
 /// is kept: gRPC needs it end to end and HTTP/2 allows exactly that value.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the names finds which are present: most requests carry none, most
@@ -35,6 +36,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     if present & 1 != 0 {
         remove_connection_named(headers);
+    }
+    // RFC 9112 §6.3: with Transfer-Encoding the Content-Length is wrong, and passing it
+    // on would frame the body by it (a truncated answer on a kept-alive connection).
+    if present & (1 << 4) != 0 {
+        headers.remove(http::header::CONTENT_LENGTH);
     }
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
         if present & (1 << i) != 0 {
@@ -103,6 +109,19 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-amz-target"));
+    }
+
+    #[test]
+    fn content_length_beside_transfer_encoding_goes_alone_stays() {
+        let mut h = HeaderMap::new();
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert!(h.is_empty(), "{h:?}");
+        let mut h = HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["content-length"], "3");
     }
 
     #[test]

@@ -2,6 +2,10 @@
 //! easeoff started in-process on port 0, a client, and readers for /metrics and /status.
 #![allow(dead_code)]
 
+pub mod process;
+#[allow(unused_imports)]
+pub use process::*;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -311,4 +315,45 @@ where
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Reads from `stream` until the peer closes it (EOF or reset); the time that took,
+/// or `None` if it was still open after `limit`. Whatever arrives is returned too.
+pub async fn closed_within(
+    stream: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> Option<(Duration, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let left = limit.checked_sub(started.elapsed())?;
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some((started.elapsed(), seen)),
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The text of a raw HTTP/1.1 exchange, written on a fresh connection that the proxy
+/// must then close.
+pub async fn raw_exchange(addr: SocketAddr, request: &str, limit: Duration) -> String {
+    raw_exchange_timed(addr, request, limit).await.1
+}
+
+/// As [`raw_exchange`], with the time from writing the request to the close.
+pub async fn raw_exchange_timed(
+    addr: SocketAddr,
+    request: &str,
+    limit: Duration,
+) -> (Duration, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (after, seen) = closed_within(&mut stream, limit)
+        .await
+        .unwrap_or_else(|| panic!("{request:?}: connection still open after {limit:?}"));
+    (after, String::from_utf8_lossy(&seen).into_owned())
 }
