@@ -47,6 +47,18 @@ pub enum Command {
     /// Run an upstream's real controller and pacer in virtual time against a modelled
     /// throttling upstream; print a summary, write an SVG and a CSV trace.
     Simulate(SimulateArgs),
+    /// GET a URL (plain HTTP) and exit 0 on a 2xx answer, 1 otherwise: a health check
+    /// that needs no shell, e.g. `easeoff probe http://127.0.0.1:9901/readyz`.
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// What to GET, e.g. http://127.0.0.1:9901/healthz.
+    pub url: String,
+    /// How long connecting and the answer may take together.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Args)]

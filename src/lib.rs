@@ -20,7 +20,8 @@
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
-//! logic), [`demo`], [`simulate`] (the controller and pacer in virtual time) and [`plot`].
+//! logic), [`demo`], [`simulate`] (the controller and pacer in virtual time), [`plot`]
+//! and [`probe`] (the health check of the container image).
 
 pub mod admin;
 pub mod cli;
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod mock_upstream;
 pub mod pacer;
 pub mod plot;
+pub mod probe;
 pub mod proxy;
 pub mod retry;
 pub mod server;

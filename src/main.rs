@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs};
+use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, ProbeArgs, SimulateArgs};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
 use easeoff::server::{Handle, StartError};
@@ -20,11 +20,17 @@ const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let quiet = matches!(cli.command, Some(Command::Demo(_) | Command::Check));
+    let quiet = matches!(
+        cli.command,
+        Some(Command::Demo(_) | Command::Check | Command::Probe(_))
+    );
     init_logging(&cli, if quiet { "warn" } else { "info" });
-    if let Some(Command::Simulate(args)) = cli.command {
+    match cli.command {
         // Its own single-threaded runtime in paused time.
-        return run_simulate(cli.config, args);
+        Some(Command::Simulate(args)) => return run_simulate(cli.config, args),
+        // A health check runs often: one thread is plenty.
+        Some(Command::Probe(args)) => return run_probe(args),
+        _ => {}
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -42,6 +48,32 @@ fn main() -> ExitCode {
         Some(Command::Demo(args)) => runtime.block_on(run_demo(args)),
         Some(Command::MockUpstream(args)) => runtime.block_on(run_mock(args)),
         Some(Command::Simulate(args)) => run_simulate(cli.config, args),
+        Some(Command::Probe(args)) => run_probe(args),
+    }
+}
+
+/// Exit 1 for every failure, a bad URL included: Docker reserves a HEALTHCHECK's
+/// exit code 2.
+fn run_probe(args: ProbeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("easeoff probe: cannot start the async runtime: {error}");
+            return ExitCode::from(RUNTIME_FAILURE);
+        }
+    };
+    match runtime.block_on(easeoff::probe::probe(&args.url, args.timeout)) {
+        Ok(status) => {
+            println!("{status}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("easeoff probe: {}: {error}", args.url);
+            ExitCode::from(RUNTIME_FAILURE)
+        }
     }
 }
 
