@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use prometheus::IntGauge;
 use tokio::time::Instant;
 
-use super::body::{ProxyBody, Watch, read_error_body, read_up_to};
+use super::body::{ProxyBody, Watch, discard, expects_continue, read_error_body, read_up_to};
 use super::client::SendError;
 use super::headers::strip_hop_by_hop;
 use super::reply::{Dialect, Reason, reply};
@@ -26,6 +26,12 @@ use crate::retry;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::upstream::Upstream;
+
+/// Lets the client finish sending a body its early answer does not need.
+fn discard_request(request: Request<ProxyBody>) {
+    let (head, body) = request.into_parts();
+    discard(body, expects_continue(&head.headers));
+}
 
 /// Serves one request for `upstream`; every path ends in a response.
 pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
@@ -53,6 +59,7 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
     if let Some(signer) = &upstream.signer
         && let Err(error) = signer.strip(&mut head.headers)
     {
+        discard(ProxyBody::Stream(body), expects_continue(&head.headers));
         return ctx.local(Reason::BadRequest, Outcome::Error, &error.to_string(), None);
     }
     let retry = &settings.retry;
@@ -78,6 +85,7 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
         let message = format!(
             "the request body is larger than {hold} bytes, the most easeoff holds to sign it"
         );
+        discard(body, expects_continue(&head.headers));
         return ctx.local(Reason::TooLarge, Outcome::Error, &message, None);
     }
     // A copy to replay, when retries are on and the body is in memory and small enough
@@ -116,11 +124,13 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
                 if kept.is_some() {
                     return ctx.give_up(kept, None);
                 }
+                discard_request(request);
                 let message = "too many requests waiting for this upstream; retry later";
                 return ctx.local(Reason::Shed, Outcome::Shed, message, Some(shed.retry_after));
             }
         };
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
+            discard_request(request);
             let message = "the upstream cannot be reached; connection backoff in force";
             return ctx.local(
                 Reason::UpstreamUnavailable,
