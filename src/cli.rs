@@ -50,6 +50,9 @@ pub enum Command {
     /// Print a running easeoff's upstreams as a table: interval, queue, throttles,
     /// pauses (what the admin status page at / shows).
     Status(StatusArgs),
+    /// GET a URL (plain HTTP) and exit 0 on a 2xx answer, 1 otherwise: a health check
+    /// that needs no shell, e.g. `easeoff probe http://127.0.0.1:9901/readyz`.
+    Probe(ProbeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +61,15 @@ pub struct StatusArgs {
     /// --config, else http://127.0.0.1:9901.
     #[arg(long, value_name = "URL")]
     pub admin: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// What to GET, e.g. http://127.0.0.1:9901/healthz.
+    pub url: String,
+    /// How long connecting and the answer may take together.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -34,8 +34,8 @@
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
 //! logic), [`status`] (the status page in a terminal), [`demo`], [`simulate`] (the
-//! controller, pacer and attempt policy in virtual time, without a network) and
-//! [`plot`].
+//! controller, pacer and attempt policy in virtual time, without a network),
+//! [`plot`] and [`probe`] (the health check of the container image).
 
 pub mod admin;
 pub mod attempt;
@@ -52,6 +52,7 @@ pub mod metrics;
 pub mod mock_upstream;
 pub mod pacer;
 pub mod plot;
+pub mod probe;
 pub mod proxy;
 pub mod retry;
 pub mod server;

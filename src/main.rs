@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use easeoff::cli::{Cli, Command, DemoArgs, LogFormat, MockArgs, SimulateArgs, StatusArgs};
+use easeoff::cli::{
+    Cli, Command, DemoArgs, LogFormat, MockArgs, ProbeArgs, SimulateArgs, StatusArgs,
+};
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions};
 use easeoff::proxy::ClientError;
@@ -23,13 +25,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(
         cli.command,
-        Some(Command::Demo(_) | Command::Check | Command::Status(_))
+        Some(Command::Demo(_) | Command::Check | Command::Status(_) | Command::Probe(_))
     );
     init_logging(&cli, if quiet { "warn" } else { "info" });
     log_panics();
-    if let Some(Command::Simulate(args)) = cli.command {
+    match cli.command {
         // Its own single-threaded runtime in paused time.
-        return run_simulate(cli.config, args);
+        Some(Command::Simulate(args)) => return run_simulate(cli.config, args),
+        // A health check runs often: one thread is plenty.
+        Some(Command::Probe(args)) => return run_probe(args),
+        _ => {}
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         Some(Command::MockUpstream(args)) => runtime.block_on(run_mock(args)),
         Some(Command::Simulate(args)) => run_simulate(cli.config, args),
         Some(Command::Status(args)) => runtime.block_on(status(cli.config, args)),
+        Some(Command::Probe(args)) => run_probe(args),
     }
 }
 
@@ -67,6 +73,31 @@ async fn status(config: Option<PathBuf>, args: StatusArgs) -> ExitCode {
         }
         Err(error) => {
             eprintln!("easeoff status: {error}");
+            ExitCode::from(RUNTIME_FAILURE)
+        }
+    }
+}
+
+/// Exit 1 for every failure, a bad URL included: Docker reserves a HEALTHCHECK's
+/// exit code 2.
+fn run_probe(args: ProbeArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("easeoff probe: cannot start the async runtime: {error}");
+            return ExitCode::from(RUNTIME_FAILURE);
+        }
+    };
+    match runtime.block_on(easeoff::probe::probe(&args.url, args.timeout)) {
+        Ok(status) => {
+            println!("{status}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("easeoff probe: {}: {error}", args.url);
             ExitCode::from(RUNTIME_FAILURE)
         }
     }

@@ -9,6 +9,8 @@
 
 pub mod credentials;
 
+use std::borrow::Cow;
+
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sigv4::http_request::{
     PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
@@ -34,6 +36,33 @@ const CLIENT_SIGNATURE: [&str; 4] = [
     "x-amz-security-token",
     "x-amz-content-sha256",
 ];
+
+/// Headers left out of SignedHeaders: what the AWS SDKs' signers leave out, so a
+/// signature checker sees what it would from the SDK itself. This is the JavaScript
+/// SDK's list (`ALWAYS_UNSIGNABLE_HEADERS`), which contains botocore's
+/// (`SIGNED_HEADERS_BLACKLIST`: expect, transfer-encoding, user-agent,
+/// x-amzn-trace-id) and aws-sigv4's defaults (authorization, user-agent,
+/// x-amzn-trace-id, transfer-encoding). Proxies and the client's HTTP stack change
+/// them in transit; `expect: 100-continue` above all, which S3 uploads send.
+const UNSIGNED_HEADERS: [&str; 15] = [
+    "authorization",
+    "cache-control",
+    "connection",
+    "expect",
+    "from",
+    "keep-alive",
+    "max-forwards",
+    "pragma",
+    "referer",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+    "x-amzn-trace-id",
+];
+/// Prefixes the JavaScript SDK never signs either (proxy and browser headers).
+const UNSIGNED_PREFIXES: [&str; 2] = ["proxy-", "sec-"];
 
 const CONTENT_SHA256: &str = "x-amz-content-sha256";
 /// S3's aws-chunked upload without chunk signatures: re-signable as is.
@@ -96,6 +125,8 @@ pub struct Signer {
     /// S3's rules: `UNSIGNED-PAYLOAD` allowed, `x-amz-content-sha256` sent, the path
     /// signed as sent.
     s3: bool,
+    /// The service's signing rules, built once.
+    settings: SigningSettings,
     credentials: Credentials,
     /// Its wall time is the time a signature is made for.
     clock: Clock,
@@ -113,11 +144,21 @@ impl std::fmt::Debug for Signer {
 impl Signer {
     /// A signer for `settings` with these credentials and clock.
     pub fn new(settings: &SigV4Settings, credentials: Credentials, clock: Clock) -> Signer {
+        let s3 = matches!(
+            settings.service.as_str(),
+            "s3" | "s3-object-lambda" | "s3express"
+        );
+        let mut signing = SigningSettings::default();
+        signing.excluded_headers = Some(UNSIGNED_HEADERS.map(Cow::Borrowed).to_vec());
+        if s3 {
+            // What the S3 SDKs do: the hash goes in a header, the path is signed as sent.
+            signing.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+            signing.percent_encoding_mode = PercentEncodingMode::Single;
+            signing.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        }
         Signer {
-            s3: matches!(
-                settings.service.as_str(),
-                "s3" | "s3-object-lambda" | "s3express"
-            ),
+            s3,
+            settings: signing,
             service: settings.service.clone(),
             region: settings.region.clone(),
             credentials,
@@ -170,12 +211,16 @@ impl Signer {
             (None, _) if self.s3 => SignableBody::UnsignedPayload,
             (None, _) => return Err(SignError::BodyNotHeld(self.service.clone())),
         };
-        let mut settings = SigningSettings::default();
-        if self.s3 {
-            // What the S3 SDKs do: the hash goes in a header, the path is signed as sent.
-            settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-            settings.percent_encoding_mode = PercentEncodingMode::Single;
-            settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let mut settings = self.settings.clone();
+        let prefixed = request.headers().keys().filter(|name| {
+            UNSIGNED_PREFIXES
+                .iter()
+                .any(|prefix| name.as_str().starts_with(prefix))
+        });
+        for name in prefixed {
+            if let Some(excluded) = settings.excluded_headers.as_mut() {
+                excluded.push(Cow::Owned(name.as_str().to_string()));
+            }
         }
         let params = v4::SigningParams::builder()
             .identity(&identity)

@@ -6,6 +6,6 @@ mod body;
 mod client;
 mod headers;
 
-pub use body::{ProxyBody, WatchFrames, read_error_body, read_up_to};
+pub use body::{ProxyBody, WatchFrames, discard, expects_continue, read_error_body, read_up_to};
 pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
 pub use headers::strip_hop_by_hop;

@@ -1,10 +1,10 @@
 //! The real binary: `check` on the config fixtures, `run` until SIGTERM, `--version`,
-//! usage errors of `mock-upstream`.
+//! usage errors of `mock-upstream`, `probe` against listeners that answer or do not.
 //!
 //! Every `tests/fixtures/config/valid/*.toml` must pass `check`; every
 //! `invalid/*.toml` must fail with exit 2 and print exactly its `.expected` file.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -324,4 +324,110 @@ fn a_ca_file_without_certificates_fails_check_and_run_alike_with_exit_2() {
         assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{command}");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A listener that answers one request with `status` and the port it listens on.
+fn answers_once(status: &'static str) -> (std::thread::JoinHandle<String>, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the probe closed before its request was complete");
+            request.extend_from_slice(&buf[..n]);
+        }
+        write!(stream, "HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n").unwrap();
+        String::from_utf8_lossy(&request).into_owned()
+    });
+    (server, port)
+}
+
+fn probe(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = easeoff().arg("probe").args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn probe_exits_zero_on_a_2xx_answer() {
+    let (server, port) = answers_once("204 No Content");
+    let url = format!("http://127.0.0.1:{port}/readyz?full=1");
+    let (code, stdout, stderr) = probe(&[&url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), "204 No Content");
+    let request = server.join().unwrap();
+    assert!(
+        request.starts_with("GET /readyz?full=1 HTTP/1.1\r\n"),
+        "{request}"
+    );
+    assert!(
+        request
+            .to_ascii_lowercase()
+            .contains(&format!("host: 127.0.0.1:{port}\r\n")),
+        "{request}"
+    );
+}
+
+#[test]
+fn probe_exits_one_on_any_other_answer() {
+    let (server, port) = answers_once("503 Service Unavailable");
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let (code, _, stderr) = probe(&[&url]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim(),
+        format!("easeoff probe: {url}: answered 503 Service Unavailable")
+    );
+    server.join().unwrap();
+}
+
+#[test]
+fn probe_exits_one_when_nothing_listens() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let (code, _, stderr) = probe(&[&url]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.starts_with(&format!(
+            "easeoff probe: {url}: cannot connect to 127.0.0.1:{port}: "
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn probe_gives_up_after_its_timeout_on_a_silent_listener() {
+    // Connections complete in the kernel's backlog; nothing ever answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let (code, _, stderr) = probe(&["--timeout", "200ms", &url]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        stderr.trim(),
+        format!("easeoff probe: {url}: no answer within 200ms")
+    );
+    drop(silent);
+}
+
+#[test]
+fn probe_refuses_what_it_cannot_fetch_with_exit_one() {
+    for (url, want) in [
+        ("https://127.0.0.1/", "only http:// URLs can be probed"),
+        ("127.0.0.1:9901", "invalid URL \"127.0.0.1:9901\""),
+    ] {
+        let (code, _, stderr) = probe(&[url]);
+        assert_eq!(code, Some(1), "{url}");
+        assert!(stderr.contains(want), "{url}: {stderr}");
+    }
 }

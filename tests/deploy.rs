@@ -185,6 +185,56 @@ fn the_compose_stack_matches_its_config() {
     let dockerfile = read("Dockerfile");
     assert!(dockerfile.contains("CMD [\"run\", \"--config\", \"/etc/easeoff/easeoff.toml\"]"));
     assert!(dockerfile.contains("COPY config/generic-api.toml /etc/easeoff/easeoff.toml"));
+    assert!(compose.contains(&format!(
+        "test: [\"CMD\", \"easeoff\", \"probe\", \"http://127.0.0.1:{admin}/readyz\"]"
+    )));
+    assert!(compose.contains(&format!(
+        "test: [\"CMD\", \"easeoff\", \"probe\", \"http://127.0.0.1:{mock_admin}/metrics\"]"
+    )));
+}
+
+#[test]
+fn the_image_listens_where_docker_run_p_reaches_it_and_probes_its_admin_port() {
+    let dockerfile = read("Dockerfile");
+    // The shipped config with the image's environment.
+    let listen = dockerfile
+        .split("EASEOFF_LISTEN=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the image sets EASEOFF_LISTEN");
+    let path = "config/generic-api.toml";
+    let config = Config::parse(&read(path), path, &|name| {
+        (name == "EASEOFF_LISTEN").then(|| listen.to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let exposed: Vec<u16> = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPOSE "))
+        .expect("EXPOSE")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let admin = config.server.admin_listen;
+    for addr in [config.upstreams[0].listen, admin] {
+        assert!(
+            addr.ip().is_unspecified(),
+            "{addr} is not reachable with -p"
+        );
+        assert!(exposed.contains(&addr.port()), "{addr} is not EXPOSEd");
+    }
+    let health = dockerfile
+        .split("HEALTHCHECK")
+        .nth(1)
+        .and_then(|rest| rest.split("CMD ").nth(1))
+        .and_then(|rest| rest.lines().next())
+        .expect("a HEALTHCHECK");
+    assert_eq!(
+        health,
+        format!(
+            "[\"easeoff\", \"probe\", \"--timeout\", \"2s\", \"http://127.0.0.1:{}/readyz\"]",
+            admin.port()
+        )
+    );
 }
 
 /// Every `easeoff_...` name in `text`.

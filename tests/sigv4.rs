@@ -2,12 +2,16 @@
 //! throttled write retried after more than a signature's validity (5 minutes) carries
 //! a new `X-Amz-Date` and a signature that verifies for it. The signer's clock is a
 //! manual one the upstream moves six minutes per arrival; nothing waits in real time.
+//! A body too large to sign is answered 413, and a client still writing it reads
+//! that 413.
 
 mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -69,6 +73,18 @@ fn expected_authorization(arrival: &Arrival, host: &str, time: SystemTime) -> St
     out.headers()["authorization"].to_str().unwrap().to_string()
 }
 
+/// easeoff with one DynamoDB upstream at `target`, signing with [`keys`] at `clock`.
+async fn signing_proxy(target: std::net::SocketAddr, clock: Clock) -> Proxy {
+    let text = format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\npreset = \"dynamodb\"\n[upstream.sigv4]\nservice = \"dynamodb\"\nregion = \"us-east-1\"\n"
+    );
+    let signing = SigningEnv {
+        credentials: Some(SharedCredentialsProvider::new(keys())),
+        clock: Some(clock),
+    };
+    proxy_signing(&text, signing).await
+}
+
 #[tokio::test]
 async fn a_retry_after_the_signatures_validity_is_signed_afresh() {
     // The signer's clock stands at START and moves six minutes on every arrival, so
@@ -91,15 +107,7 @@ async fn a_retry_after_the_signatures_validity_is_signed_afresh() {
         }
     })
     .await;
-    let text = format!(
-        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\npreset = \"dynamodb\"\n[upstream.sigv4]\nservice = \"dynamodb\"\nregion = \"us-east-1\"\n",
-        up.addr
-    );
-    let signing = SigningEnv {
-        credentials: Some(SharedCredentialsProvider::new(keys())),
-        clock: Some(clock),
-    };
-    let proxy = proxy_signing(&text, signing).await;
+    let proxy = signing_proxy(up.addr, clock).await;
     let answer = send(
         &client(),
         "POST",
@@ -145,4 +153,89 @@ async fn a_retry_after_the_signatures_validity_is_signed_afresh() {
         arrivals[1].headers["authorization"]
     );
     proxy.stop().await.unwrap();
+}
+
+/// 17 MiB: over the 16 MiB easeoff holds to sign.
+const OVER_THE_LIMIT: usize = 17 * 1024 * 1024;
+
+/// Sends a request head, then (unless it waits for 100 Continue) the whole body in
+/// 64 KiB writes as an SDK does, and only then reads the answer's head; all within
+/// 60 s.
+async fn write_then_read(addr: std::net::SocketAddr, framing: &str, chunked: bool) -> String {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        write_then_read_forever(addr, framing, chunked),
+    )
+    .await
+    .expect("an answer within 60 s")
+}
+
+async fn write_then_read_forever(
+    addr: std::net::SocketAddr,
+    framing: &str,
+    chunked: bool,
+) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/x-amz-json-1.0\r\nx-amz-target: DynamoDB_20120810.BatchWriteItem\r\n{framing}\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    if !framing.contains("100-continue") {
+        let chunk = vec![b'x'; 64 * 1024];
+        for n in 0..OVER_THE_LIMIT / chunk.len() {
+            let written = if chunked {
+                let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                framed.extend_from_slice(&chunk);
+                framed.extend_from_slice(b"\r\n");
+                stream.write_all(&framed).await
+            } else {
+                stream.write_all(&chunk).await
+            };
+            if let Err(error) = written {
+                panic!("writing chunk {n} of the body: {error}");
+            }
+        }
+        if chunked {
+            stream.write_all(b"0\r\n\r\n").await.unwrap();
+        }
+    }
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) => panic!(
+                "closed before an answer: {:?}",
+                String::from_utf8_lossy(&answer)
+            ),
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(error) => panic!("reading the answer: {error}"),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_client_writing_a_body_too_large_to_sign_reads_the_413() {
+    // The upstream must never be reached.
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = signing_proxy(up.addr, Clock::Tokio).await;
+    let cases = [
+        (format!("content-length: {OVER_THE_LIMIT}\r\n"), false),
+        ("transfer-encoding: chunked\r\n".to_string(), true),
+    ];
+    for (framing, chunked) in cases {
+        let answer = write_then_read(proxy.addr, &framing, chunked).await;
+        assert!(answer.starts_with("HTTP/1.1 413 "), "{framing}: {answer}");
+        assert!(answer.contains("x-easeoff-reason: "), "{answer}");
+    }
+    assert!(up.arrivals().is_empty());
+}
+
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_gets_the_413_instead() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = signing_proxy(up.addr, Clock::Tokio).await;
+    let framing = format!("content-length: {OVER_THE_LIMIT}\r\nexpect: 100-continue\r\n");
+    let answer = write_then_read(proxy.addr, &framing, false).await;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
 }

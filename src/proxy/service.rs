@@ -26,10 +26,18 @@ use crate::metrics::Outcome;
 use crate::pacer::Slot;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
-use crate::transport::{ProxyBody, SendError, read_error_body, read_up_to, strip_hop_by_hop};
+use crate::transport::{
+    ProxyBody, SendError, discard, expects_continue, read_error_body, read_up_to, strip_hop_by_hop,
+};
 use crate::upstream::Upstream;
 
 const SHED: &str = "too many requests waiting for this upstream; retry later";
+
+/// Lets the client finish sending a body its early answer does not need.
+fn discard_request(request: Request<ProxyBody>) {
+    let (head, body) = request.into_parts();
+    discard(body, expects_continue(&head.headers));
+}
 
 /// Serves one request for `upstream`; every path ends in a response. A request body
 /// held in memory may go silent for at most `body_idle`.
@@ -139,6 +147,7 @@ impl<'a> Ctx<'a> {
         if let Some(signer) = &upstream.signer
             && let Err(error) = signer.strip(&mut head.headers)
         {
+            discard(ProxyBody::Stream(body), expects_continue(&head.headers));
             return Err(self.local(Reason::BadRequest, Outcome::Error, &error.to_string(), None));
         }
         let retry = &upstream.settings.retry;
@@ -161,6 +170,7 @@ impl<'a> Ctx<'a> {
             let message = format!(
                 "the request body is larger than {hold} bytes, the most easeoff holds to sign it"
             );
+            discard(body, expects_continue(&head.headers));
             return Err(self.local(Reason::TooLarge, Outcome::Error, &message, None));
         }
         // A copy to replay, when retries are on and the body is in memory and small
@@ -188,6 +198,7 @@ impl<'a> Ctx<'a> {
         let slot = match upstream.acquire(wait_until).await {
             Ok(slot) => slot,
             Err(shed) => {
+                discard_request(request);
                 let outcome = attempt::Outcome::Shed {
                     retry_after: shed.retry_after,
                 };
@@ -195,6 +206,7 @@ impl<'a> Ctx<'a> {
             }
         };
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
+            discard_request(request);
             let message = "the upstream cannot be reached; connection backoff in force";
             let outcome = attempt::Outcome::BackoffClosed { wait };
             return self.decide(policy, outcome, None, Cow::Borrowed(message));

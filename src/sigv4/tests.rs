@@ -144,3 +144,69 @@ async fn a_session_token_is_sent() {
         "{auth}"
     );
 }
+
+/// The names in an attempt's `SignedHeaders=`.
+fn signed_headers(req: &Request<ProxyBody>) -> Vec<String> {
+    let auth = req.headers()["authorization"].to_str().unwrap();
+    let list = auth
+        .split("SignedHeaders=")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap();
+    list.split(';').map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn headers_the_sdk_signers_leave_out_are_not_signed() {
+    for service in ["dynamodb", "s3"] {
+        let signer = signer(service, suite_clock());
+        let mut req = request("{}");
+        let sent = [
+            ("expect", "100-continue"),
+            ("user-agent", "aws-sdk-js/3.1164.0"),
+            (
+                "x-amzn-trace-id",
+                "Root=1-5759e988-bd862e3fe1be46a994272793",
+            ),
+            ("transfer-encoding", "chunked"),
+            ("connection", "keep-alive"),
+            ("cache-control", "no-cache"),
+            ("referer", "http://example.com/"),
+            ("proxy-authorization", "Basic e30="),
+            ("sec-fetch-mode", "cors"),
+            ("content-type", "application/x-amz-json-1.0"),
+            ("x-amz-target", "DynamoDB_20120810.PutItem"),
+        ];
+        for (name, value) in sent {
+            req.headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
+        signer.sign(&mut req).await.unwrap();
+        let signed = signed_headers(&req);
+        let mut want = vec!["content-type", "host", "x-amz-date", "x-amz-target"];
+        if service == "s3" {
+            want.insert(2, "x-amz-content-sha256");
+        }
+        assert_eq!(signed, want, "{service}");
+        // Unsigned, but still sent.
+        assert_eq!(req.headers()["expect"], "100-continue");
+    }
+}
+
+#[tokio::test]
+async fn botocores_and_aws_sigv4s_exclusions_are_all_covered() {
+    let botocore = [
+        "expect",
+        "transfer-encoding",
+        "user-agent",
+        "x-amzn-trace-id",
+    ];
+    let aws_sigv4 = SigningSettings::default().excluded_headers.unwrap();
+    for name in botocore
+        .iter()
+        .copied()
+        .chain(aws_sigv4.iter().map(|n| n.as_ref()))
+    {
+        assert!(UNSIGNED_HEADERS.contains(&name), "{name}");
+    }
+}

@@ -3,7 +3,8 @@
 //! error body of at most [`MAX_ERROR_BODY`] is read for classification; a body that
 //! turned out too large goes on as the part already read followed by the rest. A
 //! watched body shows its frames to a [`WatchFrames`] on the way (the proxy's verdict
-//! for DynamoDB batch answers and gRPC trailers).
+//! for DynamoDB batch answers and gRPC trailers). A request body an early answer left
+//! unread is read and thrown away, up to a bound, so the client sees that answer.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -179,6 +180,50 @@ pub async fn read_up_to(
         data: (!data.is_empty()).then_some(data),
         trailers,
     })
+}
+
+/// The most of an unread request body [`discard`] reads after an early answer, and
+/// for how long: what nginx's lingering close allows, about.
+pub const LINGER_BYTES: u64 = 32 * 1024 * 1024;
+/// See [`LINGER_BYTES`].
+pub const LINGER_TIME: Duration = Duration::from_secs(5);
+
+/// Lets a client finish sending a request body that its answer (413, 400, a shed)
+/// did not need. Dropping the body makes hyper stop reading and close the connection
+/// with data unread, which the kernel answers with a reset: a client still writing
+/// sees EPIPE, never the answer. So the rest is read and discarded in the background
+/// up to [`LINGER_BYTES`] or [`LINGER_TIME`], as nginx's lingering close does. A body
+/// not yet asked for from a client waiting on `Expect: 100-continue` is dropped
+/// instead: that client sends nothing until told to, and reads the answer.
+pub fn discard(body: ProxyBody, expects_continue: bool) {
+    let unread = match &body {
+        ProxyBody::Full { .. } => false,
+        ProxyBody::Stream(_) => !expects_continue,
+        _ => true,
+    };
+    if !unread || body.is_end_stream() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut read = 0u64;
+        let _ = tokio::time::timeout(LINGER_TIME, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if read >= LINGER_BYTES {
+                    break;
+                }
+            }
+        })
+        .await;
+    });
+}
+
+/// Whether a request asks for `100 Continue` before it sends its body.
+pub fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Reads an error body for classification: its bytes when it is at most

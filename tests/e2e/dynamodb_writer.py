@@ -1,8 +1,9 @@
 """boto3 against moto's DynamoDB, for tests/sigv4_e2e.rs.
 
-  setup MOTO_URL            create an IAM user allowed dynamodb:* with an access key
-                            (moto's first INITIAL_NO_AUTH_ACTION_COUNT=3 requests go
-                            unchecked) and a table; prints "KEY_ID SECRET"
+  setup MOTO_URL            create an IAM user allowed dynamodb:* and s3:* with an
+                            access key (moto's first INITIAL_NO_AUTH_ACTION_COUNT=3
+                            requests go unchecked), a table and a bucket; prints
+                            "KEY_ID SECRET"
   write PROXY_URL MOTO_URL KEY_ID SECRET N
                             put N items through PROXY_URL with deliberately wrong
                             credentials, then read them back from moto with the right
@@ -18,6 +19,7 @@ from botocore.exceptions import ClientError
 
 REGION = "us-east-1"
 TABLE = "orders"
+BUCKET = "uploads"
 # No SDK retries: a failure must show at once, and easeoff is what retries.
 CONFIG = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=20)
 
@@ -39,7 +41,7 @@ def setup(moto_url):
     key = iam.create_access_key(UserName="writer")["AccessKey"]
     policy = {
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "dynamodb:*", "Resource": "*"}],
+        "Statement": [{"Effect": "Allow", "Action": ["dynamodb:*", "s3:*"], "Resource": "*"}],
     }
     iam.put_user_policy(UserName="writer", PolicyName="dynamodb", PolicyDocument=json.dumps(policy))
     ddb = client("dynamodb", moto_url, key["AccessKeyId"], key["SecretAccessKey"])
@@ -49,6 +51,8 @@ def setup(moto_url):
         AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    s3 = client("s3", moto_url, key["AccessKeyId"], key["SecretAccessKey"])
+    s3.create_bucket(Bucket=BUCKET)
     print(key["AccessKeyId"], key["SecretAccessKey"])
 
 
