@@ -12,6 +12,7 @@ use prometheus::{
     IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::pacer::ShedReason;
 use crate::throttle::Signal;
 
 /// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
@@ -86,6 +87,7 @@ pub struct Metrics {
     sleeps: IntCounterVec,
     sleep_seconds: CounterVec,
     retries: IntCounterVec,
+    sheds: IntCounterVec,
     budget_exhausted: IntCounterVec,
     queue_waiting: IntGaugeVec,
     in_flight: IntGaugeVec,
@@ -111,6 +113,7 @@ pub struct UpstreamMetrics {
     pub sleeps: IntCounter,
     pub sleep_seconds: Counter,
     retries: [IntCounter; RetryReason::ALL.len()],
+    sheds: [IntCounter; ShedReason::ALL.len()],
     pub budget_exhausted: IntCounter,
     pub queue_waiting: IntGauge,
     pub in_flight: IntGauge,
@@ -259,6 +262,16 @@ impl Metrics {
                     &["upstream", "reason"],
                 )?,
             )?,
+            sheds: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "easeoff_shed_total",
+                        "Requests shed, by reason: queue-full (max_waiting reached), deadline (slot past max_wait or the client's deadline), draining (slot past the shutdown drain), budget (a retry's slot past retry.max_elapsed).",
+                    ),
+                    &["upstream", "reason"],
+                )?,
+            )?,
             budget_exhausted: register(
                 &registry,
                 IntCounterVec::new(
@@ -395,6 +408,7 @@ impl Metrics {
             sleeps: one(&self.sleeps),
             sleep_seconds: self.sleep_seconds.with_label_values(&[name]),
             retries: RetryReason::ALL.map(|r| self.retries.with_label_values(&[name, r.as_str()])),
+            sheds: ShedReason::ALL.map(|r| self.sheds.with_label_values(&[name, r.as_str()])),
             budget_exhausted: one(&self.budget_exhausted),
             queue_waiting: self.queue_waiting.with_label_values(&[name]),
             in_flight: self.in_flight.with_label_values(&[name]),
@@ -444,6 +458,9 @@ impl Metrics {
         for reason in RetryReason::ALL {
             let _ = self.retries.remove_label_values(&[name, reason.as_str()]);
         }
+        for reason in ShedReason::ALL {
+            let _ = self.sheds.remove_label_values(&[name, reason.as_str()]);
+        }
         for status in 100..1000u16 {
             let _ = self
                 .responses
@@ -480,6 +497,11 @@ impl UpstreamMetrics {
     /// The retries counter of one reason.
     pub fn retry(&self, reason: RetryReason) -> &IntCounter {
         &self.retries[reason as usize]
+    }
+
+    /// The sheds counter of one reason.
+    pub fn shed(&self, reason: ShedReason) -> &IntCounter {
+        &self.sheds[reason as usize]
     }
 
     /// Counts one upstream answer with `status`.
@@ -530,6 +552,7 @@ mod tests {
             "easeoff_requests_total{outcome=\"shed\",upstream=\"orders\"} 0",
             "easeoff_throttles_total{signal=\"partial\",upstream=\"orders\"} 0",
             "easeoff_retries_total{reason=\"connect\",upstream=\"orders\"} 0",
+            "easeoff_shed_total{reason=\"queue-full\",upstream=\"orders\"} 0",
             "easeoff_queue_wait_seconds_count{upstream=\"orders\"} 0",
             "easeoff_config_reloads_total{result=\"error\"} 0",
             "easeoff_build_info{version=\"",
