@@ -27,7 +27,7 @@ use crate::retry::RetryBudget;
 use crate::shed::Spread;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
-use crate::throttle::{Classifier, Signal, Verdict};
+use crate::throttle::{Classifier, Preset, Signal, Verdict};
 use crate::transport::{ClientError, UpstreamClient};
 
 /// One attempt as observers see it (the demo's plot, traces).
@@ -126,6 +126,17 @@ impl Upstream {
     }
 }
 
+/// How far ahead a shed client honours a hint: the AWS SDKs wait at most their own
+/// backoff + 5 s (botocore's and the JS SDK's standard mode); others are taken at
+/// their word.
+fn hint_reach(preset: Preset) -> Duration {
+    if preset.is_aws() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(3600)
+    }
+}
+
 impl Control {
     /// Builds the decision state on `clock`, with the random source of the sleeper and
     /// the connection backoff given (so a simulation is reproducible); its metrics are
@@ -152,7 +163,7 @@ impl Control {
                 settings.retry.budget_min_per_second,
             ),
             origin: clock.now(),
-            spread: Spread::new(clock.now(), spread_seed),
+            spread: Spread::new(clock.now(), hint_reach(settings.preset), spread_seed),
             clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
