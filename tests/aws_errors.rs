@@ -94,7 +94,9 @@ async fn a_shed_is_a_throttling_exception_with_a_retry_hint_in_milliseconds() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((9_000..=10_000).contains(&hint), "x-amz-retry-after {hint}");
+    // The next slot is 10 s after the first call, less the time since (a second
+    // python start-up, however slow the machine).
+    assert!((1..=10_000).contains(&hint), "x-amz-retry-after {hint}");
     assert!(
         report["message"]
             .as_str()
