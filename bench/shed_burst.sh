@@ -3,10 +3,13 @@
 # (DynamoDB-style throttles), easeoff in front with a small queue (max_waiting = 4,
 # max_wait = 500ms) already paced at the upstream's rate (constant 200ms, so the burst
 # meets sheds, not a controller still learning), and N concurrent boto3 calls in
-# standard retry mode (bench/shed_burst.py) once per hint mode.
+# standard retry mode (bench/shed_burst.py) once per hint mode; modes js and js-fixed-1s
+# run the AWS SDK for JavaScript v3 instead (bench/shed_burst.cjs).
 #
 #   bench/shed_burst.sh [CALLS] [HINT_MODES...]    (defaults: 100, server none fixed-1s)
 #
+# The JS SDK is looked for under EASEOFF_E2E_JS (else ~/.cache/easeoff-e2e-js), where
+# .ci/run installs it.
 # Needs the e2e venv with boto3 (EASEOFF_E2E_VENV, else ~/.cache/easeoff-e2e) and a
 # built target/debug/easeoff (EASEOFF_BIN overrides).
 set -euo pipefail
@@ -50,7 +53,12 @@ TOML
   pids+=($!)
   wait_port "$mock"
   wait_port "$proxy"
-  "$venv/bin/python" bench/shed_burst.py "http://127.0.0.1:$proxy" --calls "$calls" --hint "$mode"
+  case $mode in
+    js | js-*)
+      NODE_PATH="${EASEOFF_E2E_JS:-${XDG_CACHE_HOME:-$HOME/.cache}/easeoff-e2e-js}/node_modules" \
+        node bench/shed_burst.cjs "http://127.0.0.1:$proxy" "$calls" "$( [ "$mode" = js ] && echo server || echo "${mode#js-}")" ;;
+    *) "$venv/bin/python" bench/shed_burst.py "http://127.0.0.1:$proxy" --calls "$calls" --hint "$mode" ;;
+  esac
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   pids=()
   echo

@@ -129,11 +129,12 @@ pub fn reply(
         h.insert(SHED_REASON_HEADER, HeaderValue::from_static(why.as_str()));
     }
     if let Some(after) = retry_after {
-        h.insert(header::RETRY_AFTER, HeaderValue::from(whole_seconds(after)));
         if dialect.preset.is_aws() && !dialect.grpc {
-            // The AWS SDKs read this one (milliseconds), not Retry-After.
+            // The AWS SDKs read this one (milliseconds); first, because the JS SDK
+            // takes whichever of the two comes first.
             h.insert("x-amz-retry-after", HeaderValue::from(whole_millis(after)));
         }
+        h.insert(header::RETRY_AFTER, HeaderValue::from(whole_seconds(after)));
     }
     response
 }
@@ -303,6 +304,12 @@ mod tests {
         let after = Some(Duration::from_micros(1_234_500));
         let r = reply(shed, dialect, "t", "busy", after);
         assert_eq!(r.headers()["x-amz-retry-after"], "1235");
+        let names: Vec<_> = r.headers().keys().map(|k| k.as_str()).collect();
+        let (ms, s) = (
+            names.iter().position(|n| *n == "x-amz-retry-after"),
+            names.iter().position(|n| *n == "retry-after"),
+        );
+        assert!(ms < s, "x-amz-retry-after before retry-after: {names:?}");
         assert_eq!(r.headers()["retry-after"], "2");
         assert_eq!(r.headers()[SHED_REASON_HEADER], "queue-full");
         // Other clients get whole seconds only.
