@@ -67,6 +67,8 @@ pub enum Stop {
     NoSlot,
     /// The connection backoff turned the attempt away.
     Backoff,
+    /// The client retries on its own (an AWS SDK), so it gets the failure at once.
+    ClientRetries,
 }
 
 /// One request's attempts and what the policy knows of them.
@@ -81,6 +83,8 @@ pub struct Attempts {
     attempts: u32,
     /// A throttle answer is kept to give back if a retry cannot go.
     kept: bool,
+    /// Failed connections go back to the client, which retries them itself.
+    client_retries: bool,
 }
 
 impl Attempts {
@@ -99,7 +103,16 @@ impl Attempts {
             replayable,
             attempts: 0,
             kept: false,
+            client_retries: false,
         }
+    }
+
+    /// Leaves connection retries to the client: an AWS SDK retries a 502 with its
+    /// own backoff and retry quota, so holding it through easeoff's connection
+    /// backoff as well only delays the error it acts on.
+    pub fn with_client_retries(mut self, client_retries: bool) -> Attempts {
+        self.client_retries = client_retries;
+        self
     }
 
     /// Attempts begun so far.
@@ -160,6 +173,7 @@ impl Attempts {
         withdraw: impl FnOnce() -> bool,
     ) -> Next {
         let why = match self.allowed(false, elapsed) {
+            _ if self.client_retries => Stop::ClientRetries,
             Err(no) => Stop::Retry(no),
             Ok(()) if elapsed + wait > self.limit(self.settings.max_elapsed) => Stop::Deadline,
             Ok(()) if !withdraw() => Stop::Budget,

@@ -229,7 +229,8 @@ impl Drop for ManualSleep {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
+/// A duration in nanoseconds, saturating.
+pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

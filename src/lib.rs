@@ -21,6 +21,7 @@
 //!
 //! State that applies the decisions, without network I/O:
 //! - [`pacer`]: spacing, queueing and pauses per upstream;
+//! - [`shed`]: when each shed request is told to come back, so a burst spreads out;
 //! - [`upstream`]: [`upstream::Control`], one upstream's controller, pacer, budget and
 //!   connection backoff, where verdicts reach the controller; [`upstream::Upstream`]
 //!   adds its client and signer.
@@ -56,6 +57,7 @@ pub mod probe;
 pub mod proxy;
 pub mod retry;
 pub mod server;
+pub mod shed;
 pub mod signals;
 pub mod sigv4;
 pub mod simulate;

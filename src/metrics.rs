@@ -18,6 +18,7 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::pacer::ShedReason;
 use crate::throttle::Signal;
 
 /// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
@@ -153,6 +154,8 @@ per_upstream! {
         "Time requests waited for a slot.";
     retries: By<RetryReason> = "easeoff_retries_total",
         "Attempts easeoff sent again, by reason: throttle, connect.";
+    sheds: By<ShedReason> = "easeoff_shed_total",
+        "Requests shed, by reason: queue-full (max_waiting reached), deadline (slot past max_wait or the client's deadline), draining (slot past the shutdown drain), budget (a retry's slot past retry.max_elapsed).";
     pub budget_exhausted: IntCounter = "easeoff_retry_budget_exhausted_total",
         "Retries not sent because the retry budget was spent.";
     pub queue_waiting: IntGauge = "easeoff_queue_waiting",
@@ -292,6 +295,11 @@ impl UpstreamMetrics {
         self.retries.get(reason)
     }
 
+    /// The sheds counter of one reason.
+    pub fn shed(&self, reason: ShedReason) -> &IntCounter {
+        self.sheds.get(reason)
+    }
+
     /// Counts one upstream answer with `status`.
     pub fn response(&self, status: u16) {
         match self.responses.counter(status) {
@@ -363,7 +371,8 @@ macro_rules! label {
 label!(
     Outcome = "outcome",
     Signal = "signal",
-    RetryReason = "reason"
+    RetryReason = "reason",
+    ShedReason = "reason"
 );
 
 /// A counter per value of label `L`, all made at start-up.
@@ -518,7 +527,7 @@ mod tests {
         let m = Metrics::new().unwrap();
         let _orders = m.upstream("orders");
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 22);
+        assert_eq!(families().count(), 23);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);

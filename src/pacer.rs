@@ -47,6 +47,42 @@ pub struct Slot {
 pub struct Shed {
     /// When its slot would have come: a fair `Retry-After`.
     pub retry_after: Duration,
+    /// Why it could not wait for that slot.
+    pub reason: ShedReason,
+}
+
+/// Why a request was shed; the `reason` label of `easeoff_shed_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShedReason {
+    /// `max_waiting` requests already waited.
+    QueueFull,
+    /// Its slot lay past its deadline (`max_wait`, or the client's own).
+    Deadline,
+    /// Its slot lay past the end of the shutdown drain.
+    Draining,
+    /// A retry's slot lay past the request's retry time (`retry.max_elapsed`); set
+    /// by the attempt loop, which knows which attempt it was.
+    Budget,
+}
+
+impl ShedReason {
+    /// Every reason, in label order.
+    pub const ALL: [ShedReason; 4] = [
+        ShedReason::QueueFull,
+        ShedReason::Deadline,
+        ShedReason::Draining,
+        ShedReason::Budget,
+    ];
+
+    /// The label value, also sent in `x-easeoff-shed-reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::QueueFull => "queue-full",
+            ShedReason::Deadline => "deadline",
+            ShedReason::Draining => "draining",
+            ShedReason::Budget => "budget",
+        }
+    }
 }
 
 /// Bounds on waiting (config `[upstream.queue]`).
@@ -164,6 +200,7 @@ impl Pacer {
         {
             return Ok(s.dispatch_now(now));
         }
+        let deadline_in = deadline;
         let deadline = s.limit(deadline);
         match s.mode {
             Mode::Delay => {
@@ -173,6 +210,7 @@ impl Pacer {
                 if until > deadline {
                     return Err(Shed {
                         retry_after: until - now,
+                        reason: s.late(deadline_in),
                     });
                 }
                 s.clock.sleep_until(until).await;
@@ -197,11 +235,12 @@ impl Pacer {
                     if expected > deadline {
                         return Err(Shed {
                             retry_after: expected.saturating_duration_since(now),
+                            reason: s.late(deadline_in),
                         });
                     }
                     queue.push_back(Waiter {
                         arrived: now,
-                        deadline,
+                        deadline: deadline_in,
                         grant,
                     });
                     waiting
@@ -212,6 +251,7 @@ impl Pacer {
                     // The release task only goes away with the runtime.
                     Err(_) => Err(Shed {
                         retry_after: Duration::from_secs(1),
+                        reason: ShedReason::Draining,
                     }),
                 }
             }
@@ -268,6 +308,12 @@ impl Pacer {
         self.shared.pause_end(now)
     }
 
+    /// The spacing in force now: the interval, or a larger rate-limit floor.
+    pub fn spacing(&self) -> Duration {
+        let s = &*self.shared;
+        s.spacing(s.clock.now())
+    }
+
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Relaxed)
@@ -286,6 +332,16 @@ impl Shared {
 
     fn at(&self, ns: u64) -> Instant {
         self.origin + Duration::from_nanos(ns)
+    }
+
+    /// Why a slot past `deadline` (as the request gave it) is shed: the drain, when
+    /// it ends first, or the request's own deadline.
+    fn late(&self, deadline: Instant) -> ShedReason {
+        match self.drain_by_ns.load(Ordering::Relaxed) {
+            0 => ShedReason::Deadline,
+            by if self.at(by) < deadline => ShedReason::Draining,
+            _ => ShedReason::Deadline,
+        }
     }
 
     /// A waiter's deadline, brought forward to the drain deadline if one is set.
@@ -313,7 +369,10 @@ impl Shared {
                     self.spacing(now)
                         .saturating_mul(count(self.limits.max_waiting)),
                 );
-            return Err(Shed { retry_after: wait });
+            return Err(Shed {
+                retry_after: wait,
+                reason: ShedReason::QueueFull,
+            });
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
         Ok(WaitingGuard(&self.waiting))
@@ -418,7 +477,11 @@ impl Shared {
             let expected = head_at + spacing * position;
             if expected > self.limit(waiter.deadline) {
                 let retry_after = expected.saturating_duration_since(now);
-                let _ = waiter.grant.send(Err(Shed { retry_after }));
+                let reason = self.late(waiter.deadline);
+                let _ = waiter.grant.send(Err(Shed {
+                    retry_after,
+                    reason,
+                }));
             } else {
                 position += 1;
                 queue.push_back(waiter);
@@ -454,6 +517,7 @@ async fn release(shared: Arc<Shared>) {
             if at > shared.limit(waiter.deadline) {
                 let shed = Shed {
                     retry_after: at - now,
+                    reason: shared.late(waiter.deadline),
                 };
                 let _ = waiter.grant.send(Err(shed));
                 break;

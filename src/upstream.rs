@@ -24,9 +24,10 @@ use crate::hints::Quota;
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::retry::RetryBudget;
+use crate::shed::Spread;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
-use crate::throttle::{Classifier, Signal, Verdict};
+use crate::throttle::{Classifier, Preset, Signal, Verdict};
 use crate::transport::{ClientError, UpstreamClient};
 
 /// One attempt as observers see it (the demo's plot, traces).
@@ -61,6 +62,8 @@ pub struct Control {
     pub pacer: Pacer,
     pub metrics: UpstreamMetrics,
     pub budget: RetryBudget,
+    /// Where shed requests are told to come back.
+    spread: Spread,
     clock: Clock,
     /// Time zero for the budget's and the controller's clocks.
     origin: Instant,
@@ -123,6 +126,17 @@ impl Upstream {
     }
 }
 
+/// How far ahead a shed client honours a hint: the AWS SDKs wait at most their own
+/// backoff + 5 s (botocore's and the JS SDK's standard mode); others are taken at
+/// their word.
+fn hint_reach(preset: Preset) -> Duration {
+    if preset.is_aws() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(3600)
+    }
+}
+
 impl Control {
     /// Builds the decision state on `clock`, with the random source of the sleeper and
     /// the connection backoff given (so a simulation is reproducible); its metrics are
@@ -135,6 +149,8 @@ impl Control {
         clock: Clock,
     ) -> Control {
         let connect_rng = rng.fork();
+        // Read, not drawn, so the sleeper's and the backoff's sequences stay as they were.
+        let spread_seed = connect_rng.get_seed() ^ 0x5bd1_e995;
         let controller = Controller::new(&settings.sleeper, rng);
         let limits = Limits {
             max_waiting: settings.queue.max_waiting,
@@ -147,6 +163,7 @@ impl Control {
                 settings.retry.budget_min_per_second,
             ),
             origin: clock.now(),
+            spread: Spread::new(clock.now(), hint_reach(settings.preset), spread_seed),
             clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
@@ -201,9 +218,20 @@ impl Control {
         ok
     }
 
-    /// Waits for a slot (or is shed at once) and counts the wait.
+    /// Waits for a slot (or is shed at once, told when to come back; see
+    /// [`Spread`]) and counts the wait.
     pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
-        let slot = self.pacer.acquire(deadline).await?;
+        let slot = match self.pacer.acquire(deadline).await {
+            Ok(slot) => slot,
+            Err(shed) => {
+                let now = self.clock.now();
+                let spacing = self.pacer.spacing();
+                return Err(Shed {
+                    retry_after: self.spread.retry_after(now, shed.retry_after, spacing),
+                    ..shed
+                });
+            }
+        };
         let waited = slot.waited.as_secs_f64();
         self.metrics.queue_wait.observe(waited);
         if slot.held {

@@ -269,3 +269,45 @@ async fn the_ietf_ratelimit_field_is_understood_too() {
     let arrivals = up.arrivals();
     assert!(arrivals[1].at - arrivals[0].at >= SECOND);
 }
+
+#[tokio::test]
+async fn a_shed_names_its_reason_in_the_answer_and_the_metric() {
+    let up = upstream(|_| async { ok() }).await;
+    let queued = proxy(
+        up.addr,
+        &one_per_second("max_waiting = 1\nmax_wait = \"1500ms\""),
+    )
+    .await;
+    let url = format!("http://{}/", queued.addr);
+    assert_eq!(get(&url).await.status, 200);
+    let first = start_waiting(&queued, 0).await; // its slot is 1 s away
+    let full = get(&url).await;
+    assert_eq!(full.headers["x-easeoff-shed-reason"], "queue-full");
+    let body: serde_json::Value = serde_json::from_slice(&full.body).unwrap();
+    assert_eq!(body["reason"], "queue-full");
+    assert!(body["message"].as_str().unwrap().contains("max_waiting"));
+    assert_eq!(first.await.unwrap().status, 200);
+
+    // Nobody waits, but the next slot is a second away, past a 1 ms max_wait.
+    let proxy = proxy(up.addr, &one_per_second("max_wait = \"1ms\"")).await;
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(get(&url).await.status, 200);
+    let late = get(&url).await;
+    assert_eq!(late.status, 429);
+    assert_eq!(late.headers["x-easeoff-shed-reason"], "deadline");
+    let body: serde_json::Value = serde_json::from_slice(&late.body).unwrap();
+    assert_eq!(body["reason"], "deadline");
+    let a = proxy.admin;
+    assert_eq!(
+        metric(a, "easeoff_shed_total{reason=\"deadline\",upstream=\"up\"}").await,
+        1.0
+    );
+    assert_eq!(
+        metric(
+            a,
+            "easeoff_shed_total{reason=\"queue-full\",upstream=\"up\"}"
+        )
+        .await,
+        0.0
+    );
+}

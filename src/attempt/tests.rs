@@ -147,3 +147,17 @@ fn a_streamed_body_is_never_sent_again() {
         Next::GiveBack(Stop::Retry(NoRetry::Streamed))
     );
 }
+
+#[test]
+fn a_client_that_retries_itself_gets_a_failed_connection_at_once() {
+    let failed = Outcome::ConnectFailed { wait: S };
+    let mut policy = attempts(3).with_client_retries(true);
+    policy.begin(Duration::ZERO);
+    assert_eq!(
+        policy.after(failed, Duration::ZERO, || panic!("no retry, no budget")),
+        Next::Unreachable {
+            retry_after: S,
+            why: Stop::ClientRetries
+        }
+    );
+}

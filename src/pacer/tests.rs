@@ -392,3 +392,21 @@ async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once
         .collect();
     assert_eq!(got, expected);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shed_says_whether_the_queue_the_deadline_or_the_drain_turned_it_away() {
+    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 1 });
+    pacer.set_interval(1000 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let late = pacer.acquire(t0 + 500 * MS).await.unwrap_err();
+    assert_eq!(late.reason, ShedReason::Deadline);
+    let grants = Grants::default();
+    let waiting = start(&pacer, 0, t0, &grants).await;
+    let full = pacer.acquire(far()).await.unwrap_err();
+    assert_eq!(full.reason, ShedReason::QueueFull);
+    pacer.drain(t0 + 1500 * MS);
+    finish(vec![waiting]).await;
+    let drained = pacer.acquire(far()).await.unwrap_err();
+    assert_eq!(drained.reason, ShedReason::Draining);
+}

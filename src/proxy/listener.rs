@@ -28,6 +28,7 @@ use super::idle::IdleBody;
 use super::reply::{Dialect, Reason, reply};
 use super::service::handle;
 use crate::metrics::Outcome;
+use crate::pacer::ShedReason;
 use crate::transport::ProxyBody;
 use crate::upstream::Upstream;
 
@@ -169,7 +170,12 @@ fn refuse_connect(upstream: &Upstream, req: &Request<Incoming>) -> Response<Prox
 /// A request on a connection that cancelled too many streams: no upstream work for it.
 fn refuse_closing(upstream: &Upstream) -> Response<ProxyBody> {
     let message = "this connection cancelled too many requests and is closing; reconnect";
-    local(upstream, Reason::Shed, Outcome::Shed, message)
+    local(
+        upstream,
+        Reason::Shed(ShedReason::Draining),
+        Outcome::Shed,
+        message,
+    )
 }
 
 /// easeoff's own answer, counted and logged as the service's are.

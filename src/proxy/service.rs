@@ -23,7 +23,7 @@ use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::metrics::Outcome;
-use crate::pacer::Slot;
+use crate::pacer::{ShedReason, Slot};
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::transport::{
@@ -31,7 +31,23 @@ use crate::transport::{
 };
 use crate::upstream::Upstream;
 
-const SHED: &str = "too many requests waiting for this upstream; retry later";
+/// What a shed client is told, by reason.
+fn shed_message(reason: ShedReason) -> &'static str {
+    match reason {
+        ShedReason::QueueFull => {
+            "queue-full: too many requests already wait for this upstream (queue.max_waiting); retry after the time given"
+        }
+        ShedReason::Deadline => {
+            "deadline: this request's slot lies past its deadline (queue.max_wait, or the client's own); retry after the time given"
+        }
+        ShedReason::Draining => {
+            "draining: easeoff is shutting down and has no slot for this request before it stops; retry after the time given"
+        }
+        ShedReason::Budget => {
+            "budget: no slot for this retry within the request's retry time (retry.max_elapsed); retry after the time given"
+        }
+    }
+}
 
 /// Lets the client finish sending a body its early answer does not need.
 fn discard_request(request: Request<ProxyBody>) {
@@ -61,7 +77,8 @@ pub async fn handle(
         settings.queue.max_wait,
         template.is_some(),
         ctx.grpc_timeout,
-    );
+    )
+    .with_client_retries(settings.preset.is_aws());
     let mut first = Some(Request::from_parts(head, body));
     // The latest throttle, kept for the client in case the next attempt cannot go.
     let mut kept: Option<Response<ProxyBody>> = None;
@@ -73,10 +90,12 @@ pub async fn handle(
             return ctx.give_up(kept, None);
         };
         let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
-        let (next, answer, message) = match ctx.attempt(request, wait_until, &mut policy).await {
-            Turn::Answer(response) => return response,
-            Turn::Next(next, answer, message) => (next, answer, message),
-        };
+        let (next, answer, message, shed) =
+            match ctx.attempt(request, wait_until, &mut policy).await {
+                Turn::Answer(response) => return response,
+                Turn::Next(next, answer, message) => (next, answer, message, None),
+                Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
+            };
         match next {
             Next::Retry { after, cause } => {
                 upstream.retried(cause);
@@ -89,7 +108,12 @@ pub async fn handle(
             }
             Next::GiveBack(_) | Next::ReadThrottle => return ctx.give_up(kept, answer),
             Next::Shed { retry_after } => {
-                return ctx.local(Reason::Shed, Outcome::Shed, SHED, Some(retry_after));
+                let mut why = shed.unwrap_or(ShedReason::Deadline);
+                // A retry's deadline is the retry time, not the queue's.
+                if why == ShedReason::Deadline && policy.attempts() > 1 {
+                    why = ShedReason::Budget;
+                }
+                return ctx.shed(why, Some(retry_after));
             }
             Next::Unreachable { retry_after, .. } => {
                 let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
@@ -104,6 +128,8 @@ pub async fn handle(
 enum Turn {
     Answer(Response<ProxyBody>),
     Next(Next, Option<Response<ProxyBody>>, Cow<'static, str>),
+    /// No slot came; the policy's decision and why.
+    Shed(Next, ShedReason),
 }
 
 /// What every step of one request needs.
@@ -202,7 +228,9 @@ impl<'a> Ctx<'a> {
                 let outcome = attempt::Outcome::Shed {
                     retry_after: shed.retry_after,
                 };
-                return self.decide(policy, outcome, None, Cow::Borrowed(SHED));
+                let now = self.clock.now();
+                let next = policy.after(outcome, now - self.arrived, || upstream.withdraw(now));
+                return Turn::Shed(next, shed.reason);
             }
         };
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
@@ -385,7 +413,7 @@ impl<'a> Ctx<'a> {
     ) -> Response<ProxyBody> {
         let answer = fresh.or(kept).unwrap_or_else(|| {
             reply(
-                Reason::Shed,
+                Reason::Shed(ShedReason::Budget),
                 self.dialect,
                 self.upstream.name(),
                 "throttled",
@@ -394,6 +422,17 @@ impl<'a> Ctx<'a> {
         });
         self.upstream.metrics.request(Outcome::Throttled).inc();
         answer
+    }
+
+    /// A shed answer, counted by its reason.
+    fn shed(&self, why: ShedReason, retry_after: Option<Duration>) -> Response<ProxyBody> {
+        self.upstream.metrics.shed(why).inc();
+        self.local(
+            Reason::Shed(why),
+            Outcome::Shed,
+            shed_message(why),
+            retry_after,
+        )
     }
 
     /// easeoff's own answer, counted.
