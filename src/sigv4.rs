@@ -1,4 +1,4 @@
-//! SigV4 re-signing (SPEC §3): with `[upstream.sigv4]` the client's own signature is
+//! SigV4 re-signing: with `[upstream.sigv4]` the client's own signature is
 //! removed and every attempt, retries included, is signed afresh for the upstream's
 //! host with the pod's credentials, using the AWS SDK's signer (`aws-sigv4`).
 //!

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError};
 
 use super::Workers;
-use super::{Listening, Live, StartError, bind_listener, build, local_addr};
+use super::{Listening, Live, StartError, State, bind_listener, build, local_addr};
 use crate::config::{Config, UpstreamSettings};
 
 /// Why a reload was not applied; the running configuration stays.
@@ -77,6 +77,9 @@ struct Prepared {
     upstream: Arc<crate::upstream::Upstream>,
 }
 
+/// A running listener: its configured and bound addresses and its upstream.
+type Running = (SocketAddr, SocketAddr, Arc<crate::upstream::Upstream>);
+
 impl Live {
     pub(super) async fn reload(&self, config: Config) -> Result<Reloaded, ReloadError> {
         let mut state = self.state.lock().await;
@@ -88,6 +91,17 @@ impl Live {
             .iter()
             .map(|l| (l.configured, l.bound, l.current.load_full()))
             .collect();
+        let prepared = self.prepare(&running, &config).await?;
+        Ok(self.commit(&mut state, &running, config, prepared))
+    }
+
+    /// Everything that can fail, before anything changes: sockets for new listeners
+    /// and upstreams for changed settings.
+    async fn prepare(
+        &self,
+        running: &[Running],
+        config: &Config,
+    ) -> Result<Vec<Prepared>, ReloadError> {
         let placements = plan(
             &running
                 .iter()
@@ -95,8 +109,6 @@ impl Live {
                 .collect::<Vec<_>>(),
             &config.upstreams,
         );
-
-        // Everything that can fail, before anything changes.
         let mut prepared = Vec::with_capacity(placements.len());
         for (settings, placement) in config.upstreams.iter().zip(placements) {
             let taken = placement.listener.and_then(|i| running.get(i));
@@ -130,8 +142,17 @@ impl Live {
                 upstream,
             });
         }
+        Ok(prepared)
+    }
 
-        // Commit.
+    /// Puts the prepared listeners and upstreams in place; cannot fail.
+    fn commit(
+        &self,
+        state: &mut State,
+        running: &[Running],
+        config: Config,
+        prepared: Vec<Prepared>,
+    ) -> Reloaded {
         let old_names: Vec<String> = running
             .iter()
             .map(|(_, _, u)| u.name().to_string())
@@ -200,7 +221,7 @@ impl Live {
         state.replaced.retain(|u| u.strong_count() > 0);
         done.server_changed = config.server != state.config.server;
         state.config.upstreams = config.upstreams;
-        Ok(done)
+        done
     }
 }
 
