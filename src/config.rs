@@ -22,7 +22,7 @@ use std::path::Path;
 
 use toml::de::DeTable;
 
-pub use kinds::ca_roots;
+pub use kinds::{ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
     ConnectBackoffSettings, QueueSettings, RetrySettings, RuntimeShape, ServerSettings,

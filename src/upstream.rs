@@ -27,7 +27,7 @@ use crate::retry::RetryBudget;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Signal, Verdict};
-use crate::transport::{ClientError, UpstreamClient};
+use crate::transport::{ClientError, ConnectCause, UpstreamClient};
 
 /// One attempt as observers see it (the demo's plot, traces).
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +68,8 @@ pub struct Control {
     connect: Mutex<(ConnectBackoff, fastrand::Rng)>,
     /// No connection backoff in force: the fast path skips the lock.
     connect_healthy: AtomicBool,
+    /// Why the latest connection failed, for the answers the backoff turns away.
+    connect_cause: Mutex<Option<ConnectCause>>,
     observer: Option<Observer>,
 }
 
@@ -150,6 +152,7 @@ impl Control {
             clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
+            connect_cause: Mutex::new(None),
             settings: Arc::new(settings),
             controller: Mutex::new(controller),
             observer,
@@ -221,15 +224,28 @@ impl Control {
         self.lock_connect().0.admit(now.into_std())
     }
 
-    /// A connection could not be made: starts or steps the backoff.
-    pub fn connect_failed(&self, now: Instant) {
+    /// A connection could not be made for `cause`: starts or steps the backoff.
+    pub fn connect_failed(&self, now: Instant, cause: &ConnectCause) {
         self.metrics.connect_failures.inc();
         let mut guard = self.lock_connect();
         let (backoff, rng) = &mut *guard;
         if let Some(wait) = backoff.on_failure(now.into_std(), rng) {
             self.connect_healthy.store(false, Ordering::Relaxed);
-            tracing::warn!(upstream = %self.name(), backoff_ms = wait.as_millis() as u64, "cannot connect; backing off");
+            tracing::warn!(upstream = %self.name(), %cause, backoff_ms = wait.as_millis() as u64, "cannot connect; backing off");
         }
+        drop(guard);
+        *self
+            .connect_cause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
+    }
+
+    /// Why the latest connection attempt failed, if one has.
+    pub fn connect_cause(&self) -> Option<ConnectCause> {
+        self.connect_cause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The upstream answered: ends any backoff.

@@ -3,134 +3,15 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use support::process::*;
 use support::*;
 
 const SECOND: Duration = Duration::from_secs(1);
-
-/// The easeoff binary running a config file; killed when dropped.
-struct Process {
-    child: Child,
-    admin: SocketAddr,
-    /// Bound listen address by upstream name, from the start-up log.
-    listens: HashMap<String, SocketAddr>,
-    /// Every log line so far.
-    log: Arc<Mutex<Vec<serde_json::Value>>>,
-}
-
-impl Process {
-    fn start(config: &Path) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_easeoff"))
-            .args(["run", "--log-format", "json", "--config"])
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-        let lines = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let value = serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line));
-                lines.lock().unwrap().push(value);
-            }
-        });
-        let mut process = Process {
-            child,
-            admin: "0.0.0.0:0".parse().unwrap(),
-            listens: HashMap::new(),
-            log,
-        };
-        let started = Instant::now();
-        loop {
-            assert!(
-                started.elapsed() < SECOND * 10,
-                "no ready line: {:?}",
-                process.log.lock().unwrap()
-            );
-            if let Some(admin) = process.logged("easeoff ready", "admin").pop() {
-                process.admin = admin.parse().unwrap();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for line in process.log.lock().unwrap().iter() {
-            if line["message"] == "forwarding" {
-                let name = line["upstream"].as_str().unwrap().to_string();
-                process
-                    .listens
-                    .insert(name, line["listen"].as_str().unwrap().parse().unwrap());
-            }
-        }
-        process
-    }
-
-    /// The `field` of every log line with `message`.
-    fn logged(&self, message: &str, field: &str) -> Vec<String> {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|line| line["message"] == message)
-            .filter_map(|line| line[field].as_str().map(str::to_string))
-            .collect()
-    }
-
-    fn signal(&self, name: &str) {
-        let sent = Command::new("kill")
-            .args([format!("-{name}"), self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-    }
-
-    /// Waits for the process to end (10 s at most).
-    fn wait(&mut self) -> ExitStatus {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(started.elapsed() < SECOND * 10, "easeoff did not exit");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn url(&self, upstream: &str) -> String {
-        format!("http://{}/", self.listens[upstream])
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A config file in a fresh temporary directory.
-fn config_file(text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "easeoff-lifecycle-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("easeoff.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 fn upstream_table(name: &str, target: SocketAddr, extra: &str) -> String {
     format!(

@@ -20,7 +20,8 @@ use http::uri::{Authority, Scheme};
 
 use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
 use super::kinds::{
-    CaFile, HeaderRules, InitialInterval, Name, Needles, Statuses, parse_socket_addr, parse_url,
+    CA_FILE, CERT_FILE, HeaderRules, InitialInterval, KEY_FILE, Name, Needles, Statuses, TlsName,
+    parse_socket_addr, parse_url,
 };
 use crate::sleeper::{self, Initial, Mode, Strategy};
 use crate::throttle::{Preset, Rules};
@@ -104,6 +105,12 @@ pub struct UpstreamSettings {
     pub request_timeout: Duration,
     /// Extra trusted CA certificates (PEM) for an https upstream.
     pub ca_file: Option<PathBuf>,
+    /// The name sent in SNI and checked against the certificate, instead of the url's host.
+    pub server_name: Option<String>,
+    /// A client certificate chain (PEM) for upstreams that require mutual TLS.
+    pub client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `client_cert`.
+    pub client_key: Option<PathBuf>,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -129,6 +136,9 @@ impl Default for UpstreamSettings {
             connect_timeout: Duration::from_secs(20),
             request_timeout: Duration::from_secs(60),
             ca_file: None,
+            server_name: None,
+            client_cert: None,
+            client_key: None,
             sleeper: sleeper_defaults(Preset::None),
             throttle: throttle_defaults(),
             retry: RetrySettings::default(),
@@ -148,7 +158,10 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     preserve_host: Plain,
     connect_timeout: SOME_TIME,
     request_timeout: SOME_TIME,
-    ca_file: CaFile,
+    ca_file: CA_FILE,
+    server_name: TlsName,
+    client_cert: CERT_FILE,
+    client_key: KEY_FILE,
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff);
 
 /// The upstream's address, split the way forwarding needs it.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use hyper::body::Incoming;
 use prometheus::IntGauge;
@@ -26,8 +26,13 @@ use crate::metrics::Outcome;
 use crate::pacer::Slot;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
-use crate::transport::{ProxyBody, SendError, read_error_body, read_up_to, strip_hop_by_hop};
+use crate::transport::{
+    ConnectCause, ProxyBody, SendError, read_error_body, read_up_to, strip_hop_by_hop,
+};
 use crate::upstream::Upstream;
+
+/// The header that says why a connection failed (`tls: unknown issuer`).
+pub const CAUSE_HEADER: &str = "x-easeoff-cause";
 
 const SHED: &str = "too many requests waiting for this upstream; retry later";
 
@@ -80,7 +85,11 @@ pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response
             }
             Next::Unreachable { retry_after, .. } => {
                 let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
-                return ctx.local(reason, outcome, &message, Some(retry_after));
+                let answer = ctx.local(reason, outcome, &message, Some(retry_after));
+                return match upstream.connect_cause() {
+                    Some(cause) => with_cause(answer, &cause),
+                    None => answer,
+                };
             }
         }
     }
@@ -189,9 +198,16 @@ impl<'a> Ctx<'a> {
             }
         };
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
-            let message = "the upstream cannot be reached; connection backoff in force";
+            let message = match upstream.connect_cause() {
+                Some(cause) => Cow::Owned(format!(
+                    "the upstream cannot be reached ({cause}); connection backoff in force"
+                )),
+                None => {
+                    Cow::Borrowed("the upstream cannot be reached; connection backoff in force")
+                }
+            };
             let outcome = attempt::Outcome::BackoffClosed { wait };
-            return self.decide(policy, outcome, None, Cow::Borrowed(message));
+            return self.decide(policy, outcome, None, message);
         }
         // Signed at dispatch: a retry minutes later needs a signature of its own.
         let mut request = request;
@@ -217,12 +233,19 @@ impl<'a> Ctx<'a> {
             .observe(took.as_secs_f64());
         match sent {
             Ok(response) => self.answered(response, &slot, policy).await,
-            Err(SendError::Connect(error)) => {
+            Err(SendError::Connect(cause)) => {
                 upstream.record(&slot, None, None);
                 let now = self.clock.now();
-                upstream.connect_failed(now);
+                upstream.connect_failed(now, &cause);
                 let wait = upstream.connect_backoff_remaining(now);
-                let message = format!("cannot connect to the upstream: {error}");
+                let message = format!("cannot connect to the upstream: {cause}");
+                if cause.is_lasting() {
+                    // A certificate or protocol mismatch fails the same way at once:
+                    // the client hears why now, and the backoff spares the upstream.
+                    let reason = Reason::UpstreamUnavailable;
+                    let answer = self.local(reason, Outcome::Error, &message, Some(wait));
+                    return Turn::Answer(with_cause(answer, &cause));
+                }
                 let outcome = attempt::Outcome::ConnectFailed { wait };
                 self.decide(policy, outcome, None, Cow::Owned(message))
             }
@@ -469,6 +492,14 @@ fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Names why no connection could be made, beside the reason every local answer has.
+fn with_cause(mut answer: Response<ProxyBody>, cause: &ConnectCause) -> Response<ProxyBody> {
+    if let Ok(value) = HeaderValue::try_from(cause.to_string()) {
+        answer.headers_mut().insert(CAUSE_HEADER, value);
+    }
+    answer
 }
 
 /// Counts an attempt in flight until dropped, also when the client goes away mid-way.

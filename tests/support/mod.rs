@@ -2,6 +2,8 @@
 //! easeoff started in-process on port 0, a client, and readers for /metrics and /status.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
