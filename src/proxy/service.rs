@@ -286,11 +286,7 @@ impl<'a> Ctx<'a> {
         };
         let Verdict::Throttle(_) = verdict else {
             let body = self.watch(slot, verdict, &parts.headers, body);
-            let outcome = if verdict == Verdict::Success {
-                Outcome::Success
-            } else {
-                Outcome::Error
-            };
+            let outcome = Outcome::of_status(parts.status.as_u16());
             upstream.metrics.request(outcome).inc();
             return Turn::Answer(Response::from_parts(parts, body));
         };
