@@ -25,7 +25,7 @@ use toml::de::DeTable;
 pub use kinds::{ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
-    ConnectBackoffSettings, QueueSettings, RetrySettings, RuntimeShape, ServerSettings,
+    AccessLog, ConnectBackoffSettings, QueueSettings, RetrySettings, RuntimeShape, ServerSettings,
     SigV4Settings, UpstreamSettings, UpstreamUrl,
 };
 

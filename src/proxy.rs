@@ -6,6 +6,7 @@
 //! bodies are `crate::transport`'s; decisions come from the pure modules through
 //! `upstream.rs`.
 
+mod access;
 mod listener;
 mod reply;
 mod service;

@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -52,6 +52,8 @@ pub struct Upstream {
     pub client: UpstreamClient,
     /// Re-signs every attempt when `[upstream.sigv4]` is set.
     pub signer: Option<Signer>,
+    /// Requests seen, for `access_log = "sample:N"`.
+    pub access_seen: AtomicU64,
 }
 
 /// One upstream's decisions and their state, without I/O: what the proxy and
@@ -121,6 +123,7 @@ impl Upstream {
             ),
             listen,
             client,
+            access_seen: AtomicU64::new(0),
         })
     }
 }

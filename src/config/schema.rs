@@ -13,6 +13,7 @@
 //! `effective.rs`. Then add the key, its default and its range to the README table.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -111,6 +112,8 @@ pub struct UpstreamSettings {
     pub client_cert: Option<PathBuf>,
     /// The private key (PEM) of `client_cert`.
     pub client_key: Option<PathBuf>,
+    /// Which requests get a line in the access log.
+    pub access_log: AccessLog,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -139,6 +142,7 @@ impl Default for UpstreamSettings {
             server_name: None,
             client_cert: None,
             client_key: None,
+            access_log: AccessLog::Off,
             sleeper: sleeper_defaults(Preset::None),
             throttle: throttle_defaults(),
             retry: RetrySettings::default(),
@@ -162,7 +166,44 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     server_name: TlsName,
     client_cert: CERT_FILE,
     client_key: KEY_FILE,
+    access_log: Parsed(parse_access_log),
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff);
+
+/// Which requests of an upstream get a line in the access log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLog {
+    Off,
+    Full,
+    /// One request in this many.
+    Sample(NonZeroU64),
+}
+
+impl std::fmt::Display for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AccessLog::Off => f.write_str("off"),
+            AccessLog::Full => f.write_str("full"),
+            AccessLog::Sample(n) => write!(f, "sample:{n}"),
+        }
+    }
+}
+
+/// `"off"`, `"full"` or `"sample:N"` (one request in N, N at least 1).
+pub fn parse_access_log(text: &str) -> Result<AccessLog, String> {
+    let sample = |n: &str| n.parse::<NonZeroU64>().ok().map(AccessLog::Sample);
+    match text {
+        "off" => Ok(AccessLog::Off),
+        "full" => Ok(AccessLog::Full),
+        _ => text
+            .strip_prefix("sample:")
+            .and_then(sample)
+            .ok_or_else(|| {
+                format!(
+                    "must be \"off\", \"full\" or \"sample:N\" (one request in N), got \"{text}\""
+                )
+            }),
+    }
+}
 
 /// The upstream's address, split the way forwarding needs it.
 #[derive(Clone, Debug, PartialEq)]

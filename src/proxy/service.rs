@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use prometheus::IntGauge;
 use tokio::time::Instant;
 
+use super::access::{self, Record};
 use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
 use crate::attempt::{self, Attempts, Next};
@@ -38,8 +39,23 @@ const SHED: &str = "too many requests waiting for this upstream; retry later";
 
 /// Serves one request for `upstream`; every path ends in a response.
 pub async fn handle(upstream: Arc<Upstream>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let mode = upstream.settings.access_log;
+    let line = access::wants(mode, &upstream.access_seen, req.method(), req.uri());
+    let record = Record::default();
+    let response = serve(&upstream, req, &record).await;
+    if let Some(line) = line {
+        access::write(upstream.name(), &line, &record, &response);
+    }
+    response
+}
+
+async fn serve(
+    upstream: &Arc<Upstream>,
+    req: Request<Incoming>,
+    record: &Record,
+) -> Response<ProxyBody> {
     let clock = upstream.clock();
-    let ctx = Ctx::new(&upstream, req.headers(), clock.now());
+    let ctx = Ctx::new(upstream, req.headers(), clock.now(), record);
     upstream.deposit(ctx.arrived);
     let (mut head, body) = req.into_parts();
     upstream.client.rewrite(&mut head);
@@ -111,10 +127,16 @@ struct Ctx<'a> {
     /// A gRPC client's own deadline, which bounds every wait, from arrival.
     grpc_timeout: Option<Duration>,
     watch_batch: bool,
+    record: &'a Record,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(upstream: &'a Arc<Upstream>, headers: &HeaderMap, arrived: Instant) -> Ctx<'a> {
+    fn new(
+        upstream: &'a Arc<Upstream>,
+        headers: &HeaderMap,
+        arrived: Instant,
+        record: &'a Record,
+    ) -> Ctx<'a> {
         let settings = &*upstream.settings;
         let dialect = Dialect {
             preset: settings.preset,
@@ -127,6 +149,7 @@ impl<'a> Ctx<'a> {
             dialect,
             grpc_timeout: dialect.grpc.then(|| hints::grpc_timeout(headers)).flatten(),
             watch_batch: settings.preset.is_aws() && is_batch(headers),
+            record,
         }
     }
 
@@ -188,9 +211,16 @@ impl<'a> Ctx<'a> {
         policy: &mut Attempts,
     ) -> Turn {
         let upstream = self.upstream;
+        let asked = self.clock.now();
         let slot = match upstream.acquire(wait_until).await {
-            Ok(slot) => slot,
+            Ok(slot) => {
+                let waited = slot.dispatched_at.saturating_duration_since(asked);
+                self.record.queued_for(waited);
+                slot
+            }
             Err(shed) => {
+                self.record
+                    .queued_for(self.clock.now().saturating_duration_since(asked));
                 let outcome = attempt::Outcome::Shed {
                     retry_after: shed.retry_after,
                 };
@@ -231,6 +261,7 @@ impl<'a> Ctx<'a> {
             .metrics
             .upstream_duration
             .observe(took.as_secs_f64());
+        self.record.sent(took);
         match sent {
             Ok(response) => self.answered(response, &slot, policy).await,
             Err(SendError::Connect(cause)) => {
@@ -287,7 +318,7 @@ impl<'a> Ctx<'a> {
         let Verdict::Throttle(_) = verdict else {
             let body = self.watch(slot, verdict, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
-            upstream.metrics.request(outcome).inc();
+            self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body));
         };
         let pushback = hints::retry_after(&parts.headers, self.clock.wall());
@@ -393,8 +424,14 @@ impl<'a> Ctx<'a> {
                 None,
             )
         });
-        self.upstream.metrics.request(Outcome::Throttled).inc();
+        self.count(Outcome::Throttled);
         answer
+    }
+
+    /// Counts the request's final outcome.
+    fn count(&self, outcome: Outcome) {
+        self.upstream.metrics.request(outcome).inc();
+        self.record.counted(outcome);
     }
 
     /// easeoff's own answer, counted.
@@ -406,7 +443,7 @@ impl<'a> Ctx<'a> {
         retry_after: Option<Duration>,
     ) -> Response<ProxyBody> {
         tracing::debug!(upstream = %self.upstream.name(), ?reason, message, "local answer");
-        self.upstream.metrics.request(outcome).inc();
+        self.count(outcome);
         reply(
             reason,
             self.dialect,
