@@ -22,6 +22,7 @@ use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
 use crate::hints::Quota;
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
+use crate::notice::Notice;
 use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::retry::RetryBudget;
 use crate::sigv4::Signer;
@@ -72,6 +73,10 @@ pub struct Control {
     connect_healthy: AtomicBool,
     /// Why the latest connection failed, for the answers the backoff turns away.
     connect_cause: Mutex<Option<ConnectCause>>,
+    /// One warning per 10 s about 401/403 answers.
+    auth_notice: Notice,
+    /// One line per second about shed requests.
+    shed_notice: Notice,
     observer: Option<Observer>,
 }
 
@@ -156,6 +161,8 @@ impl Control {
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
             connect_cause: Mutex::new(None),
+            auth_notice: Notice::every(Duration::from_secs(10)),
+            shed_notice: Notice::every(Duration::from_secs(1)),
             settings: Arc::new(settings),
             controller: Mutex::new(controller),
             observer,
@@ -243,6 +250,26 @@ impl Control {
             .unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
     }
 
+    /// The upstream answered 401 or 403: a warning, at most one per 10 s, with how
+    /// many such answers it stands for.
+    pub fn auth_failed(&self, status: u16) {
+        let at = self.clock.now().saturating_duration_since(self.origin);
+        if let Some(answers) = self.auth_notice.hit(at) {
+            tracing::warn!(upstream = %self.name(), status, answers, "the upstream refuses requests as unauthorised; check the credentials and its access policy");
+        }
+    }
+
+    /// A request was turned away: a line at most once a second, with how many sheds
+    /// it stands for.
+    pub fn shed_noticed(&self) {
+        let at = self.clock.now().saturating_duration_since(self.origin);
+        if let Some(shed) = self.shed_notice.hit(at) {
+            let interval_ms = self.pacer.interval().as_secs_f64() * 1e3;
+            let waiting = self.pacer.waiting();
+            tracing::info!(upstream = %self.name(), shed, waiting, interval_ms, "shedding requests");
+        }
+    }
+
     /// Why the latest connection attempt failed, if one has.
     pub fn connect_cause(&self) -> Option<ConnectCause> {
         self.connect_cause
@@ -278,6 +305,9 @@ impl Control {
         let reset = quota.reset_in(wall).min(max);
         if quota.remaining == 0 {
             self.metrics.throttle(Signal::RateLimit).inc();
+            if self.pacer.paused_until(now).is_none() {
+                tracing::info!(upstream = %self.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+            }
             self.pacer.pause_until(now + reset);
         } else {
             self.pacer
@@ -300,8 +330,11 @@ impl Control {
                 self.metrics.throttle(signal).inc();
                 let now = self.clock.now();
                 if let Some(delay) = pause {
-                    self.pacer
-                        .pause_until(now + delay.min(self.settings.sleeper.max_interval));
+                    let delay = delay.min(self.settings.sleeper.max_interval);
+                    if self.pacer.paused_until(now).is_none() {
+                        tracing::info!(upstream = %self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
+                    }
+                    self.pacer.pause_until(now + delay);
                 }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
@@ -374,9 +407,16 @@ impl Control {
     /// Hands the controller's interval to the pacer and the gauge.
     fn publish(&self, controller: &Controller<fastrand::Rng>) {
         let interval = controller.interval();
+        let before = self.pacer.interval();
+        let interval_ms = interval.as_secs_f64() * 1e3;
+        if before.is_zero() && !interval.is_zero() {
+            tracing::info!(upstream = %self.name(), interval_ms, "the upstream throttles; pacing requests");
+        } else if !before.is_zero() && interval.is_zero() {
+            tracing::info!(upstream = %self.name(), "throttling over; requests go at once");
+        }
         self.pacer.set_interval(interval, controller.epoch());
         self.metrics.interval.set(interval.as_secs_f64());
-        tracing::debug!(upstream = %self.name(), interval_ms = interval.as_secs_f64() * 1e3, "interval changed");
+        tracing::debug!(upstream = %self.name(), interval_ms, "interval changed");
     }
 
     fn lock(&self) -> MutexGuard<'_, Controller<fastrand::Rng>> {

@@ -28,6 +28,7 @@ async fn every_request_gets_a_json_line_with_what_happened_to_it() {
     let busy = upstream(|_| async { respond(429, &[], "") }).await;
     let once = throttles_first(1, || respond(429, &[], "")).await;
     let slow = upstream(|_| async { ok() }).await;
+    let denied = upstream(|_| async { respond(403, &[], "bad signature") }).await;
     let path = config_file(&config(&[
         ("ok", fine.addr, ""),
         ("throttled", busy.addr, "[upstream.retry]\nmax_attempts = 1"),
@@ -37,6 +38,7 @@ async fn every_request_gets_a_json_line_with_what_happened_to_it() {
             slow.addr,
             "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"10s\"\n[upstream.queue]\nmax_wait = \"1ms\"",
         ),
+        ("denied", denied.addr, ""),
     ]));
     let process = Process::start(&path);
     let query = "?secret=1";
@@ -50,6 +52,9 @@ async fn every_request_gets_a_json_line_with_what_happened_to_it() {
     assert_eq!(get(&process.url("retried")).await.status, 200);
     assert_eq!(get(&process.url("shed")).await.status, 200);
     assert_eq!(get(&process.url("shed")).await.status, 429);
+    for _ in 0..3 {
+        assert_eq!(get(&process.url("denied")).await.status, 403);
+    }
     let lines = || -> Vec<serde_json::Value> {
         let log = process.log.lock().unwrap();
         log.iter()
@@ -57,8 +62,8 @@ async fn every_request_gets_a_json_line_with_what_happened_to_it() {
             .cloned()
             .collect()
     };
-    wait_until(Duration::from_secs(5), "five access lines", || async {
-        lines().len() >= 5
+    wait_until(Duration::from_secs(5), "eight access lines", || async {
+        lines().len() >= 8
     })
     .await;
     let lines = lines();
@@ -87,6 +92,35 @@ async fn every_request_gets_a_json_line_with_what_happened_to_it() {
     assert_eq!(shed[1]["outcome"], "shed");
     assert_eq!(shed[1]["attempts"], 0);
     assert_eq!(shed[1]["reason"], "shed");
+    assert_eq!(of("denied").len(), 3);
+    assert!(of("denied").iter().all(|l| l["outcome"] == "client_error"));
+
+    // At the default level, one line per state change, not one per request.
+    let said = |message: &str, name: &str| -> Vec<serde_json::Value> {
+        let log = process.log.lock().unwrap();
+        log.iter()
+            .filter(|l| l["message"] == message && l["upstream"] == name)
+            .cloned()
+            .collect()
+    };
+    let auth = said(
+        "the upstream refuses requests as unauthorised; check the credentials and its access policy",
+        "denied",
+    );
+    assert_eq!(auth.len(), 1, "one warning for three 403s within 10 s");
+    assert_eq!(
+        (auth[0]["status"].as_u64(), auth[0]["answers"].as_u64()),
+        (Some(403), Some(1))
+    );
+    let pacing = said("the upstream throttles; pacing requests", "throttled");
+    assert_eq!(pacing.len(), 1);
+    assert!(pacing[0]["interval_ms"].as_f64().unwrap() > 0.0);
+    let shedding = said("shedding requests", "shed");
+    assert_eq!(shedding.len(), 1);
+    assert_eq!(shedding[0]["shed"], 1);
+    for line in auth.iter().chain(&pacing).chain(&shedding) {
+        eprintln!("{line}");
+    }
 }
 
 #[tokio::test]

@@ -219,6 +219,7 @@ impl<'a> Ctx<'a> {
                 slot
             }
             Err(shed) => {
+                upstream.shed_noticed();
                 self.record
                     .queued_for(self.clock.now().saturating_duration_since(asked));
                 let outcome = attempt::Outcome::Shed {
@@ -304,7 +305,11 @@ impl<'a> Ctx<'a> {
     ) -> Turn {
         let upstream = self.upstream;
         upstream.connected();
-        upstream.metrics.response(response.status().as_u16());
+        let status = response.status().as_u16();
+        upstream.metrics.response(status);
+        if matches!(status, 401 | 403) {
+            upstream.auth_failed(status);
+        }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         if let Some(quota) = hints::quota(&parts.headers) {
