@@ -22,10 +22,10 @@ use std::path::Path;
 
 use toml::de::DeTable;
 
-pub use kinds::ca_roots;
+pub use kinds::{ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
-    ConnectBackoffSettings, PoolSettings, QueueSettings, RetrySettings, RuntimeShape,
+    AccessLog, ConnectBackoffSettings, PoolSettings, QueueSettings, RetrySettings, RuntimeShape,
     ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
 };
 

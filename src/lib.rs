@@ -51,6 +51,7 @@ pub mod hints;
 pub mod load;
 pub mod metrics;
 pub mod mock_upstream;
+pub mod notice;
 pub mod pacer;
 pub mod plot;
 pub mod probe;

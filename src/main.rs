@@ -409,8 +409,10 @@ fn init_logging(cli: &Cli, default_level: &str) {
         Some(format) => format == LogFormat::Json,
         None => !std::io::stderr().is_terminal(),
     };
+    // Colour codes only for a person at a terminal, never into a file or a collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if json {
         builder.json().flatten_event(true).init();

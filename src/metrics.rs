@@ -24,11 +24,15 @@ use crate::throttle::Signal;
 /// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// The upstream answered and it was not a throttle (any status below 500).
+    /// The upstream answered 1xx, 2xx or 3xx, not a throttle.
     Success,
     /// The upstream's throttle reached the client.
     Throttled,
-    /// No answer (connection failed or broke) or a 5xx.
+    /// The upstream answered 4xx, not a throttle: a bad request, signature or role.
+    ClientError,
+    /// The upstream answered 5xx, not a throttle.
+    UpstreamError,
+    /// No answer: the connection failed or broke, or easeoff could not send the request.
     Error,
     /// easeoff answered at once instead of queueing.
     Shed,
@@ -38,19 +42,32 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Success,
         Outcome::Throttled,
+        Outcome::ClientError,
+        Outcome::UpstreamError,
         Outcome::Error,
         Outcome::Shed,
         Outcome::Timeout,
     ];
+
+    /// The outcome of an upstream answer with `status` that is not a throttle.
+    pub fn of_status(status: u16) -> Outcome {
+        match status {
+            400..=499 => Outcome::ClientError,
+            500.. => Outcome::UpstreamError,
+            _ => Outcome::Success,
+        }
+    }
 
     /// The metric label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",
             Outcome::Throttled => "throttled",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamError => "upstream_error",
             Outcome::Error => "error",
             Outcome::Shed => "shed",
             Outcome::Timeout => "timeout",

@@ -7,6 +7,7 @@
 //! and bodies are `crate::transport`'s; decisions come from the pure modules through
 //! `upstream.rs`.
 
+mod access;
 mod connection;
 mod idle;
 mod listener;

@@ -26,6 +26,7 @@ use crate::mock_upstream::{AutoScale, Bucket};
 use crate::pacer::Slot;
 use crate::plot::{self, CapacityStep, Point};
 use crate::throttle::{Signal, Verdict};
+use crate::transport::ConnectCause;
 use crate::upstream::Control;
 
 /// How the upstream's capacity changes over the run.
@@ -420,7 +421,7 @@ fn observe(upstream: &Control, slot: &Slot, answer: Answer) -> Option<attempt::O
         Answer::Unreachable => {
             upstream.record(slot, None, None);
             let now = upstream.clock().now();
-            upstream.connect_failed(now);
+            upstream.connect_failed(now, &ConnectCause::Refused);
             let wait = upstream.connect_backoff_remaining(now);
             Some(attempt::Outcome::ConnectFailed { wait })
         }

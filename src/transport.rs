@@ -3,9 +3,12 @@
 //! retries or verdicts; `upstream`, `sigv4` and `proxy` build on it.
 
 mod body;
+mod cause;
 mod client;
 mod headers;
+mod verifier;
 
 pub use body::{ProxyBody, WatchFrames, discard, expects_continue, read_error_body, read_up_to};
+pub use cause::ConnectCause;
 pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
 pub use headers::strip_hop_by_hop;

@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -22,13 +22,14 @@ use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
 use crate::hints::Quota;
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
+use crate::notice::Notice;
 use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::retry::RetryBudget;
 use crate::shed::Spread;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Preset, Signal, Verdict};
-use crate::transport::{ClientError, UpstreamClient};
+use crate::transport::{ClientError, ConnectCause, UpstreamClient};
 
 /// One attempt as observers see it (the demo's plot, traces).
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +54,8 @@ pub struct Upstream {
     pub client: UpstreamClient,
     /// Re-signs every attempt when `[upstream.sigv4]` is set.
     pub signer: Option<Signer>,
+    /// Requests seen, for `access_log = "sample:N"`.
+    pub access_seen: AtomicU64,
 }
 
 /// One upstream's decisions and their state, without I/O: what the proxy and
@@ -71,6 +74,12 @@ pub struct Control {
     connect: Mutex<(ConnectBackoff, fastrand::Rng)>,
     /// No connection backoff in force: the fast path skips the lock.
     connect_healthy: AtomicBool,
+    /// Why the latest connection failed, for the answers the backoff turns away.
+    connect_cause: Mutex<Option<ConnectCause>>,
+    /// One warning per 10 s about 401/403 answers.
+    auth_notice: Notice,
+    /// One line per second about shed requests.
+    shed_notice: Notice,
     observer: Option<Observer>,
 }
 
@@ -122,6 +131,7 @@ impl Upstream {
             ),
             listen,
             client,
+            access_seen: AtomicU64::new(0),
         })
     }
 }
@@ -167,6 +177,9 @@ impl Control {
             clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
+            connect_cause: Mutex::new(None),
+            auth_notice: Notice::every(Duration::from_secs(10)),
+            shed_notice: Notice::every(Duration::from_secs(1)),
             settings: Arc::new(settings),
             controller: Mutex::new(controller),
             observer,
@@ -249,15 +262,48 @@ impl Control {
         self.lock_connect().0.admit(now.into_std())
     }
 
-    /// A connection could not be made: starts or steps the backoff.
-    pub fn connect_failed(&self, now: Instant) {
+    /// A connection could not be made for `cause`: starts or steps the backoff.
+    pub fn connect_failed(&self, now: Instant, cause: &ConnectCause) {
         self.metrics.connect_failures.inc();
         let mut guard = self.lock_connect();
         let (backoff, rng) = &mut *guard;
         if let Some(wait) = backoff.on_failure(now.into_std(), rng) {
             self.connect_healthy.store(false, Ordering::Relaxed);
-            tracing::warn!(upstream = %self.name(), backoff_ms = wait.as_millis() as u64, "cannot connect; backing off");
+            tracing::warn!(upstream = %self.name(), %cause, backoff_ms = wait.as_millis() as u64, "cannot connect; backing off");
         }
+        drop(guard);
+        *self
+            .connect_cause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
+    }
+
+    /// The upstream answered 401 or 403: a warning, at most one per 10 s, with how
+    /// many such answers it stands for.
+    pub fn auth_failed(&self, status: u16) {
+        let at = self.clock.now().saturating_duration_since(self.origin);
+        if let Some(answers) = self.auth_notice.hit(at) {
+            tracing::warn!(upstream = %self.name(), status, answers, "the upstream refuses requests as unauthorised; check the credentials and its access policy");
+        }
+    }
+
+    /// A request was turned away: a line at most once a second, with how many sheds
+    /// it stands for.
+    pub fn shed_noticed(&self) {
+        let at = self.clock.now().saturating_duration_since(self.origin);
+        if let Some(shed) = self.shed_notice.hit(at) {
+            let interval_ms = self.pacer.interval().as_secs_f64() * 1e3;
+            let waiting = self.pacer.waiting();
+            tracing::info!(upstream = %self.name(), shed, waiting, interval_ms, "shedding requests");
+        }
+    }
+
+    /// Why the latest connection attempt failed, if one has.
+    pub fn connect_cause(&self) -> Option<ConnectCause> {
+        self.connect_cause
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The upstream answered: ends any backoff.
@@ -287,6 +333,9 @@ impl Control {
         let reset = quota.reset_in(wall).min(max);
         if quota.remaining == 0 {
             self.metrics.throttle(Signal::RateLimit).inc();
+            if self.pacer.paused_until(now).is_none() {
+                tracing::info!(upstream = %self.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+            }
             self.pacer.pause_until(now + reset);
         } else {
             self.pacer
@@ -309,8 +358,11 @@ impl Control {
                 self.metrics.throttle(signal).inc();
                 let now = self.clock.now();
                 if let Some(delay) = pause {
-                    self.pacer
-                        .pause_until(now + delay.min(self.settings.sleeper.max_interval));
+                    let delay = delay.min(self.settings.sleeper.max_interval);
+                    if self.pacer.paused_until(now).is_none() {
+                        tracing::info!(upstream = %self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
+                    }
+                    self.pacer.pause_until(now + delay);
                 }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
@@ -383,9 +435,16 @@ impl Control {
     /// Hands the controller's interval to the pacer and the gauge.
     fn publish(&self, controller: &Controller<fastrand::Rng>) {
         let interval = controller.interval();
+        let before = self.pacer.interval();
+        let interval_ms = interval.as_secs_f64() * 1e3;
+        if before.is_zero() && !interval.is_zero() {
+            tracing::info!(upstream = %self.name(), interval_ms, "the upstream throttles; pacing requests");
+        } else if !before.is_zero() && interval.is_zero() {
+            tracing::info!(upstream = %self.name(), "throttling over; requests go at once");
+        }
         self.pacer.set_interval(interval, controller.epoch());
         self.metrics.interval.set(interval.as_secs_f64());
-        tracing::debug!(upstream = %self.name(), interval_ms = interval.as_secs_f64() * 1e3, "interval changed");
+        tracing::debug!(upstream = %self.name(), interval_ms, "interval changed");
     }
 
     fn lock(&self) -> MutexGuard<'_, Controller<fastrand::Rng>> {

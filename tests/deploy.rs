@@ -408,3 +408,44 @@ fn the_dashboard_works_when_provisioned() {
         }
     }
 }
+
+#[test]
+fn the_dashboard_tells_pods_apart_and_shows_the_mock_only_where_it_runs() {
+    let dashboard: Value = serde_json::from_str(&read(DASHBOARD)).unwrap();
+    let variables = dashboard["templating"]["list"].as_array().unwrap();
+    for name in ["namespace", "instance"] {
+        let variable = variables.iter().find(|v| v["name"] == name);
+        assert_eq!(variable.unwrap()["includeAll"], true, "{name}");
+    }
+    let panels = dashboard["panels"].as_array().unwrap();
+    let mut exprs = Vec::new();
+    queries(&dashboard, &mut exprs);
+    for expr in exprs
+        .iter()
+        .filter(|e| e.contains("upstream=~\"$upstream\""))
+    {
+        assert!(
+            expr.contains("instance=~\"$instance\""),
+            "{expr} ignores the pod"
+        );
+    }
+    let top = panels.iter().find(|p| p["id"] == 2).unwrap();
+    assert!(
+        top["targets"][0]["expr"]
+            .as_str()
+            .unwrap()
+            .contains("topk(1")
+    );
+    let mock = panels
+        .iter()
+        .find(|p| p["type"] == "row" && p["repeat"] == "mock")
+        .expect("a mock row repeated per scraped mock");
+    assert_eq!(mock["collapsed"], true);
+    assert!(
+        panels
+            .iter()
+            .filter(|p| p["type"] != "row")
+            .all(|p| !p["targets"].to_string().contains("mock_")),
+        "mock panels live only inside the mock row"
+    );
+}

@@ -124,7 +124,9 @@ async fn a_validation_exception_passes_through_byte_for_byte_and_does_not_raise(
         metric(a, "easeoff_interval_increases_total{upstream=\"up\"}").await,
         0.0
     );
-    assert_eq!(requests(a, "success").await, 1.0);
+    // A 4xx the client has to fix: counted as such, not as goodput.
+    assert_eq!(requests(a, "client_error").await, 1.0);
+    assert_eq!(requests(a, "success").await, 0.0);
 }
 
 #[tokio::test]

@@ -134,7 +134,25 @@ async fn server_errors_pass_through_and_leave_the_sleeper_alone() {
     );
     assert!(!answer.headers.contains_key("x-easeoff-reason"));
     assert_eq!(interval_ms(proxy.admin).await, 0.0);
-    assert_eq!(requests(proxy.admin, "error").await, 1.0);
+    assert_eq!(requests(proxy.admin, "upstream_error").await, 1.0);
+    assert_eq!(requests(proxy.admin, "error").await, 0.0);
+}
+
+#[tokio::test]
+async fn an_upstream_403_is_a_client_error_not_a_success() {
+    let up = upstream(|_| async { respond(403, &[], "bad signature") }).await;
+    let proxy = proxy(up.addr, "").await;
+    let answer = get(&format!("http://{}/", proxy.addr)).await;
+    assert_eq!(answer.status, 403);
+    let a = proxy.admin;
+    assert_eq!(requests(a, "client_error").await, 1.0);
+    assert_eq!(requests(a, "success").await, 0.0);
+    let text = metrics(a).await;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("easeoff_requests_total") && l.contains("client_error"))
+        .unwrap();
+    eprintln!("{line}");
 }
 
 #[tokio::test]

@@ -9,8 +9,9 @@ use std::time::Duration;
 use http::HeaderName;
 use http::uri::{Scheme, Uri};
 use rustls::RootCertStore;
-use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::sign::CertifiedKey;
 use toml::Spanned;
 
 use super::keys::{Bounds, Kind, quote, strings};
@@ -52,19 +53,41 @@ impl Kind<String> for Name {
     }
 }
 
-/// A PEM file of extra trusted CA certificates, loaded as the upstream client loads it.
-pub struct CaFile;
+/// A PEM file, loaded at `check` exactly as the upstream client loads it.
+pub struct PemFile {
+    /// What the file holds, for the message: "CA certificates".
+    what: &'static str,
+    load: fn(&Path) -> Result<(), String>,
+}
 
-impl Kind<Option<PathBuf>> for CaFile {
+/// `ca_file`: extra trusted CA certificates.
+pub const CA_FILE: PemFile = PemFile {
+    what: "CA certificates",
+    load: |path| ca_roots(path).map(drop),
+};
+
+/// `client_cert`: the client certificate chain for mutual TLS.
+pub const CERT_FILE: PemFile = PemFile {
+    what: "a client certificate",
+    load: |path| cert_chain(path).map(drop),
+};
+
+/// `client_key`: the private key of `client_cert`.
+pub const KEY_FILE: PemFile = PemFile {
+    what: "a private key",
+    load: |path| private_key(path).map(drop),
+};
+
+impl Kind<Option<PathBuf>> for PemFile {
     fn read(
         &self,
         t: &mut TableReader<'_, '_>,
         key: &'static str,
     ) -> Option<Spanned<Option<PathBuf>>> {
         let path = t.parsed(key, |path| {
-            ca_roots(Path::new(path))
+            (self.load)(Path::new(path))
                 .map(|_| PathBuf::from(path))
-                .map_err(|e| format!("cannot load CA certificates from \"{path}\": {e}"))
+                .map_err(|e| format!("cannot load {} from \"{path}\": {e}", self.what))
         })?;
         let span = path.span();
         Some(Spanned::new(span, Some(path.into_inner())))
@@ -75,16 +98,33 @@ impl Kind<Option<PathBuf>> for CaFile {
     }
 }
 
+/// `server_name`: a DNS name or IP address for SNI and the certificate check.
+pub struct TlsName;
+
+impl Kind<Option<String>> for TlsName {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Option<String>>> {
+        let name = t.parsed(key, |name| {
+            ServerName::try_from(name)
+                .map(|_| name.to_string())
+                .map_err(|_| format!("must be a DNS name or an IP address, got \"{name}\""))
+        })?;
+        let span = name.span();
+        Some(Spanned::new(span, Some(name.into_inner())))
+    }
+
+    fn show(&self, value: &Option<String>) -> Option<String> {
+        value.as_deref().map(quote)
+    }
+}
+
 /// The certificates of a `ca_file` as trust roots; the error says why the file cannot
 /// serve as one (unreadable, not PEM, no certificate, a certificate that does not parse).
 pub fn ca_roots(path: &Path) -> Result<RootCertStore, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| e.to_string())?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    if certs.is_empty() {
-        return Err("no PEM certificates in the file".into());
-    }
+    let certs = cert_chain(path)?;
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots.add(cert).map_err(|e| match e {
@@ -95,6 +135,45 @@ pub fn ca_roots(path: &Path) -> Result<RootCertStore, String> {
         })?;
     }
     Ok(roots)
+}
+
+/// The PEM certificates in `path`, at least one.
+fn cert_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificates in the file".into());
+    }
+    Ok(certs)
+}
+
+/// The first PEM private key (PKCS#8, PKCS#1 or SEC1) in `path`.
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key in the file".into(),
+        e => e.to_string(),
+    })
+}
+
+/// A client certificate chain and its key, checked to belong together, as the upstream
+/// client presents them for mutual TLS.
+pub fn client_identity(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let what = |e: String, file: &Path| format!("cannot load \"{}\": {e}", file.display());
+    let chain = cert_chain(cert).map_err(|e| what(e, cert))?;
+    let private = private_key(key).map_err(|e| what(e, key))?;
+    let provider = rustls::crypto::ring::default_provider();
+    CertifiedKey::from_der(chain.clone(), private.clone_key(), &provider).map_err(|e| {
+        format!(
+            "does not belong to client_cert \"{}\" ({e})",
+            cert.display()
+        )
+    })?;
+    Ok((chain, private))
 }
 
 /// `"auto"` or a duration within `.0`.

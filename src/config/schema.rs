@@ -13,6 +13,7 @@
 //! `effective.rs`. Then add the key, its default and its range to the README table.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use http::uri::{Authority, Scheme};
 
 use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
 use super::kinds::{
-    CaFile, HeaderRules, InitialInterval, Name, Needles, Statuses, parse_socket_addr, parse_url,
+    CA_FILE, CERT_FILE, HeaderRules, InitialInterval, KEY_FILE, Name, Needles, Statuses, TlsName,
+    parse_socket_addr, parse_url,
 };
 use crate::sleeper::{self, Initial, Mode, Strategy};
 use crate::throttle::{Preset, Rules};
@@ -142,6 +144,14 @@ pub struct UpstreamSettings {
     pub request_timeout: Duration,
     /// Extra trusted CA certificates (PEM) for an https upstream.
     pub ca_file: Option<PathBuf>,
+    /// The name sent in SNI and checked against the certificate, instead of the url's host.
+    pub server_name: Option<String>,
+    /// A client certificate chain (PEM) for upstreams that require mutual TLS.
+    pub client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `client_cert`.
+    pub client_key: Option<PathBuf>,
+    /// Which requests get a line in the access log.
+    pub access_log: AccessLog,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -168,6 +178,10 @@ impl Default for UpstreamSettings {
             connect_timeout: Duration::from_secs(20),
             request_timeout: Duration::from_secs(60),
             ca_file: None,
+            server_name: None,
+            client_cert: None,
+            client_key: None,
+            access_log: AccessLog::Off,
             sleeper: sleeper_defaults(Preset::None),
             throttle: throttle_defaults(),
             retry: RetrySettings::default(),
@@ -188,8 +202,48 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     preserve_host: Plain,
     connect_timeout: SOME_TIME,
     request_timeout: SOME_TIME,
-    ca_file: CaFile,
+    ca_file: CA_FILE,
+    server_name: TlsName,
+    client_cert: CERT_FILE,
+    client_key: KEY_FILE,
+    access_log: Parsed(parse_access_log),
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool);
+
+/// Which requests of an upstream get a line in the access log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLog {
+    Off,
+    Full,
+    /// One request in this many.
+    Sample(NonZeroU64),
+}
+
+impl std::fmt::Display for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AccessLog::Off => f.write_str("off"),
+            AccessLog::Full => f.write_str("full"),
+            AccessLog::Sample(n) => write!(f, "sample:{n}"),
+        }
+    }
+}
+
+/// `"off"`, `"full"` or `"sample:N"` (one request in N, N at least 1).
+pub fn parse_access_log(text: &str) -> Result<AccessLog, String> {
+    let sample = |n: &str| n.parse::<NonZeroU64>().ok().map(AccessLog::Sample);
+    match text {
+        "off" => Ok(AccessLog::Off),
+        "full" => Ok(AccessLog::Full),
+        _ => text
+            .strip_prefix("sample:")
+            .and_then(sample)
+            .ok_or_else(|| {
+                format!(
+                    "must be \"off\", \"full\" or \"sample:N\" (one request in N), got \"{text}\""
+                )
+            }),
+    }
+}
 
 /// The upstream's address, split the way forwarding needs it.
 #[derive(Clone, Debug, PartialEq)]

@@ -33,6 +33,7 @@ pub fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
 pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     let mut u = UpstreamSettings::default();
     let set = read_keys(&mut t, &UPSTREAM, &mut u);
+    validate::client_identity(&t, &u, &set);
     let preset = u.preset;
     u.sleeper = read_section(
         t.table("sleeper"),

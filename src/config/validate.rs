@@ -57,6 +57,29 @@ pub fn sleeper(t: &TableReader<'_, '_>, s: &sleeper::Settings, set: &Set) {
     }
 }
 
+/// `client_cert` and `client_key` come together, and the key is the certificate's, as
+/// the upstream client checks when it loads them.
+pub fn client_identity(t: &TableReader<'_, '_>, u: &UpstreamSettings, set: &Set) {
+    match (&u.client_cert, &u.client_key) {
+        (Some(_), None) if !set.has("client_key") => t.error(
+            set.span("client_cert"),
+            "client_cert",
+            "needs client_key, the certificate's private key (PEM)",
+        ),
+        (None, Some(_)) if !set.has("client_cert") => t.error(
+            set.span("client_key"),
+            "client_key",
+            "needs client_cert, the certificate chain (PEM) it belongs to",
+        ),
+        (Some(cert), Some(key)) => {
+            if let Err(e) = super::kinds::client_identity(cert, key) {
+                t.error(set.span("client_key"), "client_key", e);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The backoff's ceiling is not below its first wait.
 pub fn connect_backoff(t: &TableReader<'_, '_>, b: &mut ConnectBackoffSettings, set: &Set) {
     if b.initial > b.max {

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use hyper::body::Incoming;
 use prometheus::IntGauge;
 use tokio::time::Instant;
 
+use super::access::{self, Record};
 use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
 use crate::attempt::{self, Attempts, Next};
@@ -27,9 +28,13 @@ use crate::pacer::{ShedReason, Slot};
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::transport::{
-    ProxyBody, SendError, discard, expects_continue, read_error_body, read_up_to, strip_hop_by_hop,
+    ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body, read_up_to,
+    strip_hop_by_hop,
 };
 use crate::upstream::Upstream;
+
+/// The header that says why a connection failed (`tls: unknown issuer`).
+pub const CAUSE_HEADER: &str = "x-easeoff-cause";
 
 /// What a shed client is told, by reason.
 fn shed_message(reason: ShedReason) -> &'static str {
@@ -62,8 +67,24 @@ pub async fn handle(
     req: Request<Incoming>,
     body_idle: Duration,
 ) -> Response<ProxyBody> {
+    let mode = upstream.settings.access_log;
+    let line = access::wants(mode, &upstream.access_seen, req.method(), req.uri());
+    let record = Record::default();
+    let response = serve(&upstream, req, body_idle, &record).await;
+    if let Some(line) = line {
+        access::write(upstream.name(), &line, &record, &response);
+    }
+    response
+}
+
+async fn serve(
+    upstream: &Arc<Upstream>,
+    req: Request<Incoming>,
+    body_idle: Duration,
+    record: &Record,
+) -> Response<ProxyBody> {
     let clock = upstream.clock();
-    let ctx = Ctx::new(&upstream, req.headers(), clock.now());
+    let ctx = Ctx::new(upstream, req.headers(), clock.now(), record);
     upstream.deposit(ctx.arrived);
     let (mut head, body) = req.into_parts();
     upstream.client.rewrite(&mut head);
@@ -117,7 +138,11 @@ pub async fn handle(
             }
             Next::Unreachable { retry_after, .. } => {
                 let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
-                return ctx.local(reason, outcome, &message, Some(retry_after));
+                let answer = ctx.local(reason, outcome, &message, Some(retry_after));
+                return match upstream.connect_cause() {
+                    Some(cause) => with_cause(answer, &cause),
+                    None => answer,
+                };
             }
         }
     }
@@ -141,10 +166,16 @@ struct Ctx<'a> {
     /// A gRPC client's own deadline, which bounds every wait, from arrival.
     grpc_timeout: Option<Duration>,
     watch_batch: bool,
+    record: &'a Record,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(upstream: &'a Arc<Upstream>, headers: &HeaderMap, arrived: Instant) -> Ctx<'a> {
+    fn new(
+        upstream: &'a Arc<Upstream>,
+        headers: &HeaderMap,
+        arrived: Instant,
+        record: &'a Record,
+    ) -> Ctx<'a> {
         let settings = &*upstream.settings;
         let dialect = Dialect {
             preset: settings.preset,
@@ -157,6 +188,7 @@ impl<'a> Ctx<'a> {
             dialect,
             grpc_timeout: dialect.grpc.then(|| hints::grpc_timeout(headers)).flatten(),
             watch_batch: settings.preset.is_aws() && is_batch(headers),
+            record,
         }
     }
 
@@ -221,10 +253,18 @@ impl<'a> Ctx<'a> {
         policy: &mut Attempts,
     ) -> Turn {
         let upstream = self.upstream;
+        let asked = self.clock.now();
         let slot = match upstream.acquire(wait_until).await {
-            Ok(slot) => slot,
+            Ok(slot) => {
+                let waited = slot.dispatched_at.saturating_duration_since(asked);
+                self.record.queued_for(waited);
+                slot
+            }
             Err(shed) => {
                 discard_request(request);
+                upstream.shed_noticed();
+                self.record
+                    .queued_for(self.clock.now().saturating_duration_since(asked));
                 let outcome = attempt::Outcome::Shed {
                     retry_after: shed.retry_after,
                 };
@@ -235,9 +275,16 @@ impl<'a> Ctx<'a> {
         };
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
             discard_request(request);
-            let message = "the upstream cannot be reached; connection backoff in force";
+            let message = match upstream.connect_cause() {
+                Some(cause) => Cow::Owned(format!(
+                    "the upstream cannot be reached ({cause}); connection backoff in force"
+                )),
+                None => {
+                    Cow::Borrowed("the upstream cannot be reached; connection backoff in force")
+                }
+            };
             let outcome = attempt::Outcome::BackoffClosed { wait };
-            return self.decide(policy, outcome, None, Cow::Borrowed(message));
+            return self.decide(policy, outcome, None, message);
         }
         // Signed at dispatch: a retry minutes later needs a signature of its own.
         let mut request = request;
@@ -261,14 +308,22 @@ impl<'a> Ctx<'a> {
             .metrics
             .upstream_duration
             .observe(took.as_secs_f64());
+        self.record.sent(took);
         match sent {
             Ok(response) => self.answered(response, &slot, policy).await,
-            Err(SendError::Connect(error)) => {
+            Err(SendError::Connect(cause)) => {
                 upstream.record(&slot, None, None);
                 let now = self.clock.now();
-                upstream.connect_failed(now);
+                upstream.connect_failed(now, &cause);
                 let wait = upstream.connect_backoff_remaining(now);
-                let message = format!("cannot connect to the upstream: {error}");
+                let message = format!("cannot connect to the upstream: {cause}");
+                if cause.is_lasting() {
+                    // A certificate or protocol mismatch fails the same way at once:
+                    // the client hears why now, and the backoff spares the upstream.
+                    let reason = Reason::UpstreamUnavailable;
+                    let answer = self.local(reason, Outcome::Error, &message, Some(wait));
+                    return Turn::Answer(with_cause(answer, &cause));
+                }
                 let outcome = attempt::Outcome::ConnectFailed { wait };
                 self.decide(policy, outcome, None, Cow::Owned(message))
             }
@@ -296,7 +351,11 @@ impl<'a> Ctx<'a> {
     ) -> Turn {
         let upstream = self.upstream;
         upstream.connected();
-        upstream.metrics.response(response.status().as_u16());
+        let status = response.status().as_u16();
+        upstream.metrics.response(status);
+        if matches!(status, 401 | 403) {
+            upstream.auth_failed(status);
+        }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         if let Some(quota) = hints::quota(&parts.headers) {
@@ -309,12 +368,8 @@ impl<'a> Ctx<'a> {
         };
         let Verdict::Throttle(_) = verdict else {
             let body = self.watch(slot, verdict, &parts.headers, body);
-            let outcome = if verdict == Verdict::Success {
-                Outcome::Success
-            } else {
-                Outcome::Error
-            };
-            upstream.metrics.request(outcome).inc();
+            let outcome = Outcome::of_status(parts.status.as_u16());
+            self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body));
         };
         let pushback = hints::retry_after(&parts.headers, self.clock.wall());
@@ -420,7 +475,7 @@ impl<'a> Ctx<'a> {
                 None,
             )
         });
-        self.upstream.metrics.request(Outcome::Throttled).inc();
+        self.count(Outcome::Throttled);
         answer
     }
 
@@ -435,6 +490,12 @@ impl<'a> Ctx<'a> {
         )
     }
 
+    /// Counts the request's final outcome.
+    fn count(&self, outcome: Outcome) {
+        self.upstream.metrics.request(outcome).inc();
+        self.record.counted(outcome);
+    }
+
     /// easeoff's own answer, counted.
     fn local(
         &self,
@@ -444,7 +505,7 @@ impl<'a> Ctx<'a> {
         retry_after: Option<Duration>,
     ) -> Response<ProxyBody> {
         tracing::debug!(upstream = %self.upstream.name(), ?reason, message, "local answer");
-        self.upstream.metrics.request(outcome).inc();
+        self.count(outcome);
         reply(
             reason,
             self.dialect,
@@ -526,6 +587,14 @@ fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Names why no connection could be made, beside the reason every local answer has.
+fn with_cause(mut answer: Response<ProxyBody>, cause: &ConnectCause) -> Response<ProxyBody> {
+    if let Ok(value) = HeaderValue::try_from(cause.to_string()) {
+        answer.headers_mut().insert(CAUSE_HEADER, value);
+    }
+    answer
 }
 
 /// Counts an attempt in flight until dropped, also when the client goes away mid-way.

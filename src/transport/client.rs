@@ -9,14 +9,17 @@ use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
 use http::{HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::RootCertStore;
+use rustls::pki_types::ServerName;
 
 use super::body::ProxyBody;
+use super::cause::ConnectCause;
 use super::headers::strip_hop_by_hop;
+use super::verifier::Verifier;
 use crate::config::{self, UpstreamSettings};
 use crate::throttle::Preset;
 
@@ -29,6 +32,10 @@ pub enum ClientError {
     NoRoots,
     #[error("tls setup: {0}")]
     Tls(#[from] rustls::Error),
+    #[error("client_key: {0}")]
+    ClientIdentity(String),
+    #[error("invalid server_name \"{0}\"")]
+    ServerName(String),
 }
 
 /// Why an attempt got no response.
@@ -37,7 +44,7 @@ pub enum SendError {
     #[error("no response within {0:?}")]
     Timeout(Duration),
     #[error("cannot connect: {0}")]
-    Connect(hyper_util::client::legacy::Error),
+    Connect(ConnectCause),
     #[error("{0}")]
     Failed(hyper_util::client::legacy::Error),
 }
@@ -75,6 +82,8 @@ pub struct UpstreamClient {
     preserve_host: bool,
     version: Version,
     request_timeout: Duration,
+    /// The name the upstream's certificate is checked against, for error messages.
+    server_name: String,
 }
 
 impl UpstreamClient {
@@ -90,15 +99,41 @@ impl UpstreamClient {
         http.set_connect_timeout(Some(connect_timeout));
         http.set_keepalive(Some(Duration::from_secs(60)));
 
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots(settings)?)
-        .with_no_client_auth();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = roots(settings)?;
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()?;
+        // A plain-http upstream has no roots, and never checks a certificate.
+        let tls = if roots.is_empty() {
+            tls.with_root_certificates(roots)
+        } else {
+            let verifier = Verifier::new(roots, provider)?;
+            tls.dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+        };
+        let tls = match (&settings.client_cert, &settings.client_key) {
+            (Some(cert), Some(key)) => {
+                let (chain, key) =
+                    config::client_identity(cert, key).map_err(ClientError::ClientIdentity)?;
+                tls.with_client_auth_cert(chain, key)?
+            }
+            _ => tls.with_no_client_auth(),
+        };
+        let server_name = match &settings.server_name {
+            Some(name) => name.clone(),
+            None => settings.url.authority.host().to_string(),
+        };
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http();
+        let https = match &settings.server_name {
+            Some(name) => {
+                let name = ServerName::try_from(name.clone())
+                    .map_err(|_| ClientError::ServerName(name.clone()))?;
+                https.with_server_name_resolver(FixedServerNameResolver::new(name))
+            }
+            None => https,
+        };
         // gRPC needs HTTP/2: h2 by ALPN over TLS, prior knowledge over plain http.
         let grpc = settings.preset == Preset::Grpc;
         let connector = if grpc {
@@ -136,6 +171,7 @@ impl UpstreamClient {
                 Version::HTTP_11
             },
             request_timeout: settings.request_timeout,
+            server_name,
         })
     }
 
@@ -171,8 +207,13 @@ impl UpstreamClient {
         match tokio::time::timeout(self.request_timeout, self.pool().request(req)).await {
             Err(_) => Err(SendError::Timeout(self.request_timeout)),
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(e)),
-            Ok(Err(e)) => Err(SendError::Failed(e)),
+            Ok(Err(e)) if e.is_connect() => {
+                Err(SendError::Connect(ConnectCause::of(&e, &self.server_name)))
+            }
+            Ok(Err(e)) => match ConnectCause::tls_in(&e, &self.server_name) {
+                Some(cause) => Err(SendError::Connect(cause)),
+                None => Err(SendError::Failed(e)),
+            },
         }
     }
 
