@@ -102,14 +102,9 @@ mod tests {
     use super::*;
     use crate::sleeper::testing::Script;
 
+    /// gRPC's connection backoff parameters, which are also the config's defaults.
     fn grpc_defaults() -> ConnectBackoffSettings {
-        ConnectBackoffSettings {
-            initial: Duration::from_secs(1),
-            multiplier: 1.6,
-            jitter: 0.2,
-            max: Duration::from_secs(120),
-            min_connect_timeout: Duration::from_secs(20),
-        }
+        ConnectBackoffSettings::default()
     }
 
     /// Probes as often as the backoff allows against an upstream that stays down;

@@ -154,7 +154,7 @@ per_upstream! {
     pub pause: Gauge = "easeoff_upstream_pause_seconds",
         "Remaining pause requested by the upstream (Retry-After, RateLimit).";
     requests: By<Outcome> = "easeoff_requests_total",
-        "Client requests by final outcome: success, throttled, error, shed, timeout.";
+        "Client requests by final outcome: success (1xx-3xx), throttled, client_error (a 4xx that is not a throttle), upstream_error (a 5xx that is not a throttle), error (no answer), shed, timeout.";
     responses: Responses = "easeoff_upstream_responses_total",
         "Upstream attempts that got an answer, by HTTP status.";
     throttles: By<Signal> = "easeoff_throttles_total",
