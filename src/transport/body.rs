@@ -192,7 +192,7 @@ pub const LINGER_TIME: Duration = Duration::from_secs(5);
 /// did not need. Dropping the body makes hyper stop reading and close the connection
 /// with data unread, which the kernel answers with a reset: a client still writing
 /// sees EPIPE, never the answer. So the rest is read and discarded in the background
-/// up to [`LINGER_BYTES`] or [`LINGER_TIME`], as nginx's lingering close does. A body
+/// up to `LINGER_BYTES` or `LINGER_TIME`, as nginx's lingering close does. A body
 /// not yet asked for from a client waiting on `Expect: 100-continue` is dropped
 /// instead: that client sends nothing until told to, and reads the answer.
 pub fn discard(body: ProxyBody, expects_continue: bool) {
