@@ -12,6 +12,7 @@ use prometheus::{
     IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::hints::Hint;
 use crate::throttle::Signal;
 
 /// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
@@ -80,6 +81,7 @@ pub struct Metrics {
     requests: IntCounterVec,
     responses: IntCounterVec,
     throttles: IntCounterVec,
+    hints_capped: IntCounterVec,
     increases: IntCounterVec,
     decreases: IntCounterVec,
     invocations: IntCounterVec,
@@ -105,6 +107,7 @@ pub struct UpstreamMetrics {
     requests: [IntCounter; Outcome::ALL.len()],
     responses: Responses,
     throttles: [IntCounter; Signal::ALL.len()],
+    hints_capped: [IntCounter; Hint::ALL.len()],
     pub increases: IntCounter,
     pub decreases: IntCounter,
     pub invocations: IntCounter,
@@ -197,6 +200,16 @@ impl Metrics {
                         "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit.",
                     ),
                     &["upstream", "signal"],
+                )?,
+            )?,
+            hints_capped: register(
+                &registry,
+                IntCounterVec::new(
+                    opts(
+                        "easeoff_hint_pauses_capped_total",
+                        "Pauses and rate-limit windows an upstream header asked for that were cut to max_pause, by header: retry-after, x-amz-retry-after, grpc-retry-pushback-ms, ratelimit.",
+                    ),
+                    &["upstream", "header"],
                 )?,
             )?,
             increases: register(
@@ -389,6 +402,8 @@ impl Metrics {
             requests: Outcome::ALL.map(|o| self.requests.with_label_values(&[name, o.as_str()])),
             responses,
             throttles: Signal::ALL.map(|s| self.throttles.with_label_values(&[name, s.as_str()])),
+            hints_capped: Hint::ALL
+                .map(|h| self.hints_capped.with_label_values(&[name, h.as_str()])),
             increases: one(&self.increases),
             decreases: one(&self.decreases),
             invocations: one(&self.invocations),
@@ -441,6 +456,11 @@ impl Metrics {
         for signal in Signal::ALL {
             let _ = self.throttles.remove_label_values(&[name, signal.as_str()]);
         }
+        for hint in Hint::ALL {
+            let _ = self
+                .hints_capped
+                .remove_label_values(&[name, hint.as_str()]);
+        }
         for reason in RetryReason::ALL {
             let _ = self.retries.remove_label_values(&[name, reason.as_str()]);
         }
@@ -475,6 +495,11 @@ impl UpstreamMetrics {
     /// The throttles counter of one signal.
     pub fn throttle(&self, signal: Signal) -> &IntCounter {
         &self.throttles[signal as usize]
+    }
+
+    /// The capped-pauses counter of one header.
+    pub fn hint_capped(&self, hint: Hint) -> &IntCounter {
+        &self.hints_capped[hint as usize]
     }
 
     /// The retries counter of one reason.

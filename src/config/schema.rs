@@ -104,6 +104,8 @@ pub struct UpstreamSettings {
     pub request_timeout: Duration,
     /// Extra trusted CA certificates (PEM) for an https upstream.
     pub ca_file: Option<PathBuf>,
+    /// The longest pause or rate-limit window an upstream's headers can impose.
+    pub max_pause: Duration,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -129,6 +131,7 @@ impl Default for UpstreamSettings {
             connect_timeout: Duration::from_secs(20),
             request_timeout: Duration::from_secs(60),
             ca_file: None,
+            max_pause: Duration::from_secs(60),
             sleeper: sleeper_defaults(Preset::None),
             throttle: throttle_defaults(),
             retry: RetrySettings::default(),
@@ -149,6 +152,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     connect_timeout: SOME_TIME,
     request_timeout: SOME_TIME,
     ca_file: CaFile,
+    max_pause: SOME_TIME,
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff);
 
 /// The upstream's address, split the way forwarding needs it.
