@@ -141,7 +141,9 @@ fn structured_quota(field: &str) -> Option<(u64, u64)> {
     let mut tightest: Option<(u64, u64)> = None;
     let mut consider = |remaining: u64, reset: u64| {
         // Tightest: least left per second of window (exhausted beats everything).
-        let tighter = tightest.is_none_or(|(r, t)| remaining * t.max(1) < r * reset.max(1));
+        // In u128: both sides are products of two header values, up to u64::MAX each.
+        let per_window = |r: u64, t: u64| u128::from(r) * u128::from(t.max(1));
+        let tighter = tightest.is_none_or(|(r, t)| per_window(remaining, t) < per_window(r, reset));
         if tighter {
             tightest = Some((remaining, reset));
         }
@@ -297,6 +299,18 @@ mod tests {
         // The earlier draft's form.
         assert_eq!(q("limit=100, remaining=7, reset=20"), Some((7, secs(20))));
         assert_eq!(q("nonsense"), None);
+    }
+
+    #[test]
+    fn policies_with_huge_numbers_are_compared_without_overflow() {
+        let max = u64::MAX.to_string();
+        let field = format!(r#""a";r={max};t={max}, "b";r=1;t={max}"#);
+        let secs = Duration::from_secs;
+        let reset = u64::MAX - 784_111_777;
+        assert_eq!(
+            quota_of(&[("ratelimit", field.as_str())]),
+            Some((1, secs(reset)))
+        );
     }
 
     #[test]
