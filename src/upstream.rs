@@ -35,6 +35,8 @@ pub struct Attempt {
     pub dispatched_at: Instant,
     /// The interval in force when the attempt was released.
     pub interval: Duration,
+    /// The spacing or a pause held it: its slot lay after its arrival.
+    pub held: bool,
     /// `None` when no answer came (timeout, connection failure).
     pub verdict: Option<Verdict>,
 }
@@ -336,6 +338,7 @@ impl Control {
             observe(&Attempt {
                 dispatched_at: slot.dispatched_at,
                 interval: slot.interval,
+                held: slot.held,
                 verdict,
             });
         }

@@ -183,14 +183,24 @@ pub async fn proxy_config(text: &str) -> Proxy {
 
 /// When easeoff dispatched each attempt, as its pacer saw it (an observer's record).
 #[derive(Clone, Default)]
-pub struct Dispatches(Arc<Mutex<Vec<tokio::time::Instant>>>);
+pub struct Dispatches(Arc<Mutex<Vec<(tokio::time::Instant, bool)>>>);
 
 impl Dispatches {
     /// The dispatch times of the attempts finished so far, in dispatch order.
     pub fn times(&self) -> Vec<tokio::time::Instant> {
-        let mut times = self.0.lock().unwrap().clone();
+        let mut times: Vec<_> = self.0.lock().unwrap().iter().map(|(at, _)| *at).collect();
         times.sort();
         times
+    }
+
+    /// How many of the attempts finished so far the spacing or a pause held.
+    pub fn held(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, held)| *held)
+            .count()
     }
 
     /// Waits until `n` attempts have finished; their dispatch times, in order.
@@ -209,7 +219,8 @@ pub async fn proxy_observed(target: SocketAddr, extra: &str) -> (Proxy, Dispatch
     let dispatches = Dispatches::default();
     let record = dispatches.clone();
     let observer: easeoff::upstream::Observer = Arc::new(move |attempt| {
-        record.0.lock().unwrap().push(attempt.dispatched_at);
+        let seen = (attempt.dispatched_at, attempt.held);
+        record.0.lock().unwrap().push(seen);
     });
     let proxy = start(
         &one_upstream(target, extra),
