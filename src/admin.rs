@@ -208,6 +208,14 @@ fn describe(u: &Upstream) -> Value {
         "mode": s.sleeper.mode.name(),
         "interval_ms": u.interval().as_secs_f64() * 1e3,
         "paused_until": u.paused_until().map(httpdate::fmt_http_date),
+        "pause_capped": u.capped_hint().map(|c| json!({
+            "header": c.header.as_str(),
+            "asked_s": c.asked.as_secs_f64(),
+        })),
+        "rate_limit_floor": u.rate_limit_floor().map(|(spacing, until)| json!({
+            "spacing_ms": spacing.as_secs_f64() * 1e3,
+            "until": httpdate::fmt_http_date(until),
+        })),
         "waiting": u.pacer.waiting(),
         "in_flight": m.in_flight.get(),
         "requests": by(Outcome::ALL.iter().map(|o| (o.as_str(), m.request(*o).get())).collect()),

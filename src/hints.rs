@@ -1,7 +1,8 @@
 //! What an upstream's headers say about pacing: how long to hold off after a throttle,
 //! how much of a rate limit is left, and how long a gRPC client will wait. Pure:
 //! headers and the wall-clock time in, durations out. The proxy turns them into pauses
-//! and spacing floors, capped by `max_interval`.
+//! and spacing floors, capped by `max_pause` (and `max_interval`): a header may ask for
+//! years, and one answer must not stop an upstream for longer than the operator allows.
 
 use std::time::{Duration, SystemTime};
 
@@ -16,11 +17,47 @@ pub enum Pushback {
     Refuse,
 }
 
+/// Which header asked for a pause; the `header` label of
+/// `easeoff_hint_pauses_capped_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hint {
+    RetryAfter,
+    AmzRetryAfter,
+    GrpcPushback,
+    /// A `RateLimit` field (or pair) with little or nothing left.
+    RateLimit,
+}
+
+impl Hint {
+    /// Every hint, in label order.
+    pub const ALL: [Hint; 4] = [
+        Hint::RetryAfter,
+        Hint::AmzRetryAfter,
+        Hint::GrpcPushback,
+        Hint::RateLimit,
+    ];
+
+    /// The metric label value: the header's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hint::RetryAfter => "retry-after",
+            Hint::AmzRetryAfter => "x-amz-retry-after",
+            Hint::GrpcPushback => "grpc-retry-pushback-ms",
+            Hint::RateLimit => "ratelimit",
+        }
+    }
+}
+
 /// The delay a throttle response asks for: `Retry-After` (delay-seconds or HTTP-date,
 /// RFC 9110 §10.2.3), else `x-amz-retry-after` (milliseconds), else
 /// `grpc-retry-pushback-ms` (gRPC A6; negative means do not retry). `None` when there
 /// is none, it does not parse, or it lies in the past.
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Pushback> {
+    pushback(headers, now).map(|(pushback, _)| pushback)
+}
+
+/// [`retry_after`], with the header it came from.
+pub fn pushback(headers: &HeaderMap, now: SystemTime) -> Option<(Pushback, Hint)> {
     if let Some(value) = headers.get(http::header::RETRY_AFTER) {
         let text = value.to_str().ok()?.trim();
         let delay = match text.parse::<u64>() {
@@ -30,15 +67,15 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Pushback> {
                 .duration_since(now)
                 .ok()?,
         };
-        return delay_of(delay);
+        return delay_of(delay, Hint::RetryAfter);
     }
     if let Some(millis) = number::<u64>(headers, "x-amz-retry-after") {
-        return delay_of(Duration::from_millis(millis));
+        return delay_of(Duration::from_millis(millis), Hint::AmzRetryAfter);
     }
     let pushback = number::<i64>(headers, "grpc-retry-pushback-ms")?;
     match u64::try_from(pushback) {
-        Ok(millis) => delay_of(Duration::from_millis(millis)),
-        Err(_) => Some(Pushback::Refuse),
+        Ok(millis) => delay_of(Duration::from_millis(millis), Hint::GrpcPushback),
+        Err(_) => Some((Pushback::Refuse, Hint::GrpcPushback)),
     }
 }
 
@@ -104,7 +141,9 @@ fn structured_quota(field: &str) -> Option<(u64, u64)> {
     let mut tightest: Option<(u64, u64)> = None;
     let mut consider = |remaining: u64, reset: u64| {
         // Tightest: least left per second of window (exhausted beats everything).
-        let tighter = tightest.is_none_or(|(r, t)| remaining * t.max(1) < r * reset.max(1));
+        // In u128: both sides are products of two header values, up to u64::MAX each.
+        let per_window = |r: u64, t: u64| u128::from(r) * u128::from(t.max(1));
+        let tighter = tightest.is_none_or(|(r, t)| per_window(remaining, t) < per_window(r, reset));
         if tighter {
             tightest = Some((remaining, reset));
         }
@@ -159,8 +198,13 @@ fn number<T: std::str::FromStr>(headers: &HeaderMap, name: &str) -> Option<T> {
     headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-fn delay_of(d: Duration) -> Option<Pushback> {
-    (!d.is_zero()).then_some(Pushback::Delay(d))
+fn delay_of(d: Duration, hint: Hint) -> Option<(Pushback, Hint)> {
+    (!d.is_zero()).then_some((Pushback::Delay(d), hint))
+}
+
+/// `pause` clamped to `max`; `true` when the clamp took something off.
+pub fn cap(pause: Duration, max: Duration) -> (Duration, bool) {
+    (pause.min(max), pause > max)
 }
 
 #[cfg(test)]
@@ -255,6 +299,18 @@ mod tests {
         // The earlier draft's form.
         assert_eq!(q("limit=100, remaining=7, reset=20"), Some((7, secs(20))));
         assert_eq!(q("nonsense"), None);
+    }
+
+    #[test]
+    fn policies_with_huge_numbers_are_compared_without_overflow() {
+        let max = u64::MAX.to_string();
+        let field = format!(r#""a";r={max};t={max}, "b";r=1;t={max}"#);
+        let secs = Duration::from_secs;
+        let reset = u64::MAX - 784_111_777;
+        assert_eq!(
+            quota_of(&[("ratelimit", field.as_str())]),
+            Some((1, secs(reset)))
+        );
     }
 
     #[test]

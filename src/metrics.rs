@@ -18,6 +18,7 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::hints::Hint;
 use crate::pacer::ShedReason;
 use crate::throttle::Signal;
 
@@ -159,6 +160,8 @@ per_upstream! {
         "Upstream attempts that got an answer, by HTTP status.";
     throttles: By<Signal> = "easeoff_throttles_total",
         "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit.";
+    hints_capped: By<Hint> = "easeoff_hint_pauses_capped_total",
+        "Pauses and rate-limit windows asked for by an upstream header that were cut to max_pause, by header.";
     pub increases: IntCounter = "easeoff_interval_increases_total",
         "Times the sleeper raised the interval.";
     pub decreases: IntCounter = "easeoff_interval_decreases_total",
@@ -312,6 +315,11 @@ impl UpstreamMetrics {
         self.retries.get(reason)
     }
 
+    /// The counter of pauses cut to `max_pause`, for one header.
+    pub fn hint_capped(&self, hint: Hint) -> &IntCounter {
+        self.hints_capped.get(hint)
+    }
+
     /// The sheds counter of one reason.
     pub fn shed(&self, reason: ShedReason) -> &IntCounter {
         self.sheds.get(reason)
@@ -389,7 +397,8 @@ label!(
     Outcome = "outcome",
     Signal = "signal",
     RetryReason = "reason",
-    ShedReason = "reason"
+    ShedReason = "reason",
+    Hint = "header"
 );
 
 /// A counter per value of label `L`, all made at start-up.
@@ -544,7 +553,7 @@ mod tests {
         let m = Metrics::new().unwrap();
         let _orders = m.upstream("orders");
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 23);
+        assert_eq!(families().count(), 24);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);

@@ -314,6 +314,18 @@ impl Pacer {
         s.spacing(s.clock.now())
     }
 
+    /// The rate-limit floor in force, and when it ends.
+    pub fn floor(&self, now: Instant) -> Option<(Duration, Instant)> {
+        let s = &*self.shared;
+        let until = s.floor_until_ns.load(Ordering::Relaxed);
+        (until > s.ns(now)).then(|| {
+            (
+                Duration::from_nanos(s.floor_ns.load(Ordering::Relaxed)),
+                s.at(until),
+            )
+        })
+    }
+
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Relaxed)

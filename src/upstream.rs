@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
-use crate::hints::Quota;
+use crate::hints::{self, Hint, Quota};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
 use crate::pacer::{Limits, Pacer, Shed, Slot};
@@ -37,8 +37,21 @@ pub struct Attempt {
     pub dispatched_at: Instant,
     /// The interval in force when the attempt was released.
     pub interval: Duration,
+    /// The spacing or a pause held it: its slot lay after its arrival.
+    pub held: bool,
     /// `None` when no answer came (timeout, connection failure).
     pub verdict: Option<Verdict>,
+}
+
+/// A pause or rate-limit window an upstream header asked for that was cut to
+/// `max_pause`, as `/status` shows it while it lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CappedHint {
+    pub header: Hint,
+    /// What the header asked for.
+    pub asked: Duration,
+    /// When the cut-down pause or window ends.
+    pub until: Instant,
 }
 
 /// Called once per finished attempt.
@@ -80,6 +93,10 @@ pub struct Control {
     auth_notice: Notice,
     /// One line per second about shed requests.
     shed_notice: Notice,
+    /// The latest capped hint; written only when a header asks for too much.
+    capped: Mutex<Option<CappedHint>>,
+    /// Per header kind: a capped pause was logged (once is enough to find the cause).
+    capped_logged: [AtomicBool; Hint::ALL.len()],
     observer: Option<Observer>,
 }
 
@@ -180,6 +197,8 @@ impl Control {
             connect_cause: Mutex::new(None),
             auth_notice: Notice::every(Duration::from_secs(10)),
             shed_notice: Notice::every(Duration::from_secs(1)),
+            capped: Mutex::new(None),
+            capped_logged: Hint::ALL.map(|_| AtomicBool::new(false)),
             settings: Arc::new(settings),
             controller: Mutex::new(controller),
             observer,
@@ -327,10 +346,10 @@ impl Control {
 
     /// Applies an answer's rate-limit quota: nothing left pauses the upstream until the
     /// reset (a `ratelimit` throttle); otherwise what is left is spread over the window.
+    /// The window counts as at most `max_pause` long.
     pub fn apply_quota(&self, quota: Quota, now: Instant) {
         let wall = self.clock.wall();
-        let max = self.settings.sleeper.max_interval;
-        let reset = quota.reset_in(wall).min(max);
+        let reset = self.cap(quota.reset_in(wall), Hint::RateLimit, now);
         if quota.remaining == 0 {
             self.metrics.throttle(Signal::RateLimit).inc();
             if self.pacer.paused_until(now).is_none() {
@@ -339,17 +358,64 @@ impl Control {
             self.pacer.pause_until(now + reset);
         } else {
             self.pacer
-                .set_floor(quota.spacing(wall).min(max), now + reset);
+                .set_floor(quota.spacing(wall).min(reset), now + reset);
         }
     }
 
+    /// Cuts a pause a header asked for to `max_pause` (and `max_interval`); a cut is
+    /// counted, remembered for `/status` and logged the first time each header does it.
+    fn cap(&self, asked: Duration, header: Hint, now: Instant) -> Duration {
+        let max = self
+            .settings
+            .max_pause
+            .min(self.settings.sleeper.max_interval);
+        let (pause, capped) = hints::cap(asked, max);
+        if !capped {
+            return pause;
+        }
+        self.metrics.hint_capped(header).inc();
+        let until = now + pause;
+        *self.capped.lock().unwrap_or_else(PoisonError::into_inner) = Some(CappedHint {
+            header,
+            asked,
+            until,
+        });
+        if !self.capped_logged[header as usize].swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                upstream = %self.name(),
+                header = header.as_str(),
+                asked_s = asked.as_secs_f64(),
+                max_pause_s = max.as_secs_f64(),
+                "the upstream asked for a longer pause than max_pause; capped (logged once per header)"
+            );
+        }
+        pause
+    }
+
+    /// The latest capped hint while its pause or window lasts.
+    pub fn capped_hint(&self) -> Option<CappedHint> {
+        let now = self.clock.now();
+        let capped = *self.capped.lock().unwrap_or_else(PoisonError::into_inner);
+        capped.filter(|c| c.until > now)
+    }
+
+    /// The rate-limit floor in force (the least spacing) and when it ends, in
+    /// wall-clock time.
+    pub fn rate_limit_floor(&self) -> Option<(Duration, SystemTime)> {
+        let now = self.clock.now();
+        let (spacing, end) = self.pacer.floor(now)?;
+        Some((spacing, self.clock.wall() + (end - now)))
+    }
+
     /// Feeds one attempt's verdict to the controller; `pause` is the throttle's
-    /// requested delay, which holds the whole upstream (capped by `max_interval`).
-    pub fn record(&self, slot: &Slot, verdict: Option<Verdict>, pause: Option<Duration>) {
+    /// requested delay and the header that asked for it, which holds the whole upstream
+    /// (capped by `max_pause` and `max_interval`).
+    pub fn record(&self, slot: &Slot, verdict: Option<Verdict>, pause: Option<(Duration, Hint)>) {
         if let Some(observe) = &self.observer {
             observe(&Attempt {
                 dispatched_at: slot.dispatched_at,
                 interval: slot.interval,
+                held: slot.held,
                 verdict,
             });
         }
@@ -357,8 +423,8 @@ impl Control {
             Some(Verdict::Throttle(signal)) => {
                 self.metrics.throttle(signal).inc();
                 let now = self.clock.now();
-                if let Some(delay) = pause {
-                    let delay = delay.min(self.settings.sleeper.max_interval);
+                if let Some((asked, header)) = pause {
+                    let delay = self.cap(asked, header, now);
                     if self.pacer.paused_until(now).is_none() {
                         tracing::info!(upstream = %self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
                     }
@@ -459,3 +525,6 @@ impl Control {
         self.connect.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -152,6 +152,8 @@ pub struct UpstreamSettings {
     pub client_key: Option<PathBuf>,
     /// Which requests get a line in the access log.
     pub access_log: AccessLog,
+    /// The longest pause or rate-limit window an upstream's headers can impose.
+    pub max_pause: Duration,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -182,6 +184,7 @@ impl Default for UpstreamSettings {
             client_cert: None,
             client_key: None,
             access_log: AccessLog::Off,
+            max_pause: Duration::from_secs(60),
             sleeper: sleeper_defaults(Preset::None),
             throttle: throttle_defaults(),
             retry: RetrySettings::default(),
@@ -207,6 +210,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     client_cert: CERT_FILE,
     client_key: KEY_FILE,
     access_log: Parsed(parse_access_log),
+    max_pause: SOME_TIME,
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool);
 
 /// Which requests of an upstream get a line in the access log.

@@ -372,13 +372,13 @@ impl<'a> Ctx<'a> {
             self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body));
         };
-        let pushback = hints::retry_after(&parts.headers, self.clock.wall());
+        let pushback = hints::pushback(&parts.headers, self.clock.wall());
         let pause = match pushback {
-            Some(Pushback::Delay(d)) => Some(d),
+            Some((Pushback::Delay(d), header)) => Some((d, header)),
             _ => None,
         };
         upstream.record(slot, Some(verdict), pause);
-        let refused = pushback == Some(Pushback::Refuse);
+        let refused = matches!(pushback, Some((Pushback::Refuse, _)));
         let outcome = attempt::Outcome::Throttled { refused };
         let next = policy.after(outcome, self.elapsed(), || false);
         if next != Next::ReadThrottle {

@@ -170,10 +170,14 @@ impl Drop for Proxy {
 /// Starts easeoff with one upstream named "up" pointing at `target`; `extra` is
 /// appended to the `[[upstream]]` table (keys, then sub-tables).
 pub async fn proxy(target: SocketAddr, extra: &str) -> Proxy {
-    proxy_config(&format!(
+    proxy_config(&one_upstream(target, extra)).await
+}
+
+/// The config text of [`proxy`].
+fn one_upstream(target: SocketAddr, extra: &str) -> String {
+    format!(
         "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"5s\"\n\n[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{target}\"\n{extra}\n"
-    ))
-    .await
+    )
 }
 
 /// Starts easeoff with a whole config text.
@@ -181,10 +185,70 @@ pub async fn proxy_config(text: &str) -> Proxy {
     proxy_signing(text, SigningEnv::default()).await
 }
 
+/// When easeoff dispatched each attempt, as its pacer saw it (an observer's record).
+#[derive(Clone, Default)]
+pub struct Dispatches(Arc<Mutex<Vec<(tokio::time::Instant, bool)>>>);
+
+impl Dispatches {
+    /// The dispatch times of the attempts finished so far, in dispatch order.
+    pub fn times(&self) -> Vec<tokio::time::Instant> {
+        let mut times: Vec<_> = self.0.lock().unwrap().iter().map(|(at, _)| *at).collect();
+        times.sort();
+        times
+    }
+
+    /// How many of the attempts finished so far the spacing or a pause held.
+    pub fn held(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, held)| *held)
+            .count()
+    }
+
+    /// Waits until `n` attempts have finished; their dispatch times, in order.
+    pub async fn wait_for(&self, n: usize) -> Vec<tokio::time::Instant> {
+        wait_until(Duration::from_secs(5), "the attempts to finish", || async {
+            self.0.lock().unwrap().len() >= n
+        })
+        .await;
+        self.times()
+    }
+}
+
+/// As [`proxy`], also recording when each attempt was dispatched: spacing asserted on
+/// these holds however late a loaded host delivers the requests to the upstream.
+pub async fn proxy_observed(target: SocketAddr, extra: &str) -> (Proxy, Dispatches) {
+    let dispatches = Dispatches::default();
+    let record = dispatches.clone();
+    let observer: easeoff::upstream::Observer = Arc::new(move |attempt| {
+        let seen = (attempt.dispatched_at, attempt.held);
+        record.0.lock().unwrap().push(seen);
+    });
+    let proxy = start(
+        &one_upstream(target, extra),
+        Some(observer),
+        SigningEnv::default(),
+    )
+    .await;
+    (proxy, dispatches)
+}
+
 /// As [`proxy_config`], with the credentials and clock SigV4 upstreams sign with.
 pub async fn proxy_signing(text: &str, signing: SigningEnv) -> Proxy {
+    start(text, None, signing).await
+}
+
+async fn start(
+    text: &str,
+    observer: Option<easeoff::upstream::Observer>,
+    signing: SigningEnv,
+) -> Proxy {
     let config = Config::parse(text, "test.toml", &|_| None).unwrap_or_else(|e| panic!("{e}"));
-    let server = Server::bind_signing(config, None, signing).await.unwrap();
+    let server = Server::bind_signing(config, observer, signing)
+        .await
+        .unwrap();
     let addr = server.listen_addr("up").unwrap_or(server.admin_addr());
     let admin = server.admin_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
