@@ -13,7 +13,8 @@ use crate::config::AccessLog;
 use crate::metrics::Outcome;
 
 /// What one request went through, filled in by the request path. Atomics rather than
-/// cells only so the request's future stays `Send`; nothing else shares it.
+/// cells only so the request's future stays `Send`; nothing else shares it, so each
+/// update is a plain load and store, not a locked read-modify-write.
 #[derive(Default)]
 pub struct Record {
     attempts: AtomicU32,
@@ -26,19 +27,21 @@ pub struct Record {
 impl Record {
     /// Adds an attempt's wait for a slot.
     pub fn queued_for(&self, wait: Duration) {
-        self.queued_ns.fetch_add(nanos(wait), Ordering::Relaxed);
+        add(&self.queued_ns, nanos(wait));
     }
 
     /// Adds an attempt sent upstream that took `took` to its answer head.
     pub fn sent(&self, took: Duration) {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
-        self.upstream_ns.fetch_add(nanos(took), Ordering::Relaxed);
+        let attempts = self.attempts.load(Ordering::Relaxed);
+        self.attempts
+            .store(attempts.saturating_add(1), Ordering::Relaxed);
+        add(&self.upstream_ns, nanos(took));
     }
 
     /// Notes the request's final outcome.
     pub fn counted(&self, outcome: Outcome) {
-        let index = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
-        self.outcome.store(index as u8 + 1, Ordering::Relaxed);
+        // Declaration order is `Outcome::ALL`'s order, as the metric labels rely on.
+        self.outcome.store(outcome as u8 + 1, Ordering::Relaxed);
     }
 
     fn outcome(&self) -> &'static str {
@@ -48,6 +51,14 @@ impl Record {
             .and_then(|i| Outcome::ALL.get(i))
             .map_or("", |o| o.as_str())
     }
+}
+
+/// `cell += n` for a cell only one task writes.
+fn add(cell: &AtomicU64, n: u64) {
+    cell.store(
+        cell.load(Ordering::Relaxed).saturating_add(n),
+        Ordering::Relaxed,
+    );
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -98,4 +109,31 @@ pub fn write<B>(upstream: &str, line: &Line, record: &Record, response: &Respons
 /// Milliseconds to the microsecond.
 fn millis(nanos: u64) -> f64 {
     (nanos / 1000) as f64 / 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_is_recorded_under_its_own_name() {
+        for outcome in Outcome::ALL {
+            let record = Record::default();
+            record.counted(outcome);
+            assert_eq!(record.outcome(), outcome.as_str());
+        }
+        assert_eq!(Record::default().outcome(), "");
+    }
+
+    #[test]
+    fn attempts_and_times_add_up() {
+        let record = Record::default();
+        record.queued_for(Duration::from_millis(2));
+        record.queued_for(Duration::from_millis(3));
+        record.sent(Duration::from_millis(7));
+        record.sent(Duration::from_millis(1));
+        assert_eq!(record.attempts.load(Ordering::Relaxed), 2);
+        assert_eq!(record.queued_ns.load(Ordering::Relaxed), 5_000_000);
+        assert_eq!(record.upstream_ns.load(Ordering::Relaxed), 8_000_000);
+    }
 }
