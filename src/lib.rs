@@ -57,6 +57,7 @@ pub mod plot;
 pub mod probe;
 pub mod proxy;
 pub mod retry;
+pub mod route;
 pub mod server;
 pub mod shed;
 pub mod signals;
