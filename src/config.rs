@@ -25,8 +25,8 @@ use toml::de::DeTable;
 pub use kinds::{ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
-    AccessLog, ConnectBackoffSettings, PoolSettings, QueueSettings, RetrySettings, RuntimeShape,
-    ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
+    AccessLog, ConnectBackoffSettings, FleetSettings, PoolSettings, QueueSettings, RedisUrl,
+    RetrySettings, RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
 };
 
 /// The largest config file read: a real one is a few KiB, so anything near this is
@@ -38,6 +38,8 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 pub struct Config {
     pub server: ServerSettings,
     pub upstreams: Vec<UpstreamSettings>,
+    /// `[fleet]`; `None` runs each sidecar on its own.
+    pub fleet: Option<FleetSettings>,
 }
 
 /// A configuration that could not be used.
@@ -113,9 +115,14 @@ impl Config {
         let sink = Sink::default();
         let mut root = TableReader::new(&doc, &sink, env);
         let server = sections::read_server(root.table("server"));
+        let fleet = sections::read_fleet(root.table("fleet"));
         let upstream_tables = root.tables("upstream");
         let upstream_span = root.span();
-        root.finish(&[schema::SERVER.section(), schema::UPSTREAM.section()]);
+        root.finish(&[
+            schema::SERVER.section(),
+            schema::UPSTREAM.section(),
+            schema::FLEET.section(),
+        ]);
 
         let read: Vec<_> = upstream_tables
             .into_iter()
@@ -133,7 +140,11 @@ impl Config {
             return Err(problems(items));
         }
         let upstreams = read.into_iter().map(|(u, _)| u).collect();
-        Ok(Config { server, upstreams })
+        Ok(Config {
+            server,
+            upstreams,
+            fleet,
+        })
     }
 
     /// The effective configuration as TOML, defaults filled in (for `easeoff check`).

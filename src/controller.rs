@@ -76,6 +76,22 @@ impl<R: Random> Controller<R> {
         Some(self.sleeper.on_success(now, &mut self.rng))
     }
 
+    /// Takes the fleet's `interval` and `epoch` (see `fleet.rs`). A later epoch is a
+    /// raise some other member made: the interval and epoch move, so results dispatched
+    /// before it no longer count. Within this epoch, only a lower interval is taken (a
+    /// member that grew first); a higher one is this member's own step not yet reported.
+    /// Returns whether the interval changed.
+    pub fn adopt(&mut self, interval: Duration, epoch: u64, now: Duration) -> bool {
+        let before = self.sleeper.interval();
+        if epoch != self.epoch {
+            self.sleeper.adopt(interval, epoch > self.epoch, now);
+            self.epoch = epoch;
+        } else if interval < before {
+            self.sleeper.adopt(interval, false, now);
+        }
+        self.sleeper.interval() != before
+    }
+
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
     pub fn reset(&mut self, settings: &Settings) {
         self.sleeper = Sleeper::new(settings);
@@ -190,6 +206,47 @@ mod tests {
         assert_eq!(c.interval(), Duration::from_micros(7500));
         c.on_success(1, Duration::ZERO); // 3.75 ms < 4 ms
         assert_eq!(c.interval(), Duration::ZERO);
+    }
+
+    #[test]
+    fn adopting_a_later_epoch_moves_the_interval_and_drops_older_results() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        c.on_throttle(0, None, Duration::ZERO);
+        assert!(c.adopt(Duration::from_millis(40), 4, Duration::ZERO));
+        assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(40), 4));
+        assert_eq!(c.on_throttle(3, None, Duration::ZERO), None);
+        assert_eq!(c.on_throttle(4, None, Duration::ZERO), Some(Step::Up));
+        assert_eq!(c.interval(), Duration::from_millis(60));
+    }
+
+    #[test]
+    fn within_an_epoch_only_a_lower_interval_is_adopted() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        c.on_throttle(0, None, Duration::ZERO);
+        assert!(!c.adopt(Duration::from_millis(12), 1, Duration::ZERO));
+        assert_eq!(c.interval(), Duration::from_millis(10));
+        assert!(c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
+        assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(8), 1));
+    }
+
+    #[test]
+    fn cubic_takes_an_adopted_raise_as_a_throttle_and_climbs_back_in_recovery() {
+        let settings = Settings {
+            strategy: crate::sleeper::Strategy::Cubic,
+            recovery: Duration::from_secs(2),
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        // 100/s learned here (9 ms observed, / beta), then another member's raise to
+        // 90/s at t = 10 s.
+        c.on_throttle(0, Some(Duration::from_millis(9)), Duration::ZERO);
+        assert_eq!(c.interval(), Duration::from_millis(10));
+        c.adopt(Duration::from_nanos(11_111_111), 2, Duration::from_secs(10));
+        assert_eq!(c.interval(), Duration::from_nanos(11_111_111));
+        // Back at the rate in force before the raise (100/s) after `recovery`.
+        c.on_success(2, Duration::from_secs(12));
+        let rate = 1.0 / c.interval().as_secs_f64();
+        assert!((rate - 100.0).abs() < 0.1, "{rate}");
     }
 
     #[test]

@@ -31,6 +31,8 @@
 //! - [`sigv4`]: AWS credentials and SigV4 re-signing of every attempt;
 //! - [`proxy`]: listeners and the request path, a loop over the attempt policy;
 //! - [`admin`], [`metrics`]: `/metrics`, `/status`, the status page, health;
+//! - [`fleet`]: sidecars sharing each lane's learned state through Redis, with fair
+//!   shares of the fleet rate;
 //! - [`server`], [`signals`]: binding, running, reloading and draining.
 //!
 //! Tools built on the same code: [`mock_upstream`], [`load`] (writers without retry
@@ -47,6 +49,7 @@ pub mod connect_backoff;
 pub mod controller;
 pub mod deadline;
 pub mod demo;
+pub mod fleet;
 pub mod hints;
 pub mod load;
 pub mod metrics;

@@ -14,8 +14,8 @@ use prometheus::core::{
     Atomic, Collector, GenericCounter, GenericCounterVec, GenericGauge, GenericGaugeVec,
 };
 use prometheus::{
-    Counter, Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Counter, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::hints::Hint;
@@ -210,6 +210,49 @@ const BUILD_INFO: Family = Family {
     labels: &["version"],
 };
 
+/// The fleet's families (`[fleet]`): registered with the rest but published only when
+/// a fleet starts, so a sidecar without `[fleet]` exports what it always did.
+const FLEET_CONNECTED: Family = Family {
+    name: "easeoff_fleet_connected",
+    help: "1 while the fleet's Redis answers syncs; 0 while lanes run on their own.",
+    kind: "gauge",
+    labels: &[],
+};
+const FLEET_MEMBERS: Family = fleet_lane(
+    "easeoff_fleet_members",
+    "Live fleet members sharing the lane, this one included.",
+);
+const FLEET_SHARE: Family = fleet_lane(
+    "easeoff_fleet_share_ratio",
+    "This member's fraction of the lane's fleet rate (max-min fair share of the members' demands).",
+);
+const FLEET_RATE: Family = fleet_lane(
+    "easeoff_fleet_rate",
+    "The lane's fleet-wide rate in requests per second (1 / fleet interval); 0 while unpaced.",
+);
+
+/// A fleet gauge per upstream and lane.
+const fn fleet_lane(name: &'static str, help: &'static str) -> Family {
+    Family {
+        name,
+        help,
+        kind: "gauge",
+        labels: &["upstream", "lane"],
+    }
+}
+const FLEET_SYNC: Family = Family {
+    name: "easeoff_fleet_sync_seconds",
+    help: "Time of one sync with the fleet's Redis (all lanes, one round trip).",
+    kind: "histogram",
+    labels: &[],
+};
+const FLEET_SYNC_ERRORS: Family = Family {
+    name: "easeoff_fleet_sync_errors_total",
+    help: "Syncs and connection attempts to the fleet's Redis that failed or timed out.",
+    kind: "counter",
+    labels: &[],
+};
+
 /// One exported metric family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Family {
@@ -236,11 +279,108 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
         .chain([&CONFIG_RELOADS, &BUILD_INFO])
 }
 
+/// The fleet's families, exported while a `[fleet]` runs.
+pub fn fleet_families() -> impl Iterator<Item = &'static Family> {
+    [
+        &FLEET_CONNECTED,
+        &FLEET_MEMBERS,
+        &FLEET_SHARE,
+        &FLEET_RATE,
+        &FLEET_SYNC,
+        &FLEET_SYNC_ERRORS,
+    ]
+    .into_iter()
+}
+
+/// The fleet's families; each appears on `/metrics` once resolved.
+#[derive(Clone)]
+struct FleetFamilies {
+    connected: IntGaugeVec,
+    members: GaugeVec,
+    share: GaugeVec,
+    rate: GaugeVec,
+    sync: HistogramVec,
+    sync_errors: IntCounterVec,
+}
+
+impl FleetFamilies {
+    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let gauge = |f: &Family| register(registry, GaugeVec::new(f.opts(), f.labels)?);
+        Ok(FleetFamilies {
+            connected: register(
+                registry,
+                IntGaugeVec::new(FLEET_CONNECTED.opts(), FLEET_CONNECTED.labels)?,
+            )?,
+            members: gauge(&FLEET_MEMBERS)?,
+            share: gauge(&FLEET_SHARE)?,
+            rate: gauge(&FLEET_RATE)?,
+            sync: register(
+                registry,
+                HistogramVec::new(
+                    latency_opts(FLEET_SYNC.name, FLEET_SYNC.help),
+                    FLEET_SYNC.labels,
+                )?,
+            )?,
+            sync_errors: register(
+                registry,
+                IntCounterVec::new(FLEET_SYNC_ERRORS.opts(), FLEET_SYNC_ERRORS.labels)?,
+            )?,
+        })
+    }
+}
+
+/// The fleet's handles, published when a fleet starts.
+#[derive(Clone)]
+pub struct FleetMetrics {
+    families: FleetFamilies,
+    /// `easeoff_fleet_connected`.
+    pub connected: IntGauge,
+    /// `easeoff_fleet_sync_seconds`.
+    pub sync: Histogram,
+    /// `easeoff_fleet_sync_errors_total`.
+    pub sync_errors: IntCounter,
+}
+
+/// One lane's fleet gauges.
+pub struct FleetLaneMetrics {
+    /// `easeoff_fleet_members`.
+    pub members: Gauge,
+    /// `easeoff_fleet_share_ratio`.
+    pub share: Gauge,
+    /// `easeoff_fleet_rate`.
+    pub rate: Gauge,
+}
+
+impl FleetMetrics {
+    /// Publishes one lane's gauges, zero-valued.
+    pub fn lane(&self, upstream: &str, lane: &str) -> FleetLaneMetrics {
+        let labels = [upstream, lane];
+        FleetLaneMetrics {
+            members: self.families.members.with_label_values(&labels),
+            share: self.families.share.with_label_values(&labels),
+            rate: self.families.rate.with_label_values(&labels),
+        }
+    }
+
+    /// Withdraws one lane's gauges (the lane left the fleet).
+    pub fn remove_lane(&self, upstream: &str, lane: &str) {
+        let labels = [upstream, lane];
+        for family in [
+            &self.families.members,
+            &self.families.share,
+            &self.families.rate,
+        ] {
+            let _ = family.remove_label_values(&labels);
+        }
+    }
+}
+
 /// The registry and every metric family.
 pub struct Metrics {
     registry: Registry,
     upstream: UpstreamFamilies,
     config_reloads: IntCounterVec,
+    fleet: FleetFamilies,
 }
 
 impl Metrics {
@@ -264,10 +404,12 @@ impl Metrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        let fleet = FleetFamilies::register(&registry)?;
         Ok(Metrics {
             registry,
             upstream,
             config_reloads,
+            fleet,
         })
     }
 
@@ -282,6 +424,17 @@ impl Metrics {
     /// showing it. Handles still held by its draining requests update nothing visible.
     pub fn remove_upstream(&self, name: &str) {
         self.upstream.remove(name);
+    }
+
+    /// Publishes the fleet's families (a fleet starts).
+    pub fn fleet(&self) -> FleetMetrics {
+        let f = &self.fleet;
+        FleetMetrics {
+            families: f.clone(),
+            connected: f.connected.with_label_values(&[] as &[&str]),
+            sync: f.sync.with_label_values(&[] as &[&str]),
+            sync_errors: f.sync_errors.with_label_values(&[] as &[&str]),
+        }
     }
 
     /// Counts a configuration reload.
@@ -561,6 +714,23 @@ mod tests {
             assert!(text.contains(&kind), "missing {kind}");
             assert!(!family.help.contains("seed"), "{}", family.help);
         }
+    }
+
+    #[test]
+    fn fleet_families_appear_only_once_a_fleet_starts() {
+        let m = Metrics::new().unwrap();
+        let _orders = m.upstream("orders");
+        assert!(!m.render().unwrap().contains("easeoff_fleet_"));
+        let fleet = m.fleet();
+        let lane = fleet.lane("orders", "default");
+        let text = m.render().unwrap();
+        for family in fleet_families() {
+            let kind = format!("# TYPE {} {}\n", family.name, family.kind);
+            assert!(text.contains(&kind), "missing {kind}");
+        }
+        drop(lane);
+        fleet.remove_lane("orders", "default");
+        assert!(!m.render().unwrap().contains("lane=\"default\""));
     }
 
     #[test]

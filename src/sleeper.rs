@@ -254,6 +254,22 @@ impl Sleeper {
     }
 }
 
+impl Sleeper {
+    /// Takes `interval` decided elsewhere (the fleet) without losing what the strategy
+    /// remembers; `raised` says it comes from a raise (a throttle another member saw),
+    /// which `cubic` treats as a throttle of its own at `now`.
+    pub fn adopt(&mut self, interval: Duration, raised: bool, now: Duration) {
+        match self {
+            Sleeper::Responsive(s) => s.adopt(interval),
+            Sleeper::Cubic(s) => s.adopt(interval, raised, now),
+            Sleeper::Exponential(s) => s.adopt(interval),
+            Sleeper::Decorrelated(s) => s.adopt(interval),
+            Sleeper::Linear(s) => s.adopt(interval),
+            Sleeper::Constant(_) | Sleeper::Off => {}
+        }
+    }
+}
+
 fn reset_step(was_nonzero: bool) -> Step {
     if was_nonzero {
         Step::Down

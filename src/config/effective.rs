@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::keys::Schema;
 use super::schema::{
-    CONNECT_BACKOFF, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM,
+    CONNECT_BACKOFF, FLEET, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM,
 };
 use super::{Config, UpstreamSettings};
 
@@ -14,6 +14,9 @@ use super::{Config, UpstreamSettings};
 pub fn render(config: &Config) -> String {
     let mut out = String::new();
     section(&mut out, &SERVER, &config.server);
+    if let Some(fleet) = &config.fleet {
+        section(&mut out, &FLEET, fleet);
+    }
     for u in &config.upstreams {
         upstream(&mut out, u);
     }

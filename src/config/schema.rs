@@ -130,6 +130,106 @@ pub enum RuntimeShape {
     PerCore,
 }
 
+/// `[fleet]`: sidecars that share what their lanes learn, through Redis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetSettings {
+    /// The Redis server: `redis://` or `rediss://` (TLS).
+    pub redis: RedisUrl,
+    /// Sidecars with the same group share the lanes of upstreams with the same name.
+    pub group: String,
+    /// How often each member exchanges its lanes' state and demand with Redis.
+    pub sync_interval: Duration,
+    /// A member that has not synced for this long is forgotten.
+    pub member_ttl: Duration,
+}
+
+impl Default for FleetSettings {
+    /// The defaults of the optional keys; `redis` is required, so its is a placeholder.
+    fn default() -> Self {
+        FleetSettings {
+            redis: RedisUrl(String::from("redis://127.0.0.1:6379/0")),
+            group: String::from("default"),
+            sync_interval: Duration::from_millis(250),
+            member_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The keys of `[fleet]`.
+pub const FLEET: Schema<FleetSettings> = keys!(
+    "[fleet]",
+    FleetSettings {
+        redis: Required(Parsed(RedisUrl::parse), ""),
+        group: Parsed(parse_group),
+        sync_interval: Bounds::new(Duration::from_millis(10), Duration::from_secs(60)),
+        member_ttl: Bounds::new(Duration::from_millis(100), Duration::from_secs(3600)),
+    }
+);
+
+/// A Redis URL that was checked to parse; shown with its password masked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    /// `redis://[user:password@]host[:port][/db]`, or the same with `rediss://` for TLS.
+    pub fn parse(text: &str) -> Result<RedisUrl, String> {
+        let url = RedisUrl(text.to_string());
+        let scheme_ok = matches!(
+            redis::parse_redis_url(text).as_ref().map(|u| u.scheme()),
+            Some("redis" | "rediss")
+        );
+        if !scheme_ok {
+            return Err(format!(
+                "invalid url \"{url}\": must be redis://host:port/db or rediss://host:port/db"
+            ));
+        }
+        redis::Client::open(text)
+            .map(|_| url.clone())
+            .map_err(|e| format!("invalid url \"{url}\": {e}"))
+    }
+
+    /// The URL as configured, password included: for connecting only, never for logs.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for RedisUrl {
+    /// The password usually comes from `${VAR}`; `check` output and logs must not carry it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match redis::parse_redis_url(&self.0) {
+            Some(mut url) if url.password().is_some() => {
+                let _ = url.set_password(Some("***"));
+                f.write_str(url.as_str())
+            }
+            Some(_) => f.write_str(&self.0),
+            // Unparseable: hide whatever sits where credentials would.
+            None => match self.0.split_once("://") {
+                Some((scheme, rest)) if rest.contains('@') => {
+                    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+                    write!(f, "{scheme}://***@{host}")
+                }
+                _ => f.write_str(&self.0),
+            },
+        }
+    }
+}
+
+/// Letters, digits, `-`, `_` and `.`: the group is part of every Redis key.
+fn parse_group(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "must be letters, digits, '-', '_' or '.', got \"{text}\""
+        ))
+    }
+}
+
 /// One `[[upstream]]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UpstreamSettings {

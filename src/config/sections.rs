@@ -5,9 +5,9 @@
 use super::keys::{Schema, Set, keep_unset, read_keys};
 use super::reader::{Section, TableReader};
 use super::schema::{
-    CONNECT_BACKOFF, POOL, PoolSettings, QUEUE, QueueSettings, RETRY, RetrySettings, SERVER, SIGV4,
-    SLEEPER, ServerSettings, SigV4Settings, THROTTLE, UPSTREAM, UpstreamSettings, sleeper_defaults,
-    sleeper_defaults_for, throttle_defaults,
+    CONNECT_BACKOFF, FLEET, FleetSettings, POOL, PoolSettings, QUEUE, QueueSettings, RETRY,
+    RetrySettings, SERVER, SIGV4, SLEEPER, ServerSettings, SigV4Settings, THROTTLE, UPSTREAM,
+    UpstreamSettings, sleeper_defaults, sleeper_defaults_for, throttle_defaults,
 };
 use super::validate;
 
@@ -26,6 +26,17 @@ pub const UPSTREAM_SECTIONS: &[Section] = &[
 /// `[server]`, or its defaults when the file has none.
 pub fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
     read_section(table, &SERVER, ServerSettings::default(), |_, _, _| {})
+}
+
+/// `[fleet]`, or `None` when the file has none.
+pub fn read_fleet(table: Option<TableReader<'_, '_>>) -> Option<FleetSettings> {
+    let table = table?;
+    Some(read_section(
+        Some(table),
+        &FLEET,
+        FleetSettings::default(),
+        validate::fleet,
+    ))
 }
 
 /// One `[[upstream]]` with its sub-tables, and where its own keys were set (for the

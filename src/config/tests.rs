@@ -555,3 +555,32 @@ fn a_ca_file_without_certificates_is_refused_naming_the_key() {
         )]
     );
 }
+
+#[test]
+fn without_a_fleet_section_there_is_no_fleet_and_with_one_the_defaults_fill_in() {
+    assert_eq!(parse(MINIMAL).unwrap().fleet, None);
+    let text = format!("[fleet]\nredis = \"redis://redis:6379/0\"\n{MINIMAL}");
+    let fleet = parse(&text).unwrap().fleet.unwrap();
+    assert_eq!(fleet.redis.expose(), "redis://redis:6379/0");
+    assert_eq!(fleet.group, "default");
+    assert_eq!(fleet.sync_interval, Duration::from_millis(250));
+    assert_eq!(fleet.member_ttl, Duration::from_secs(5));
+}
+
+#[test]
+fn a_fleet_needs_a_redis_url_and_never_shows_its_password() {
+    assert_eq!(
+        problems(&format!("[fleet]\ngroup = \"g\"\n{MINIMAL}")),
+        ["easeoff.toml:1:1: fleet.redis is missing"]
+    );
+    let text = format!("[fleet]\nredis = \"rediss://:${{AWS_REGION}}@cache:6380/0\"\n{MINIMAL}");
+    let config = parse(&text).unwrap();
+    let fleet = config.fleet.as_ref().unwrap();
+    assert_eq!(fleet.redis.expose(), "rediss://:eu-west-1@cache:6380/0");
+    assert_eq!(fleet.redis.to_string(), "rediss://:***@cache:6380/0");
+    assert!(!config.to_toml().contains("eu-west-1"));
+    let bad = problems(&format!(
+        "[fleet]\nredis = \"redis://u:${{AWS_REGION}}@[x\"\n{MINIMAL}"
+    ));
+    assert!(!bad[0].contains("eu-west-1"), "{bad:?}");
+}

@@ -7,9 +7,24 @@ use std::net::SocketAddr;
 
 use super::keys::Set;
 use super::reader::{Sink, TableReader};
-use super::schema::{ConnectBackoffSettings, UpstreamSettings};
+use super::schema::{ConnectBackoffSettings, FleetSettings, UpstreamSettings};
 use super::units::format_duration;
 use crate::sleeper::{self, Initial, Mode, Strategy};
+
+/// A member lives through at least two syncs, so one late sync does not drop it.
+pub fn fleet(t: &TableReader<'_, '_>, f: &mut FleetSettings, set: &Set) {
+    if f.member_ttl < f.sync_interval * 2 {
+        t.error(
+            set.span("member_ttl"),
+            "member_ttl",
+            format_args!(
+                "({}) must be at least twice sync_interval ({})",
+                format_duration(f.member_ttl),
+                format_duration(f.sync_interval)
+            ),
+        );
+    }
+}
 
 /// The sleeper's strategy, mode and start agree, and its bounds are in order.
 pub fn sleeper(t: &TableReader<'_, '_>, s: &sleeper::Settings, set: &Set) {

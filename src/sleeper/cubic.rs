@@ -137,6 +137,31 @@ impl Cubic {
         Step::Down
     }
 
+    /// Moves to `interval`. A raise is a throttle seen elsewhere: the rate in force
+    /// becomes the one the curve returns to, and the curve restarts at `now`. Otherwise
+    /// only the rate moves and the curve keeps its origin, so growth stays a function
+    /// of the time since the last throttle, whoever saw it.
+    pub fn adopt(&mut self, interval: Duration, raised: bool, now: Duration) {
+        if interval.is_zero() {
+            self.rate = 0.0;
+            self.interval = Duration::ZERO;
+            return;
+        }
+        let rate = 1.0 / interval.min(self.max).as_secs_f64();
+        if !raised {
+            self.set_rate(rate);
+            return;
+        }
+        self.from_start = self.rate == 0.0;
+        self.w_max = if self.from_start {
+            rate / self.beta
+        } else {
+            self.rate.max(rate)
+        };
+        self.last_max = self.w_max;
+        self.decrease_to(rate, now);
+    }
+
     /// The curve's rate at `now`.
     fn curve(&self, now: Duration) -> f64 {
         let t = now.saturating_sub(self.since).as_secs_f64();

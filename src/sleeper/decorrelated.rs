@@ -40,6 +40,14 @@ impl Decorrelated {
         Step::Up
     }
 
+    /// Moves to `interval`; a move from 0 makes it the base.
+    pub fn adopt(&mut self, interval: Duration) {
+        if self.interval.is_zero() {
+            self.seed = interval.min(self.max);
+        }
+        self.interval = interval.min(self.max);
+    }
+
     /// Back to 0; says whether there was anything to reset.
     pub fn reset(&mut self) -> bool {
         let was = !self.interval.is_zero();

@@ -55,6 +55,12 @@ impl Exponential {
         self.interval
     }
 
+    /// Moves to `interval`; the next step grows from it.
+    pub fn adopt(&mut self, interval: Duration) {
+        self.interval = interval.min(self.max);
+        self.backoff = self.interval;
+    }
+
     /// Back to 0; says whether there was anything to reset.
     pub fn reset(&mut self) -> bool {
         let was = !self.interval.is_zero();

@@ -37,6 +37,14 @@ impl Linear {
         Step::Up
     }
 
+    /// Moves to `interval`; a move from 0 makes it the step.
+    pub fn adopt(&mut self, interval: Duration) {
+        if self.interval.is_zero() {
+            self.step = interval;
+        }
+        self.interval = interval.min(self.max);
+    }
+
     /// Back to 0; says whether there was anything to reset.
     pub fn reset(&mut self) -> bool {
         let was = !self.interval.is_zero();

@@ -54,6 +54,11 @@ impl Responsive {
         Step::Up
     }
 
+    /// Moves to `interval`, keeping the success count.
+    pub fn adopt(&mut self, interval: Duration) {
+        self.interval = interval.min(self.max);
+    }
+
     /// AutoSleeper's `SleepOnSuccess` bookkeeping and `goDown`.
     pub fn on_success(&mut self, rng: &mut dyn Random) -> Step {
         if self.interval.is_zero() {

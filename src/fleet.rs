@@ -1,0 +1,547 @@
+//! The fleet: sidecars that share each lane's learned state through Redis.
+//!
+//! With `[fleet]`, a lane's controller interval means the fleet-wide interval `I_f`
+//! (seconds between dispatches of the whole fleet for that lane). Each member paces at
+//! `I_f / share`, where `share` is its max-min fair share of the fleet rate `1 / I_f`
+//! given the demands the members report (`share.rs`); a fleet interval of 0 leaves
+//! every member unpaced. One member alone has share 1: exactly a sidecar on its own.
+//!
+//! One task per process syncs every lane that [`Fleet::join`]ed, once per
+//! `sync_interval`, in one pipelined round trip (`store.rs`); the merge rule (one raise
+//! per fleet-wide burst, growth at one sidecar's pace) is `learning.rs`'s. The request
+//! path only bumps an atomic ([`LaneLink::arrived`]); decisions reach the lane through
+//! the callback it gave to `join`, from the sync task. When Redis does not answer two
+//! syncs in a row (at most `3 × sync_interval` after the last good one), each lane is
+//! told to go on alone from its last allocation, and the task reconnects with gRPC's
+//! backoff; nothing on the request path waits for Redis.
+
+mod demand;
+pub mod learning;
+pub mod share;
+mod store;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::config::{ConnectBackoffSettings, FleetSettings};
+use crate::connect_backoff::{Admission, ConnectBackoff};
+use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
+use demand::Demand;
+use learning::{Proposal, Shared};
+use store::{Answer, Report, Store};
+
+/// Syncs that fail in a row before the lanes go on alone.
+const FAILURES_TO_LOCAL: u32 = 2;
+/// The longest wait between reconnection attempts: short, so a member is back in the
+/// fleet within seconds of Redis returning.
+const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(3);
+/// A lane's hash outlives its last sync by this many member TTLs.
+const KEY_TTL_MEMBER_TTLS: u32 = 12;
+/// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
+const NONE: u64 = u64::MAX;
+
+/// What the fleet decided for one lane at a sync.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    /// The fleet-wide interval `I_f`; 0 leaves the lane unpaced.
+    pub interval: Duration,
+    /// The fleet's epoch for the lane.
+    pub epoch: u64,
+    /// This member's fraction of the fleet rate, in (0, 1].
+    pub share: f64,
+    /// Live members sharing the lane, this one included.
+    pub members: u32,
+    /// The fleet rate, requests per second (`1 / interval`); 0 while unpaced.
+    pub rate: f64,
+    /// Redis stopped answering: the lane goes on alone from its last allocation
+    /// (`interval` is then this member's own and `share` 1) until the fleet returns.
+    pub local: bool,
+}
+
+impl Decision {
+    /// The spacing this member's pacer keeps: `interval / share`.
+    pub fn member_interval(&self) -> Duration {
+        if self.interval.is_zero() {
+            return Duration::ZERO;
+        }
+        Duration::try_from_secs_f64(self.interval.as_secs_f64() / self.share)
+            .unwrap_or(Duration::MAX)
+    }
+}
+
+/// One process's membership in the fleet; owns the sync task.
+pub struct Fleet {
+    inner: Arc<Inner>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the sync task and the links share.
+struct Inner {
+    settings: FleetSettings,
+    member: String,
+    lanes: Mutex<Vec<Arc<LaneCell>>>,
+    metrics: FleetMetrics,
+}
+
+/// One lane's link to the fleet: the counters the lane writes and the sync task reads.
+struct LaneCell {
+    upstream: String,
+    lane: String,
+    key: String,
+    arrivals: AtomicU64,
+    waiting: AtomicUsize,
+    /// The controller's interval in microseconds, [`NONE`] before the first report.
+    interval: AtomicU64,
+    epoch: AtomicU64,
+    /// The earliest epoch raised from since the last sync, [`NONE`] if none.
+    raised_from: AtomicU64,
+    gone: AtomicBool,
+    on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
+    metrics: FleetLaneMetrics,
+    /// The sync task's own state for the lane; only that task locks it.
+    sync: Mutex<LaneSync>,
+}
+
+#[derive(Default)]
+struct LaneSync {
+    demand: Demand,
+    last: Option<Decision>,
+    /// While on its own, the lane's interval is this member's; proposals are scaled
+    /// back to the fleet's by the share it last had.
+    scale: Option<f64>,
+}
+
+/// A lane's membership; dropping it takes the lane out of the fleet.
+pub struct LaneLink {
+    cell: Arc<LaneCell>,
+}
+
+impl LaneLink {
+    /// A request arrived for the lane (its demand); one relaxed atomic add.
+    #[inline]
+    pub fn arrived(&self) {
+        self.cell.arrivals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests waiting in the lane's queue now.
+    pub fn waiting(&self, n: usize) {
+        self.cell.waiting.store(n, Ordering::Relaxed);
+    }
+
+    /// After a controller step: the interval it is at and its epoch, and for a raise,
+    /// the epoch it raised from.
+    pub fn learned(&self, interval: Duration, epoch: u64, raised_from: Option<u64>) {
+        let c = &self.cell;
+        c.epoch.store(epoch, Ordering::Relaxed);
+        let micros = u64::try_from(interval.as_micros()).unwrap_or(NONE - 1);
+        c.interval.store(micros.min(NONE - 1), Ordering::Relaxed);
+        if let Some(from) = raised_from {
+            c.raised_from.fetch_min(from, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for LaneLink {
+    fn drop(&mut self) {
+        self.cell.gone.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Fleet {
+    /// Starts the sync task on the current tokio runtime. Redis need not be up: the
+    /// lanes run on their own until it answers.
+    pub fn start(settings: FleetSettings, metrics: &Metrics, clock: Clock) -> Fleet {
+        let inner = Arc::new(Inner {
+            member: member_id(),
+            settings,
+            lanes: Mutex::new(Vec::new()),
+            metrics: metrics.fleet(),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(run(Arc::clone(&inner), clock, stopped));
+        Fleet {
+            inner,
+            stop,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// This member's id in Redis: host, process id and a random part.
+    pub fn member(&self) -> &str {
+        &self.inner.member
+    }
+
+    /// Whether these are the settings the fleet runs with (a reload keeps the fleet).
+    pub fn runs(&self, settings: &FleetSettings) -> bool {
+        self.inner.settings == *settings
+    }
+
+    /// Registers a lane; `on_sync` is called by the sync task after each sync with what
+    /// the fleet decided for this lane, never on the request path.
+    pub fn join(
+        &self,
+        upstream: &str,
+        lane: &str,
+        on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
+    ) -> LaneLink {
+        let cell = Arc::new(LaneCell {
+            upstream: upstream.to_string(),
+            lane: lane.to_string(),
+            key: format!(
+                "easeoff:{}:{upstream}:{lane}:state",
+                self.inner.settings.group
+            ),
+            arrivals: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            interval: AtomicU64::new(NONE),
+            epoch: AtomicU64::new(0),
+            raised_from: AtomicU64::new(NONE),
+            gone: AtomicBool::new(false),
+            on_sync,
+            metrics: self.inner.metrics.lane(upstream, lane),
+            sync: Mutex::new(LaneSync::default()),
+        });
+        lock(&self.inner.lanes).push(Arc::clone(&cell));
+        LaneLink { cell }
+    }
+
+    /// Leaves the fleet now (SIGTERM): stops syncing and deletes this member's
+    /// entries, waiting at most one `sync_interval` for Redis.
+    pub async fn leave(&self) {
+        let _ = self.stop.send(true);
+        let task = lock(&self.task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The host (the pod's name in Kubernetes), the process id and a random part, so a
+/// restarted process never takes over its predecessor's entries.
+fn member_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "easeoff".to_string());
+    format!("{host}-{}-{:08x}", std::process::id(), fastrand::u32(..))
+}
+
+/// The sync task: one round trip per `sync_interval` while connected; reconnection
+/// with gRPC's backoff while not.
+async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>) {
+    let settings = &inner.settings;
+    let metrics = &inner.metrics;
+    let mut store = match Store::new(&settings.redis) {
+        Ok(store) => store,
+        Err(error) => {
+            // `check` refuses such URLs; a config built in code may still carry one.
+            tracing::error!(redis = %settings.redis, %error, "fleet: unusable redis url; lanes run on their own");
+            return;
+        }
+    };
+    let mut backoff = ConnectBackoff::new(&ConnectBackoffSettings {
+        initial: settings.sync_interval,
+        max: MAX_RECONNECT_WAIT,
+        min_connect_timeout: settings.sync_interval * 4,
+        ..ConnectBackoffSettings::default()
+    });
+    let mut rng = fastrand::Rng::new();
+    let mut tick = tokio::time::interval(settings.sync_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut connected = false;
+    let mut failures = 0u32;
+    let mut last_round = clock.now();
+    metrics.connected.set(0);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped.changed() => break,
+        }
+        if !store.is_connected() {
+            let now = std::time::Instant::now();
+            if let Admission::Closed(_) = backoff.admit(now) {
+                continue;
+            }
+            let timeout = settings.sync_interval.max(Duration::from_millis(500));
+            if let Err(error) = store.connect(timeout).await {
+                metrics.sync_errors.inc();
+                backoff.on_failure(std::time::Instant::now(), &mut rng);
+                tracing::debug!(%error, "fleet: cannot reach redis");
+                continue;
+            }
+            backoff.on_success();
+        }
+        let now = clock.now();
+        let elapsed = now.saturating_duration_since(last_round);
+        last_round = now;
+        let lanes = live_lanes(&inner);
+        let started = Instant::now();
+        let result = sync_round(&inner, &mut store, &lanes, elapsed).await;
+        metrics.sync.observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {
+                failures = 0;
+                if !connected {
+                    connected = true;
+                    metrics.connected.set(1);
+                    tracing::info!(redis = %settings.redis, member = %inner.member, "fleet: connected; lanes share what they learn");
+                }
+            }
+            Err(error) => {
+                metrics.sync_errors.inc();
+                failures += 1;
+                if failures >= FAILURES_TO_LOCAL {
+                    store.disconnect();
+                    backoff.on_failure(std::time::Instant::now(), &mut rng);
+                    if connected {
+                        connected = false;
+                        metrics.connected.set(0);
+                        tracing::warn!(redis = %settings.redis, %error, "fleet: redis does not answer; lanes go on alone from their last allocation");
+                        go_local(&lanes);
+                    }
+                }
+            }
+        }
+    }
+    let keys: Vec<String> = lock(&inner.lanes).iter().map(|l| l.key.clone()).collect();
+    if store.is_connected() {
+        let left = tokio::time::timeout(settings.sync_interval, store.leave(&inner.member, &keys));
+        let error = match left.await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("timed out".to_string()),
+        };
+        if let Some(error) = error {
+            tracing::warn!(%error, "fleet: could not leave at once; this member's entries expire after member_ttl");
+        }
+    }
+    metrics.connected.set(0);
+}
+
+/// The lanes still linked; the ones whose link was dropped are taken out of the
+/// registry and their gauges withdrawn (their entries expire after `member_ttl`).
+fn live_lanes(inner: &Inner) -> Vec<Arc<LaneCell>> {
+    let mut lanes = lock(&inner.lanes);
+    lanes.retain(|lane| {
+        let gone = lane.gone.load(Ordering::Relaxed);
+        if gone {
+            inner.metrics.remove_lane(&lane.upstream, &lane.lane);
+        }
+        !gone
+    });
+    lanes.clone()
+}
+
+/// One round trip for every lane, within `sync_interval`; then each lane's decision.
+async fn sync_round(
+    inner: &Inner,
+    store: &mut Store,
+    lanes: &[Arc<LaneCell>],
+    elapsed: Duration,
+) -> Result<(), String> {
+    let settings = &inner.settings;
+    let mut demands = Vec::with_capacity(lanes.len());
+    let mut raised = Vec::with_capacity(lanes.len());
+    let reports: Vec<Report<'_>> = lanes
+        .iter()
+        .map(|lane| {
+            let mut sync = lock(&lane.sync);
+            let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
+            let waiting = lane.waiting.load(Ordering::Relaxed);
+            let demand = sync.demand.update(arrivals, waiting, elapsed);
+            demands.push(demand);
+            let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
+            raised.push(from);
+            let micros = lane.interval.load(Ordering::Relaxed);
+            let proposal = (micros != NONE).then(|| {
+                let scale = sync.scale.unwrap_or(1.0);
+                Proposal {
+                    interval: Duration::from_micros((micros as f64 * scale) as u64),
+                    epoch: lane.epoch.load(Ordering::Relaxed),
+                    raised_from: (from != NONE).then_some(from),
+                }
+            });
+            Report {
+                key: &lane.key,
+                demand,
+                proposal,
+            }
+        })
+        .collect();
+    let ttl = settings.member_ttl;
+    let answers = tokio::time::timeout(
+        settings.sync_interval,
+        store.sync(&inner.member, &reports, ttl, ttl * KEY_TTL_MEMBER_TTLS),
+    )
+    .await;
+    let answers = match answers {
+        Ok(Ok(answers)) if answers.len() == lanes.len() => answers,
+        failed => {
+            // The raises were not heard: report them again next time.
+            for (lane, from) in lanes.iter().zip(&raised) {
+                lane.raised_from.fetch_min(*from, Ordering::Relaxed);
+            }
+            return Err(match failed {
+                Err(_) => "timed out".to_string(),
+                Ok(Err(e)) => e.to_string(),
+                Ok(Ok(_)) => "answers do not match the lanes".to_string(),
+            });
+        }
+    };
+    for ((lane, answer), demand) in lanes.iter().zip(answers).zip(demands) {
+        apply(lane, &answer, demand);
+    }
+    Ok(())
+}
+
+/// Turns one lane's answer into its decision and hands it to the lane.
+fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
+    let Some(shared) = answer.shared else {
+        return;
+    };
+    let decision = decide(shared, demand, &answer.others);
+    {
+        let mut sync = lock(&lane.sync);
+        sync.last = Some(decision);
+        sync.scale = None;
+    }
+    let m = &lane.metrics;
+    m.members.set(f64::from(decision.members));
+    m.share.set(decision.share);
+    m.rate.set(decision.rate);
+    (lane.on_sync)(&decision);
+    // What the lane proposes next is relative to what it just adopted: a proposal
+    // from another epoch (or from its time alone) would only be ignored.
+    if lane.epoch.load(Ordering::Relaxed) != shared.epoch
+        || lane.interval.load(Ordering::Relaxed) == NONE
+    {
+        lane.epoch.store(shared.epoch, Ordering::Relaxed);
+        let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
+        lane.interval.store(micros, Ordering::Relaxed);
+    }
+}
+
+/// This member's decision for a lane from the fleet's state and the demands.
+pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
+    let members = others.len() + 1;
+    let mut demands = Vec::with_capacity(members);
+    demands.push(demand);
+    demands.extend_from_slice(others);
+    let share = if shared.interval.is_zero() {
+        1.0
+    } else {
+        let rate = 1.0 / shared.interval.as_secs_f64();
+        let mine = share::max_min(&demands, rate)[0] / rate;
+        // A member that asks for (almost) nothing still gets a slot now and then, so
+        // its first requests after a quiet spell are not held for a whole sync.
+        mine.max(1.0 / (2 * members) as f64).min(1.0)
+    };
+    Decision {
+        interval: shared.interval,
+        epoch: shared.epoch,
+        share,
+        members: u32::try_from(members).unwrap_or(u32::MAX),
+        rate: if shared.interval.is_zero() {
+            0.0
+        } else {
+            1.0 / shared.interval.as_secs_f64()
+        },
+        local: false,
+    }
+}
+
+/// Redis stopped answering: each lane goes on alone at its last allocation.
+fn go_local(lanes: &[Arc<LaneCell>]) {
+    for lane in lanes {
+        let last = {
+            let mut sync = lock(&lane.sync);
+            let Some(last) = sync.last else {
+                continue;
+            };
+            sync.scale = Some(last.share);
+            last
+        };
+        let alone = Decision {
+            interval: last.member_interval(),
+            epoch: last.epoch,
+            share: 1.0,
+            members: 1,
+            rate: if last.interval.is_zero() {
+                0.0
+            } else {
+                last.rate * last.share
+            },
+            local: true,
+        };
+        lane.metrics.members.set(1.0);
+        lane.metrics.share.set(1.0);
+        lane.metrics.rate.set(alone.rate);
+        (lane.on_sync)(&alone);
+        let micros = u64::try_from(alone.interval.as_micros()).unwrap_or(NONE - 1);
+        lane.interval.store(micros, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(ms: u64) -> Shared {
+        Shared {
+            interval: Duration::from_millis(ms),
+            epoch: 2,
+        }
+    }
+
+    #[test]
+    fn a_lone_member_paces_at_the_fleet_interval() {
+        let d = decide(shared(10), 500.0, &[]);
+        assert_eq!((d.share, d.members, d.rate), (1.0, 1, 100.0));
+        assert_eq!(d.member_interval(), Duration::from_millis(10));
+    }
+
+    #[test]
+    fn equal_demand_splits_the_fleet_rate() {
+        let d = decide(shared(10), 500.0, &[500.0, 500.0, 500.0]);
+        assert_eq!(d.share, 0.25);
+        assert_eq!(d.member_interval(), Duration::from_millis(40));
+    }
+
+    #[test]
+    fn a_light_member_gets_its_demand_and_a_heavy_one_the_rest() {
+        // 100/s: one light member at 10/s, three heavy ones split 90.
+        let light = decide(shared(10), 10.0, &[1e9, 1e9, 1e9]);
+        assert!((light.share - 0.125).abs() < 1e-12, "{}", light.share);
+        let heavy = decide(shared(10), 1e9, &[10.0, 1e9, 1e9]);
+        assert!((heavy.share - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_idle_member_keeps_a_small_share_and_an_unpaced_fleet_paces_nobody() {
+        let idle = decide(shared(10), 0.0, &[1e9]);
+        assert_eq!(idle.share, 0.25);
+        let free = decide(shared(0), 5.0, &[1e9]);
+        assert_eq!((free.member_interval(), free.rate), (Duration::ZERO, 0.0));
+    }
+}

@@ -1,0 +1,130 @@
+//! What the fleet keeps of a lane's learning, and the rule that merges a member's
+//! proposal into it. Pure; `store.rs` runs the same rule inside Redis, atomically.
+//!
+//! The rule:
+//! - No state yet (a new lane, or Redis restarted empty): the first proposal becomes it,
+//!   so the state is rebuilt from the members within one sync.
+//! - A raise (the member's controller raised from epoch `e`) is a compare-and-set on the
+//!   epoch: it lands only if the stored epoch is still `e`; then the stored interval
+//!   becomes the larger of the two and the epoch the member's. Otherwise another member
+//!   already raised for this fleet-wide burst, and the raise is dropped.
+//! - Anything else counts only within the stored epoch, and the stored interval becomes
+//!   the lower of the two: the member grew since its last sync. Every member adopts the
+//!   stored interval at each sync and steps from it on its own results, so in one sync
+//!   period the fleet moves by the largest step one member took, never by the sum of
+//!   the members' steps: N members grow no faster than one sidecar would.
+
+use std::time::Duration;
+
+/// A lane's learned state as the fleet stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shared {
+    /// The fleet-wide interval between dispatches, in whole microseconds.
+    pub interval: Duration,
+    /// Raises so far.
+    pub epoch: u64,
+}
+
+/// What a member reports for a lane at a sync: its controller's interval and epoch,
+/// and for a raise since the last sync, the epoch it raised from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proposal {
+    pub interval: Duration,
+    pub epoch: u64,
+    pub raised_from: Option<u64>,
+}
+
+/// The stored state after `proposal`.
+pub fn merge(stored: Option<Shared>, proposal: &Proposal) -> Shared {
+    let Some(stored) = stored else {
+        return Shared {
+            interval: proposal.interval,
+            epoch: proposal.epoch,
+        };
+    };
+    match proposal.raised_from {
+        Some(from) if from == stored.epoch => Shared {
+            interval: stored.interval.max(proposal.interval),
+            epoch: proposal.epoch.max(stored.epoch + 1),
+        },
+        None if proposal.epoch == stored.epoch => Shared {
+            interval: stored.interval.min(proposal.interval),
+            epoch: stored.epoch,
+        },
+        _ => stored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn shared(interval: u64, epoch: u64) -> Shared {
+        Shared {
+            interval: ms(interval),
+            epoch,
+        }
+    }
+
+    fn raise(interval: u64, from: u64) -> Proposal {
+        Proposal {
+            interval: ms(interval),
+            epoch: from + 1,
+            raised_from: Some(from),
+        }
+    }
+
+    fn step(interval: u64, epoch: u64) -> Proposal {
+        Proposal {
+            interval: ms(interval),
+            epoch,
+            raised_from: None,
+        }
+    }
+
+    #[test]
+    fn the_first_proposal_becomes_the_state() {
+        assert_eq!(merge(None, &step(20, 3)), shared(20, 3));
+        assert_eq!(merge(None, &raise(20, 3)), shared(20, 4));
+    }
+
+    #[test]
+    fn four_members_raising_from_one_burst_raise_the_fleet_once() {
+        let mut state = Some(shared(10, 2));
+        for interval in [15, 14, 16, 15] {
+            state = Some(merge(state, &raise(interval, 2)));
+        }
+        // The first raise lands; the others raised from epoch 2, which is gone.
+        assert_eq!(state, Some(shared(15, 3)));
+    }
+
+    #[test]
+    fn a_raise_never_lowers_the_interval() {
+        assert_eq!(merge(Some(shared(30, 2)), &raise(15, 2)), shared(30, 3));
+    }
+
+    #[test]
+    fn a_step_from_another_epoch_is_ignored() {
+        assert_eq!(merge(Some(shared(30, 2)), &step(5, 1)), shared(30, 2));
+        assert_eq!(merge(Some(shared(30, 2)), &step(5, 7)), shared(30, 2));
+    }
+
+    #[test]
+    fn growth_is_the_largest_single_step_not_the_sum_of_the_members() {
+        // Eight members adopt 100 ms and each takes one 0.9 step before the next sync:
+        // the fleet goes to 90 ms, as one sidecar taking that step would, not 0.9⁸.
+        let mut state = Some(shared(100, 4));
+        for _ in 0..8 {
+            state = Some(merge(state, &step(90, 4)));
+        }
+        assert_eq!(state, Some(shared(90, 4)));
+        // One member took two steps; the fleet follows the largest step taken.
+        state = Some(merge(state, &step(81, 4)));
+        state = Some(merge(state, &step(90, 4)));
+        assert_eq!(state, Some(shared(81, 4)));
+    }
+}

@@ -1,0 +1,240 @@
+//! The fleet's Redis side: one Lua script that merges a member's report for one lane
+//! into the lane's hash and answers with the lane's state and the other members'
+//! demands, and the pipelined round trip that runs it for every lane of a member.
+//!
+//! A lane is one hash, `easeoff:<group>:<upstream>:<lane>:state`: field `i` the fleet
+//! interval in microseconds, `e` the epoch, and `m:<member>` = `<expiry ms> <demand>`
+//! per member. The script drops members past their expiry (by Redis's clock, so the
+//! members' clocks need not agree) and renews the key's TTL, so a lane nobody syncs
+//! disappears and nothing grows without bound. The merge rule is `learning.rs`'s.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisResult, Script};
+
+use super::learning::{Proposal, Shared};
+use crate::config::RedisUrl;
+
+/// The script: KEYS[1] the lane's hash; ARGV: member, demand, proposed interval (µs,
+/// empty for none), epoch, epoch raised from (empty for none), member TTL (ms), key
+/// TTL (ms). Returns the interval and epoch (empty while there is no state), then the
+/// other members' demands.
+const SYNC: &str = r"
+local key = KEYS[1]
+local me = 'm:' .. ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fields = redis.call('HGETALL', key)
+local i, e = nil, nil
+local others = {}
+for k = 1, #fields, 2 do
+  local f, v = fields[k], fields[k + 1]
+  if f == 'i' then
+    i = tonumber(v)
+  elseif f == 'e' then
+    e = tonumber(v)
+  elseif f ~= me and string.sub(f, 1, 2) == 'm:' then
+    local sp = string.find(v, ' ', 1, true)
+    if sp == nil or tonumber(string.sub(v, 1, sp - 1)) < now then
+      redis.call('HDEL', key, f)
+    else
+      others[#others + 1] = string.sub(v, sp + 1)
+    end
+  end
+end
+if ARGV[3] ~= '' then
+  local pi, pe, from = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+  if i == nil or e == nil then
+    i, e = pi, pe
+  elseif from ~= nil then
+    if from == e then
+      i = math.max(i, pi)
+      e = math.max(pe, e + 1)
+    end
+  elseif pe == e then
+    i = math.min(i, pi)
+  end
+  redis.call('HSET', key, 'i', string.format('%d', i), 'e', string.format('%d', e))
+end
+redis.call('HSET', key, me, string.format('%d', now + tonumber(ARGV[6])) .. ' ' .. ARGV[2])
+redis.call('PEXPIRE', key, ARGV[7])
+local out = {'', ''}
+if i ~= nil then
+  out[1] = string.format('%d', i)
+  out[2] = string.format('%d', e)
+end
+for k = 1, #others do
+  out[#out + 1] = others[k]
+end
+return out
+";
+
+/// One lane's part of a sync.
+#[derive(Clone, Debug)]
+pub struct Report<'a> {
+    /// The lane's hash.
+    pub key: &'a str,
+    /// This member's demand, requests per second.
+    pub demand: f64,
+    /// What the member learned; `None` before it learned anything.
+    pub proposal: Option<Proposal>,
+}
+
+/// One lane's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// The lane's state after the merge; `None` while no member has proposed any.
+    pub shared: Option<Shared>,
+    /// The other live members' demands.
+    pub others: Vec<f64>,
+}
+
+/// A connection to the fleet's Redis, with the script loaded.
+pub struct Store {
+    client: Client,
+    script: Script,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl Store {
+    /// A store for `url`, not yet connected; fails only on a URL `check` would refuse.
+    pub fn new(url: &RedisUrl) -> RedisResult<Store> {
+        Ok(Store {
+            client: Client::open(url.expose())?,
+            script: Script::new(SYNC),
+            conn: None,
+        })
+    }
+
+    /// Whether a connection is up.
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Connects and loads the script, each step within `timeout`.
+    pub async fn connect(&mut self, timeout: Duration) -> RedisResult<()> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        self.script.load_async(&mut conn).await?;
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    /// Drops the connection; the next [`Store::connect`] makes a new one.
+    pub fn disconnect(&mut self) {
+        self.conn = None;
+    }
+
+    /// One round trip: the script once per lane, pipelined.
+    pub async fn sync(
+        &mut self,
+        member: &str,
+        lanes: &[Report<'_>],
+        member_ttl: Duration,
+        key_ttl: Duration,
+    ) -> RedisResult<Vec<Answer>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(not_connected());
+        };
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for lane in lanes {
+            let p = lane.proposal;
+            pipe.cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(1)
+                .arg(lane.key)
+                .arg(member)
+                .arg(lane.demand.to_string())
+                .arg(p.map_or(String::new(), |p| p.interval.as_micros().to_string()))
+                .arg(p.map_or(String::new(), |p| p.epoch.to_string()))
+                .arg(
+                    p.and_then(|p| p.raised_from)
+                        .map_or(String::new(), |e| e.to_string()),
+                )
+                .arg(member_ttl.as_millis() as u64)
+                .arg(key_ttl.as_millis() as u64);
+        }
+        let raw: Vec<Vec<String>> = pipe.query_async(conn).await?;
+        Ok(raw.iter().map(|fields| answer(fields)).collect())
+    }
+
+    /// Deletes this member's entries from `keys` at once (one pipelined round trip).
+    pub async fn leave(&mut self, member: &str, keys: &[String]) -> RedisResult<()> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(not_connected());
+        };
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("HDEL")
+                .arg(key)
+                .arg(format!("m:{member}"))
+                .ignore();
+        }
+        pipe.query_async::<()>(conn).await
+    }
+}
+
+fn not_connected() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "not connected"))
+}
+
+/// Reads the script's answer; unreadable parts count as absent.
+fn answer(fields: &[String]) -> Answer {
+    let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    let shared = number(0).zip(number(1)).map(|(micros, epoch)| Shared {
+        interval: Duration::from_micros(micros),
+        epoch,
+    });
+    let others = fields
+        .iter()
+        .skip(2)
+        .filter_map(|d| d.parse::<f64>().ok())
+        .collect();
+    Answer { shared, others }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_answer_carries_the_state_and_the_other_demands() {
+        assert_eq!(
+            answer(&strings(&["20000", "3", "12.5", "inf"])),
+            Answer {
+                shared: Some(Shared {
+                    interval: Duration::from_millis(20),
+                    epoch: 3
+                }),
+                others: vec![12.5, f64::INFINITY],
+            }
+        );
+    }
+
+    #[test]
+    fn an_answer_without_state_has_none() {
+        assert_eq!(
+            answer(&strings(&["", "", "1"])),
+            Answer {
+                shared: None,
+                others: vec![1.0]
+            }
+        );
+    }
+}
