@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::history::{History, Sample};
+use crate::fleet::Fleet;
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
 use crate::throttle::Signal;
@@ -41,6 +42,8 @@ pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     /// The last minutes of every upstream, filled by [`sample_history`].
     pub history: History,
+    /// The fleet this sidecar belongs to, with `[fleet]`.
+    pub fleet: Option<Arc<Fleet>>,
 }
 
 impl AdminState {
@@ -163,7 +166,11 @@ fn status_json(state: &AdminState) -> Value {
             entry
         })
         .collect();
-    json!({ "version": env!("CARGO_PKG_VERSION"), "upstreams": upstreams })
+    let mut status = json!({ "version": env!("CARGO_PKG_VERSION"), "upstreams": upstreams });
+    if let Some(fleet) = &state.fleet {
+        status["fleet"] = json!({ "connected": fleet.is_connected(), "member": fleet.member() });
+    }
+    status
 }
 
 async fn reset(State(state): State<Arc<AdminState>>, Path(name): Path<String>) -> Response {
@@ -230,6 +237,13 @@ fn describe(u: &Upstream) -> Value {
         "connect_failures": m.connect_failures.get(),
         // Lanes will list their own interval, queue and history here.
         "lanes": [],
+        "fleet": u.fleet_view().map(|d| json!({
+            "members": d.members,
+            "share": d.share,
+            "rate": d.rate,
+            "interval_ms": d.interval.as_secs_f64() * 1e3,
+            "epoch": d.epoch,
+        })),
     })
 }
 

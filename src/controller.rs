@@ -92,6 +92,13 @@ impl<R: Random> Controller<R> {
         self.sleeper.interval() != before
     }
 
+    /// Moves to `interval`, up or down, keeping the epoch and what the strategy
+    /// remembers: the fleet stopped answering and the lane goes on alone from its last
+    /// allocation.
+    pub fn take(&mut self, interval: Duration, now: Duration) {
+        self.sleeper.adopt(interval, false, now);
+    }
+
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
     pub fn reset(&mut self, settings: &Settings) {
         self.sleeper = Sleeper::new(settings);
@@ -227,6 +234,16 @@ mod tests {
         assert_eq!(c.interval(), Duration::from_millis(10));
         assert!(c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
         assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(8), 1));
+    }
+
+    #[test]
+    fn taking_an_interval_moves_either_way_and_keeps_the_epoch() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        c.on_throttle(0, None, Duration::ZERO);
+        c.take(Duration::from_millis(40), Duration::ZERO);
+        assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(40), 1));
+        c.take(Duration::from_millis(5), Duration::ZERO);
+        assert_eq!(c.interval(), Duration::from_millis(5));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod share;
 mod store;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -88,6 +88,7 @@ struct Inner {
     member: String,
     lanes: Mutex<Vec<Arc<LaneCell>>>,
     metrics: FleetMetrics,
+    connected: AtomicBool,
 }
 
 /// One lane's link to the fleet: the counters the lane writes and the sync task reads.
@@ -103,7 +104,11 @@ struct LaneCell {
     /// The earliest epoch raised from since the last sync, [`NONE`] if none.
     raised_from: AtomicU64,
     gone: AtomicBool,
+    /// The share of the last decision, as `f64` bits; 1 until the first.
+    share: AtomicU64,
     on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
+    /// Reads the lane's queue at each sync, if the lane gave a way to.
+    queue: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
     metrics: FleetLaneMetrics,
     /// The sync task's own state for the lane; only that task locks it.
     sync: Mutex<LaneSync>,
@@ -135,6 +140,26 @@ impl LaneLink {
         self.cell.waiting.store(n, Ordering::Relaxed);
     }
 
+    /// The latest decision for this lane, if any.
+    pub fn last(&self) -> Option<Decision> {
+        lock(&self.cell.sync).last
+    }
+
+    /// Lets the sync task read the queue itself, instead of [`LaneLink::waiting`].
+    pub fn sample_queue(&self, probe: Box<dyn Fn() -> usize + Send + Sync>) {
+        let _ = self.cell.queue.set(probe);
+    }
+
+    /// The spacing this member keeps for a fleet `interval`: `interval / share`, with
+    /// the share of the latest decision (1 before the first).
+    pub fn pacing(&self, interval: Duration) -> Duration {
+        let share = f64::from_bits(self.cell.share.load(Ordering::Relaxed));
+        if share >= 1.0 || interval.is_zero() {
+            return interval;
+        }
+        Duration::try_from_secs_f64(interval.as_secs_f64() / share).unwrap_or(Duration::MAX)
+    }
+
     /// After a controller step: the interval it is at and its epoch, and for a raise,
     /// the epoch it raised from.
     pub fn learned(&self, interval: Duration, epoch: u64, raised_from: Option<u64>) {
@@ -163,6 +188,7 @@ impl Fleet {
             settings,
             lanes: Mutex::new(Vec::new()),
             metrics: metrics.fleet(),
+            connected: AtomicBool::new(false),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(Arc::clone(&inner), clock, stopped));
@@ -176,6 +202,12 @@ impl Fleet {
     /// This member's id in Redis: host, process id and a random part.
     pub fn member(&self) -> &str {
         &self.inner.member
+    }
+
+    /// Whether the last syncs reached Redis (the lanes share); `false` while they run
+    /// on their own.
+    pub fn is_connected(&self) -> bool {
+        self.inner.connected.load(Ordering::Relaxed)
     }
 
     /// Whether these are the settings the fleet runs with (a reload keeps the fleet).
@@ -204,7 +236,9 @@ impl Fleet {
             epoch: AtomicU64::new(0),
             raised_from: AtomicU64::new(NONE),
             gone: AtomicBool::new(false),
+            share: AtomicU64::new(1f64.to_bits()),
             on_sync,
+            queue: OnceLock::new(),
             metrics: self.inner.metrics.lane(upstream, lane),
             sync: Mutex::new(LaneSync::default()),
         });
@@ -304,6 +338,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
                 failures = 0;
                 if !connected {
                     connected = true;
+                    inner.connected.store(true, Ordering::Relaxed);
                     metrics.connected.set(1);
                     tracing::info!(redis = %settings.redis, member = %inner.member, "fleet: connected; lanes share what they learn");
                 }
@@ -316,6 +351,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
                     backoff.on_failure(std::time::Instant::now(), &mut rng);
                     if connected {
                         connected = false;
+                        inner.connected.store(false, Ordering::Relaxed);
                         metrics.connected.set(0);
                         tracing::warn!(redis = %settings.redis, %error, "fleet: redis does not answer; lanes go on alone from their last allocation");
                         go_local(&lanes);
@@ -336,6 +372,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             tracing::warn!(%error, "fleet: could not leave at once; this member's entries expire after member_ttl");
         }
     }
+    inner.connected.store(false, Ordering::Relaxed);
     metrics.connected.set(0);
 }
 
@@ -368,7 +405,10 @@ async fn sync_round(
         .map(|lane| {
             let mut sync = lock(&lane.sync);
             let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
-            let waiting = lane.waiting.load(Ordering::Relaxed);
+            let waiting = match lane.queue.get() {
+                Some(probe) => probe(),
+                None => lane.waiting.load(Ordering::Relaxed),
+            };
             let demand = sync.demand.update(arrivals, waiting, elapsed);
             demands.push(demand);
             let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
@@ -430,6 +470,8 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
     m.members.set(f64::from(decision.members));
     m.share.set(decision.share);
     m.rate.set(decision.rate);
+    lane.share
+        .store(decision.share.to_bits(), Ordering::Relaxed);
     (lane.on_sync)(&decision);
     // What the lane proposes next is relative to what it just adopted: a proposal
     // from another epoch (or from its time alone) would only be ignored.
@@ -452,7 +494,11 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         1.0
     } else {
         let rate = 1.0 / shared.interval.as_secs_f64();
-        let mine = share::max_min(&demands, rate)[0] / rate;
+        let allocations = share::max_min(&demands, rate);
+        // What nobody asked for is spread evenly, so the shares add up to the fleet
+        // rate and a member whose demand grows finds room before the next sync.
+        let spare = (rate - allocations.iter().sum::<f64>()).max(0.0) / members as f64;
+        let mine = (allocations[0] + spare) / rate;
         // A member that asks for (almost) nothing still gets a slot now and then, so
         // its first requests after a quiet spell are not held for a whole sync.
         mine.max(1.0 / (2 * members) as f64).min(1.0)
@@ -497,6 +543,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);
         lane.metrics.rate.set(alone.rate);
+        lane.share.store(1f64.to_bits(), Ordering::Relaxed);
         (lane.on_sync)(&alone);
         let micros = u64::try_from(alone.interval.as_micros()).unwrap_or(NONE - 1);
         lane.interval.store(micros, Ordering::Relaxed);
@@ -535,6 +582,15 @@ mod tests {
         assert!((light.share - 0.125).abs() < 1e-12, "{}", light.share);
         let heavy = decide(shared(10), 1e9, &[10.0, 1e9, 1e9]);
         assert!((heavy.share - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn capacity_nobody_asked_for_is_spread_evenly() {
+        // 100/s, demands 10 and 30: 60 spare, 30 each.
+        let d = decide(shared(10), 10.0, &[30.0]);
+        assert!((d.share - 0.4).abs() < 1e-12, "{}", d.share);
+        let idle = decide(shared(10), 0.0, &[0.0, 0.0, 0.0]);
+        assert_eq!(idle.share, 0.25);
     }
 
     #[test]

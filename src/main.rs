@@ -211,6 +211,9 @@ async fn reload(handle: &Handle, path: Option<&std::path::Path>) {
             if done.server_changed {
                 tracing::warn!("[server] settings changed; they take effect on restart");
             }
+            if done.fleet_changed {
+                tracing::warn!("[fleet] settings changed; they take effect on restart");
+            }
             tracing::info!(
                 kept = ?done.kept,
                 rebuilt = ?done.rebuilt,

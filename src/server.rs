@@ -23,7 +23,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::admin::{self, AdminLimits, AdminState, Upstreams};
+use crate::clock::Clock;
 use crate::config::{Config, RuntimeShape, ServerSettings, UpstreamSettings};
+use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::proxy::{self, ClientError, Current, Limits, ListenerContext};
 use crate::sigv4::{CredentialsError, SigningEnv};
@@ -84,6 +86,8 @@ struct Live {
     state: Mutex<State>,
     /// The per-core runtimes the accept loops run on; `None`: the caller's runtime.
     workers: Option<Workers>,
+    /// The fleet this sidecar belongs to, with `[fleet]`; kept over reloads.
+    fleet: Option<Arc<Fleet>>,
 }
 
 struct State {
@@ -140,13 +144,25 @@ impl Server {
             RuntimeShape::PerCore => Some(Workers::start().map_err(StartError::Workers)?),
         };
         let copies = workers.as_ref().map_or(1, Workers::count);
+        let fleet = config
+            .fleet
+            .clone()
+            .map(|settings| Arc::new(Fleet::start(settings, &metrics, Clock::Tokio)));
         let mut listeners = Vec::with_capacity(config.upstreams.len());
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         for settings in &config.upstreams {
             let what = format!("upstream \"{}\"", settings.name);
             let sockets = bind_listener(settings.listen, &what, copies).await?;
             let bound = local_addr(&sockets[0], settings.listen);
-            let upstream = build(settings, bound, &metrics, &observer, &signing).await?;
+            let upstream = build(
+                settings,
+                bound,
+                &metrics,
+                &observer,
+                &signing,
+                fleet.as_deref(),
+            )
+            .await?;
             listeners.push(Listening::new(
                 settings.listen,
                 bound,
@@ -171,6 +187,7 @@ impl Server {
                 draining: false,
             }),
             workers,
+            fleet,
         };
         Ok(Server {
             live: Arc::new(live),
@@ -233,6 +250,7 @@ impl Server {
             upstreams: Arc::clone(&live.upstreams),
             ready: Arc::clone(&live.ready),
             history: Default::default(),
+            fleet: live.fleet.clone(),
         });
         let sampler = tokio::spawn(admin::sample_history(Arc::clone(&state)));
         let (admin_done, admin_stop) = tokio::sync::oneshot::channel::<()>();
@@ -249,6 +267,10 @@ impl Server {
             ended = &mut admin => Some(ended),
         };
         live.ready.store(false, Ordering::Relaxed);
+        // The others take this member's share at their next sync, not after member_ttl.
+        if let Some(fleet) = &live.fleet {
+            fleet.leave().await;
+        }
         live.drain(grace).await;
         if let Some(workers) = &live.workers {
             workers.stop();
@@ -419,6 +441,7 @@ async fn build(
     metrics: &Metrics,
     observer: &Option<Observer>,
     signing: &SigningEnv,
+    fleet: Option<&Fleet>,
 ) -> Result<Arc<Upstream>, StartError> {
     let signer = match &settings.sigv4 {
         Some(sigv4) => {
@@ -434,12 +457,16 @@ async fn build(
         }
         None => None,
     };
-    Upstream::new(settings.clone(), bound, metrics, observer.clone(), signer)
+    let upstream = Upstream::new(settings.clone(), bound, metrics, observer.clone(), signer)
         .map(Arc::new)
         .map_err(|source| StartError::Client {
             upstream: settings.name.clone(),
             source,
-        })
+        })?;
+    if let Some(fleet) = fleet {
+        Upstream::join_fleet(&upstream, fleet);
+    }
+    Ok(upstream)
 }
 
 /// A listener's sockets: one, or `copies` sharing the address with `SO_REUSEPORT`.

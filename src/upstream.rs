@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -20,6 +20,7 @@ use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
+use crate::fleet::{Decision, Fleet, LaneLink};
 use crate::hints::{self, Hint, Quota};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
@@ -98,6 +99,8 @@ pub struct Control {
     /// Per header kind: a capped pause was logged (once is enough to find the cause).
     capped_logged: [AtomicBool; Hint::ALL.len()],
     observer: Option<Observer>,
+    /// This upstream's lane in the fleet, with `[fleet]`.
+    fleet: OnceLock<LaneLink>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -153,6 +156,32 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Joins the fleet with this upstream's lane: the fleet's decisions reach its
+    /// controller and pacer, its queue and steps reach the fleet.
+    pub fn join_fleet(upstream: &Arc<Upstream>, fleet: &Fleet) {
+        let weak = Arc::downgrade(upstream);
+        let link = fleet.join(
+            upstream.name(),
+            "default",
+            Box::new(move |decision| {
+                if let Some(u) = weak.upgrade() {
+                    u.adopt(decision);
+                }
+            }),
+        );
+        let weak = Arc::downgrade(upstream);
+        link.sample_queue(Box::new(move || {
+            weak.upgrade().map_or(0, |u| u.pacer.waiting())
+        }));
+        {
+            let controller = upstream.lock();
+            link.learned(controller.interval(), controller.epoch(), None);
+        }
+        let _ = upstream.fleet.set(link);
+    }
+}
+
 /// How far ahead a shed client honours a hint: the AWS SDKs wait at most their own
 /// backoff + 5 s (botocore's and the JS SDK's standard mode); others are taken at
 /// their word.
@@ -202,6 +231,7 @@ impl Control {
             settings: Arc::new(settings),
             controller: Mutex::new(controller),
             observer,
+            fleet: OnceLock::new(),
         };
         control
             .metrics
@@ -253,6 +283,9 @@ impl Control {
     /// Waits for a slot (or is shed at once, told when to come back; see
     /// [`Spread`]) and counts the wait.
     pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
+        if let Some(link) = self.fleet.get() {
+            link.arrived();
+        }
         let slot = match self.pacer.acquire(deadline).await {
             Ok(slot) => slot,
             Err(shed) => {
@@ -451,6 +484,25 @@ impl Control {
         }
     }
 
+    /// Takes what the fleet decided for this upstream's lane (from the fleet's sync
+    /// task, never the request path).
+    fn adopt(&self, decision: &Decision) {
+        let at = self.clock.now().saturating_duration_since(self.origin);
+        let mut controller = self.lock();
+        if decision.local {
+            controller.take(decision.interval, at);
+        } else {
+            controller.adopt(decision.interval, decision.epoch, at);
+        }
+        self.publish(&controller);
+    }
+
+    /// The fleet's view of this upstream's lane: members, this member's share and the
+    /// fleet rate; `None` without `[fleet]` or before the first sync.
+    pub fn fleet_view(&self) -> Option<Decision> {
+        self.fleet.get().and_then(LaneLink::last)
+    }
+
     /// Puts the interval back to 0 and lifts any pause (admin reset).
     pub fn reset(&self) {
         let mut controller = self.lock();
@@ -495,12 +547,22 @@ impl Control {
             Step::Down => self.metrics.decreases.inc(),
             Step::Unchanged => return,
         }
+        if let Some(link) = self.fleet.get() {
+            let epoch = controller.epoch();
+            let raised_from = (step == Step::Up).then(|| epoch.saturating_sub(1));
+            link.learned(controller.interval(), epoch, raised_from);
+        }
         self.publish(controller);
     }
 
     /// Hands the controller's interval to the pacer and the gauge.
     fn publish(&self, controller: &Controller<fastrand::Rng>) {
-        let interval = controller.interval();
+        // With a fleet, the controller's interval is the fleet's; this member's
+        // spacing is its share of it.
+        let interval = match self.fleet.get() {
+            Some(link) => link.pacing(controller.interval()),
+            None => controller.interval(),
+        };
         let before = self.pacer.interval();
         let interval_ms = interval.as_secs_f64() * 1e3;
         if before.is_zero() && !interval.is_zero() {

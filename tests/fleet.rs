@@ -4,6 +4,8 @@
 //! of commands a sync costs. Skipped with a notice when `redis-server` is not
 //! installed, unless `EASEOFF_REQUIRE_REDIS=1` (CI).
 
+mod support;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -406,4 +408,63 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
     assert!(per <= 2.0, "{per}");
     assert!(per >= 0.5, "the counts must cover the syncs: {per}");
     drop(links);
+}
+
+/// `/status` of an in-process sidecar: the fleet's part and upstream "up"'s.
+async fn sidecar(admin: std::net::SocketAddr) -> (serde_json::Value, serde_json::Value) {
+    let text = support::get(&format!("http://{admin}/status")).await.text();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (v["fleet"].clone(), v["upstreams"][0].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at_once() {
+    let Some(redis) = Redis::start() else { return };
+    let up = support::throttles_first(1, || support::respond(429, &[], "")).await;
+    let config = format!(
+        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"50ms\"\nmember_ttl = \"5s\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
+         [upstream.retry]\nmax_attempts = 1\n",
+        redis.url(),
+        up.addr
+    );
+    let a = support::proxy_config(&config).await;
+    let b = support::proxy_config(&config).await;
+    support::wait_until(PATIENCE, "two members, connected", || async {
+        let (fleet, up) = sidecar(b.admin).await;
+        fleet["connected"] == true && up["fleet"]["members"] == 2
+    })
+    .await;
+
+    // The one throttle goes through A; B, which saw none, paces at its share.
+    let answer = support::get(&format!("http://{}/", a.addr)).await;
+    assert_eq!(answer.status, 429);
+    support::wait_until(PATIENCE, "B to take the fleet's raise", || async {
+        sidecar(b.admin).await.1["fleet"]["epoch"] == 1
+    })
+    .await;
+    let (_, status) = sidecar(b.admin).await;
+    let fleet_ms = status["fleet"]["interval_ms"].as_f64().unwrap();
+    let share = status["fleet"]["share"].as_f64().unwrap();
+    assert!(fleet_ms > 0.0, "{status}");
+    let paced_ms = status["interval_ms"].as_f64().unwrap();
+    assert!(
+        (paced_ms - fleet_ms / share).abs() < 1e-3,
+        "B paces at the fleet interval over its share: {status}"
+    );
+    assert_eq!(up.count(), 1, "B sent nothing");
+
+    // Stopped (as on SIGTERM), A deletes its entry: B is alone long before member_ttl.
+    let stopped = Instant::now();
+    a.stop().await.unwrap();
+    support::wait_until(PATIENCE, "A to leave", || async {
+        sidecar(b.admin).await.1["fleet"]["members"] == 1
+    })
+    .await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
 }

@@ -21,7 +21,14 @@ async fn readme_metric_table_matches_the_exported_families() {
     );
 
     let up = throttles_first(1, || respond(429, &[], "")).await;
-    let proxy = proxy(up.addr, "").await;
+    // With a fleet (whose Redis never answers), so its families are exported too.
+    let redis = dead_port().await;
+    let proxy = proxy_config(&format!(
+        "[fleet]\nredis = \"redis://{redis}/0\"\n\n[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
+        up.addr
+    ))
+    .await;
     // One request, so label sets made on first use are exported too.
     get(&format!("http://{}/", proxy.addr)).await;
     let exported = scraped(&metrics(proxy.admin).await);
@@ -46,8 +53,12 @@ fn readme_table(readme: &str) -> Families {
         .filter_map(|line| {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
-            let mut labels: Vec<String> =
-                cells[3].split(',').map(|l| l.trim().to_string()).collect();
+            // An empty cell: a family without labels.
+            let mut labels: Vec<String> = cells[3]
+                .split(',')
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect();
             labels.sort();
             Some((name.to_string(), (cells[2].to_string(), labels)))
         })

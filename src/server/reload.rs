@@ -28,6 +28,8 @@ pub struct Reloaded {
     pub removed: Vec<String>,
     /// `[server]` changed; those settings take effect on restart.
     pub server_changed: bool,
+    /// `[fleet]` changed; the running fleet is kept until a restart.
+    pub fleet_changed: bool,
 }
 
 /// Where one upstream of the new config comes from.
@@ -131,6 +133,7 @@ impl Live {
                         &self.metrics,
                         &self.observer,
                         &self.signing,
+                        self.fleet.as_deref(),
                     )
                     .await?
                 }
@@ -220,6 +223,7 @@ impl Live {
         state.retired.retain(|task| !task.is_finished());
         state.replaced.retain(|u| u.strong_count() > 0);
         done.server_changed = config.server != state.config.server;
+        done.fleet_changed = config.fleet != state.config.fleet;
         state.config.upstreams = config.upstreams;
         done
     }
