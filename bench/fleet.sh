@@ -46,6 +46,15 @@ stop_all() {
 trap 'stop_all; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
 . bench/lib.sh
+# Dozens of processes and hundreds of client sockets: pick listen ports below Linux's
+# ephemeral range (32768 and up), where no client socket can already hold them.
+free_port() {
+  local p
+  while :; do
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % 22000 ))
+    port_busy "$p" || { echo "$p"; return; }
+  done
+}
 wait_http() { for _ in $(seq 100); do curl -fs "$1" >/dev/null && return 0; sleep 0.1; done; echo "no answer from $1" >&2; exit 1; }
 # One sample from a /metrics page, 0 when absent.
 sample() { curl -fs "$1" | awk -v s="$2" '$1 == s { print $2; found=1 } END { if (!found) print 0 }'; }

@@ -78,25 +78,19 @@ impl<R: Random> Controller<R> {
 
     /// Takes the fleet's `interval` and `epoch` (see `fleet.rs`). A later epoch is a
     /// raise some other member made: the interval and epoch move, so results dispatched
-    /// before it no longer count. Within this epoch, only a lower interval is taken (a
-    /// member that grew first); a higher one is this member's own step not yet reported.
-    /// Returns whether the interval changed.
+    /// before it no longer count. Within this epoch the fleet's interval is taken too,
+    /// lower (a member that grew first) or higher (this member's own raise lost the
+    /// compare-and-set to another member's from the same burst). Returns whether the
+    /// interval changed.
     pub fn adopt(&mut self, interval: Duration, epoch: u64, now: Duration) -> bool {
         let before = self.sleeper.interval();
         if epoch != self.epoch {
             self.sleeper.adopt(interval, epoch > self.epoch, now);
             self.epoch = epoch;
-        } else if interval < before {
+        } else if interval != before {
             self.sleeper.adopt(interval, false, now);
         }
         self.sleeper.interval() != before
-    }
-
-    /// Moves to `interval`, up or down, keeping the epoch and what the strategy
-    /// remembers: the fleet stopped answering and the lane goes on alone from its last
-    /// allocation.
-    pub fn take(&mut self, interval: Duration, now: Duration) {
-        self.sleeper.adopt(interval, false, now);
     }
 
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
@@ -227,23 +221,14 @@ mod tests {
     }
 
     #[test]
-    fn within_an_epoch_only_a_lower_interval_is_adopted() {
+    fn within_an_epoch_the_fleet_interval_is_adopted_either_way() {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
         c.on_throttle(0, None, Duration::ZERO);
-        assert!(!c.adopt(Duration::from_millis(12), 1, Duration::ZERO));
-        assert_eq!(c.interval(), Duration::from_millis(10));
+        assert!(c.adopt(Duration::from_millis(12), 1, Duration::ZERO));
+        assert_eq!(c.interval(), Duration::from_millis(12));
         assert!(c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
         assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(8), 1));
-    }
-
-    #[test]
-    fn taking_an_interval_moves_either_way_and_keeps_the_epoch() {
-        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
-        c.on_throttle(0, None, Duration::ZERO);
-        c.take(Duration::from_millis(40), Duration::ZERO);
-        assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(40), 1));
-        c.take(Duration::from_millis(5), Duration::ZERO);
-        assert_eq!(c.interval(), Duration::from_millis(5));
+        assert!(!c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
     }
 
     #[test]

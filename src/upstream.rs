@@ -489,11 +489,7 @@ impl Control {
     fn adopt(&self, decision: &Decision) {
         let at = self.clock.now().saturating_duration_since(self.origin);
         let mut controller = self.lock();
-        if decision.local {
-            controller.take(decision.interval, at);
-        } else {
-            controller.adopt(decision.interval, decision.epoch, at);
-        }
+        controller.adopt(decision.interval, decision.epoch, at);
         self.publish(&controller);
     }
 
