@@ -93,6 +93,12 @@ impl<R: Random> Controller<R> {
         self.sleeper.interval() != before
     }
 
+    /// Multiplies every interval the sleeper holds or remembers by `factor`: a fleet
+    /// member's interval turns from the fleet's into its own (`1 / share`) and back.
+    pub fn rescale(&mut self, factor: f64) {
+        self.sleeper.rescale(factor);
+    }
+
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
     pub fn reset(&mut self, settings: &Settings) {
         self.sleeper = Sleeper::new(settings);
@@ -231,18 +237,35 @@ mod tests {
         assert!(!c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
     }
 
-    #[test]
-    fn cubic_takes_an_adopted_raise_as_a_throttle_and_climbs_back_in_recovery() {
+    /// `cubic` with a 2 s recovery, raised from 0 to 100/s (9 ms observed, / beta).
+    fn cubic_at_100() -> Controller<Script> {
         let settings = Settings {
             strategy: crate::sleeper::Strategy::Cubic,
             recovery: Duration::from_secs(2),
             ..Settings::seed_defaults()
         };
         let mut c = Controller::new(&settings, Script::new(&[0.5]));
-        // 100/s learned here (9 ms observed, / beta), then another member's raise to
-        // 90/s at t = 10 s.
         c.on_throttle(0, Some(Duration::from_millis(9)), Duration::ZERO);
         assert_eq!(c.interval(), Duration::from_millis(10));
+        c
+    }
+
+    #[test]
+    fn cubic_rescaled_keeps_its_curve_in_the_new_units() {
+        // 100/s, then a quarter of it: the curve returns to 25/s, not 100/s.
+        let mut c = cubic_at_100();
+        c.adopt(Duration::from_nanos(11_111_111), 2, Duration::ZERO);
+        c.rescale(4.0);
+        assert_eq!(c.interval(), Duration::from_nanos(44_444_444));
+        c.on_success(2, Duration::from_secs(2));
+        let rate = 1.0 / c.interval().as_secs_f64();
+        assert!((rate - 25.0).abs() < 0.1, "{rate}");
+    }
+
+    #[test]
+    fn cubic_takes_an_adopted_raise_as_a_throttle_and_climbs_back_in_recovery() {
+        // 100/s learned here, then another member's raise to 90/s at t = 10 s.
+        let mut c = cubic_at_100();
         c.adopt(Duration::from_nanos(11_111_111), 2, Duration::from_secs(10));
         assert_eq!(c.interval(), Duration::from_nanos(11_111_111));
         // Back at the rate in force before the raise (100/s) after `recovery`.

@@ -62,6 +62,10 @@ pub struct Decision {
     /// Redis stopped answering: the lane goes on alone from its last allocation
     /// (`interval` is then this member's own and `share` 1) until the fleet returns.
     pub local: bool,
+    /// What the lane multiplies its learned intervals by before taking this decision:
+    /// `1 / share` when it goes on alone (its interval becomes its own), the share it
+    /// had then when it returns to the fleet, 1 otherwise.
+    pub rescale: f64,
 }
 
 impl Decision {
@@ -460,11 +464,13 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
     let Some(shared) = answer.shared else {
         return;
     };
-    let decision = decide(shared, demand, &answer.others);
+    let mut decision = decide(shared, demand, &answer.others);
     {
         let mut sync = lock(&lane.sync);
+        if let Some(scale) = sync.scale.take() {
+            decision.rescale = scale;
+        }
         sync.last = Some(decision);
-        sync.scale = None;
     }
     let m = &lane.metrics;
     m.members.set(f64::from(decision.members));
@@ -514,6 +520,7 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
             1.0 / shared.interval.as_secs_f64()
         },
         local: false,
+        rescale: 1.0,
     }
 }
 
@@ -539,6 +546,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
                 last.rate * last.share
             },
             local: true,
+            rescale: 1.0 / last.share,
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);

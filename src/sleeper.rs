@@ -270,6 +270,23 @@ impl Sleeper {
     }
 }
 
+impl Sleeper {
+    /// Multiplies every interval the strategy holds or remembers by `factor` (rates
+    /// by its inverse): the same learning in other units, as when a fleet member's
+    /// interval turns from the fleet's into its own and back.
+    pub fn rescale(&mut self, factor: f64) {
+        let scaled = |d: Duration| from_nanos_f64(d.as_nanos() as f64 * factor);
+        match self {
+            Sleeper::Responsive(s) => s.adopt(scaled(s.interval())),
+            Sleeper::Cubic(s) => s.rescale(factor),
+            Sleeper::Exponential(s) => s.adopt(scaled(s.interval())),
+            Sleeper::Decorrelated(s) => s.rescale(factor),
+            Sleeper::Linear(s) => s.rescale(factor),
+            Sleeper::Constant(_) | Sleeper::Off => {}
+        }
+    }
+}
+
 fn reset_step(was_nonzero: bool) -> Step {
     if was_nonzero {
         Step::Down

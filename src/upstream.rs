@@ -489,6 +489,9 @@ impl Control {
     fn adopt(&self, decision: &Decision) {
         let at = self.clock.now().saturating_duration_since(self.origin);
         let mut controller = self.lock();
+        if decision.rescale != 1.0 {
+            controller.rescale(decision.rescale);
+        }
         controller.adopt(decision.interval, decision.epoch, at);
         self.publish(&controller);
     }

@@ -162,6 +162,18 @@ impl Cubic {
         self.decrease_to(rate, now);
     }
 
+    /// Multiplies the interval by `factor`, and so every remembered rate by its
+    /// inverse; the curve's shape and origin stay.
+    pub fn rescale(&mut self, factor: f64) {
+        if self.rate == 0.0 || factor.is_nan() || factor <= 0.0 {
+            return;
+        }
+        self.w_max /= factor;
+        self.last_max /= factor;
+        self.base /= factor;
+        self.set_rate(self.rate / factor);
+    }
+
     /// The curve's rate at `now`.
     fn curve(&self, now: Duration) -> f64 {
         let t = now.saturating_sub(self.since).as_secs_f64();

@@ -48,6 +48,13 @@ impl Decorrelated {
         self.interval = interval.min(self.max);
     }
 
+    /// Multiplies the interval and its base by `factor`.
+    pub fn rescale(&mut self, factor: f64) {
+        let scaled = |d: Duration| from_nanos_f64(d.as_nanos() as f64 * factor).min(self.max);
+        self.seed = scaled(self.seed);
+        self.interval = scaled(self.interval);
+    }
+
     /// Back to 0; says whether there was anything to reset.
     pub fn reset(&mut self) -> bool {
         let was = !self.interval.is_zero();

@@ -45,6 +45,13 @@ impl Linear {
         self.interval = interval.min(self.max);
     }
 
+    /// Multiplies the interval and its step by `factor`.
+    pub fn rescale(&mut self, factor: f64) {
+        let scaled = |d: Duration| super::from_nanos_f64(d.as_nanos() as f64 * factor);
+        self.step = scaled(self.step);
+        self.interval = scaled(self.interval).min(self.max);
+    }
+
     /// Back to 0; says whether there was anything to reset.
     pub fn reset(&mut self) -> bool {
         let was = !self.interval.is_zero();
