@@ -89,7 +89,7 @@ pub async fn sample_history(state: Arc<AdminState>) {
                     .sum();
                 let sample = Sample {
                     interval_ms: u.interval().as_secs_f64() * 1e3,
-                    waiting: u.pacer.waiting() as u64,
+                    waiting: u.waiting() as u64,
                     throttles_total,
                 };
                 (u.name().to_string(), sample)
@@ -216,7 +216,7 @@ fn describe(u: &Upstream) -> Value {
             "spacing_ms": spacing.as_secs_f64() * 1e3,
             "until": httpdate::fmt_http_date(until),
         })),
-        "waiting": u.pacer.waiting(),
+        "waiting": u.waiting(),
         "in_flight": m.in_flight.get(),
         "requests": by(Outcome::ALL.iter().map(|o| (o.as_str(), m.request(*o).get())).collect()),
         "throttles": by(Signal::ALL.iter().map(|s| (s.as_str(), m.throttle(*s).get())).collect()),
@@ -228,9 +228,46 @@ fn describe(u: &Upstream) -> Value {
         "retries": by(RetryReason::ALL.iter().map(|r| (r.as_str(), m.retry(*r).get())).collect()),
         "retry_budget_exhausted": m.budget_exhausted.get(),
         "connect_failures": m.connect_failures.get(),
-        // Lanes will list their own interval, queue and history here.
-        "lanes": [],
+        "lanes": lanes(u),
     })
+}
+
+/// Every lane but `default` (whose state is the upstream's own above): interval,
+/// queue, pause, throttles and the last throttle's reason and resource.
+fn lanes(u: &Upstream) -> Value {
+    let lanes: Vec<Value> = u
+        .lanes
+        .all()
+        .iter()
+        .skip(1)
+        .map(|lane| {
+            let last = lane.last_throttle();
+            let throttles: Map<_, _> = Signal::ALL
+                .iter()
+                .map(|s| {
+                    (
+                        s.as_str().to_string(),
+                        json!(lane.metrics.throttle(*s).get()),
+                    )
+                })
+                .collect();
+            json!({
+                "name": lane.name(),
+                "interval_ms": lane.interval().as_secs_f64() * 1e3,
+                "waiting": lane.pacer.waiting(),
+                "paused_until": u.paused_until_in(lane).map(httpdate::fmt_http_date),
+                "metrics_name": if lane.named() { lane.name() } else { "other" },
+                "dispatches": lane.named().then(|| lane.metrics.dispatches.get()),
+                "throttles": lane.named().then_some(Value::Object(throttles)),
+                "last_throttle": last.map(|t| json!({
+                    "reason": t.reason,
+                    "resource": t.resource,
+                    "at": httpdate::fmt_http_date(t.at),
+                })),
+            })
+        })
+        .collect();
+    Value::Array(lanes)
 }
 
 /// How the admin server bounds its clients.

@@ -25,8 +25,8 @@ use toml::de::DeTable;
 pub use kinds::{ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
-    AccessLog, ConnectBackoffSettings, PoolSettings, QueueSettings, RetrySettings, RuntimeShape,
-    ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
+    AccessLog, ConnectBackoffSettings, LaneSettings, PoolSettings, QueueSettings, RetrySettings,
+    RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
 };
 
 /// The largest config file read: a real one is a few KiB, so anything near this is

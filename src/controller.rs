@@ -76,6 +76,30 @@ impl<R: Random> Controller<R> {
         Some(self.sleeper.on_success(now, &mut self.rng))
     }
 
+    /// Forgets throttles long past: steps the interval down as an unbroken run of
+    /// successes at `now` would, until it reaches 0 or stops moving. Memory a strategy
+    /// keeps besides the interval (cubic's rate at the last throttle) stays as a prior.
+    /// Returns whether the interval changed.
+    pub fn forget(&mut self, now: Duration) -> bool {
+        let before = self.sleeper.interval();
+        let mut still = 0;
+        // Enough for the slowest default decay (×0.9 per 10 successes) from the
+        // longest interval to 0; a strategy that stops moving ends it sooner.
+        for _ in 0..100_000 {
+            if self.sleeper.interval().is_zero() {
+                break;
+            }
+            match self.sleeper.on_success(now, &mut self.rng) {
+                Step::Unchanged => still += 1,
+                _ => still = 0,
+            }
+            if still > 1_000 {
+                break;
+            }
+        }
+        self.sleeper.interval() != before
+    }
+
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
     pub fn reset(&mut self, settings: &Settings) {
         self.sleeper = Sleeper::new(settings);
@@ -110,6 +134,46 @@ mod tests {
             randomization_factor: 0.0,
             ..Settings::seed_defaults()
         }
+    }
+
+    #[test]
+    fn forgetting_steps_down_to_zero_as_successes_would() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        for epoch in 0..20 {
+            c.on_throttle(epoch, None, Duration::ZERO);
+        }
+        assert!(c.interval() > Duration::from_secs(1));
+        assert!(c.forget(Duration::from_secs(600)));
+        assert_eq!(c.interval(), Duration::ZERO);
+        assert!(
+            !c.forget(Duration::from_secs(601)),
+            "nothing left to forget"
+        );
+    }
+
+    #[test]
+    fn cubic_forgets_its_interval_but_keeps_its_prior() {
+        let settings = Settings {
+            strategy: crate::sleeper::Strategy::Cubic,
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        c.on_throttle(0, Some(Duration::from_millis(10)), Duration::ZERO);
+        assert!(!c.interval().is_zero());
+        assert!(c.forget(Duration::from_secs(300)));
+        assert_eq!(c.interval(), Duration::ZERO);
+    }
+
+    #[test]
+    fn constant_has_nothing_to_forget() {
+        let settings = Settings {
+            strategy: crate::sleeper::Strategy::Constant,
+            initial_interval: Initial::Fixed(Duration::from_millis(50)),
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        assert!(!c.forget(Duration::from_secs(300)));
+        assert_eq!(c.interval(), Duration::from_millis(50));
     }
 
     #[test]

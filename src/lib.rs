@@ -48,6 +48,7 @@ pub mod controller;
 pub mod deadline;
 pub mod demo;
 pub mod hints;
+pub mod lane;
 pub mod load;
 pub mod metrics;
 pub mod mock_upstream;

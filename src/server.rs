@@ -321,9 +321,9 @@ impl Live {
         let by = crate::deadline::after(Instant::now(), grace.saturating_sub(margin));
         let replaced = state.replaced.iter().filter_map(Weak::upgrade);
         for upstream in self.all().into_iter().chain(replaced) {
-            upstream.pacer.drain(by);
+            upstream.drain(by);
         }
-        let waiting: usize = self.all().iter().map(|u| u.pacer.waiting()).sum();
+        let waiting: usize = self.all().iter().map(|u| u.waiting()).sum();
         tracing::info!(waiting, grace = ?grace, "draining");
         let mut tasks = std::mem::take(&mut state.retired);
         for listening in &mut state.listeners {

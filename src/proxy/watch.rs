@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body::Frame;
 
-use crate::pacer::Slot;
+use crate::lane::Pass;
 use crate::throttle::{Signal, UnprocessedScan, Verdict};
 use crate::transport::WatchFrames;
 use crate::upstream::Upstream;
@@ -15,7 +15,7 @@ use crate::upstream::Upstream;
 /// What a watched body looks for, and where it reports.
 pub struct Watch {
     upstream: Arc<Upstream>,
-    slot: Slot,
+    pass: Pass,
     /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
     scan: Option<UnprocessedScan>,
     /// A gRPC answer: `grpc-status` in the trailers decides.
@@ -26,29 +26,29 @@ pub struct Watch {
 
 impl Watch {
     /// Watches a DynamoDB batch answer.
-    pub fn batch(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
+    pub fn batch(upstream: Arc<Upstream>, pass: Pass) -> Box<Watch> {
         Box::new(Watch::new(
             upstream,
-            slot,
+            pass,
             Some(UnprocessedScan::default()),
             false,
         ))
     }
 
     /// Watches a gRPC answer's trailers.
-    pub fn grpc(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
-        Box::new(Watch::new(upstream, slot, None, true))
+    pub fn grpc(upstream: Arc<Upstream>, pass: Pass) -> Box<Watch> {
+        Box::new(Watch::new(upstream, pass, None, true))
     }
 
     fn new(
         upstream: Arc<Upstream>,
-        slot: Slot,
+        pass: Pass,
         scan: Option<UnprocessedScan>,
         grpc: bool,
     ) -> Watch {
         Watch {
             upstream,
-            slot,
+            pass,
             scan,
             grpc,
             verdict: Verdict::Success,
@@ -59,7 +59,7 @@ impl Watch {
     fn record(&mut self) {
         if !self.reported {
             self.reported = true;
-            self.upstream.record(&self.slot, Some(self.verdict), None);
+            self.upstream.settle(&self.pass, Some(self.verdict), None);
         }
     }
 }
