@@ -83,6 +83,9 @@ pub async fn sample_history(state: Arc<AdminState>) {
             .upstreams()
             .iter()
             .map(|u| {
+                // Also where idle lanes forget their throttles and are dropped when
+                // nothing scrapes.
+                u.refresh_gauges();
                 let throttles_total = Signal::ALL
                     .iter()
                     .map(|s| u.metrics.throttle(*s).get())
@@ -157,6 +160,7 @@ fn status_json(state: &AdminState) -> Value {
         .upstreams()
         .iter()
         .map(|u| {
+            u.refresh_gauges();
             let mut entry = describe(u);
             entry["history"] = state.history.to_json(u.name());
             entry["config"] = json!(shown_config(&u.settings));

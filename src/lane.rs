@@ -507,3 +507,6 @@ impl Lanes {
         self.others.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests;

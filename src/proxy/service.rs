@@ -220,7 +220,9 @@ impl<'a> Ctx<'a> {
         } else {
             retry.max_body_bytes
         };
-        let body = if retry.max_attempts > 1 || signed_body {
+        // A lane rule that reads the body (DynamoDB's TableName) needs its start too.
+        let routed = upstream.lanes.rule().reads_body();
+        let body = if retry.max_attempts > 1 || signed_body || routed {
             read_up_to(body, hold, Some(idle)).await.map_err(|error| {
                 let message = format!("cannot read the request body: {error}");
                 self.local(Reason::BadRequest, Outcome::Error, &message, None)
