@@ -275,7 +275,9 @@ impl MockUpstream {
             };
             let label = {
                 let mut labelled = m.labelled.lock().unwrap_or_else(PoisonError::into_inner);
-                if labelled.contains(table) || labelled.len() < MAX_TABLE_LABELS {
+                if labelled.contains(table) {
+                    table
+                } else if labelled.len() < MAX_TABLE_LABELS {
                     labelled.insert(table.to_owned());
                     table
                 } else {
@@ -390,11 +392,12 @@ fn table_throttle(reasons: &[Exhausted]) -> Response<MockBody> {
             })
         })
         .collect();
-    let body = serde_json::json!({
-        "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
-        "message": message,
-        "ThrottlingReasons": reasons,
-    });
+    // Written by hand so the fields come in DynamoDB's order, `__type` first.
+    let body = format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":{},"ThrottlingReasons":{}}}"#,
+        serde_json::Value::from(message),
+        serde_json::Value::from(reasons),
+    );
     json(StatusCode::BAD_REQUEST, body.to_string().into_bytes())
 }
 

@@ -71,6 +71,11 @@ async fn two_tables_with_different_rates_throttle_independently() {
     for _ in 0..3 {
         let answer = put(addr, "slow", "a").await;
         assert_eq!(answer.status, 400);
+        assert!(
+            answer.body.starts_with(b"{\"__type\":"),
+            "{}",
+            answer.text()
+        );
         let body: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
         assert_eq!(
             body["__type"],
