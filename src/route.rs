@@ -149,9 +149,10 @@ fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> Keys {
     let Some((operation, access)) = dynamodb::operation(target) else {
         return Keys::default();
     };
-    let Some(suffix) = access.suffix() else {
+    if access == dynamodb::Access::Control {
         return Keys::one(CONTROL.to_string());
-    };
+    }
+    let suffix = access.as_str();
     let Some(body) = body else {
         return Keys::default();
     };

@@ -571,16 +571,17 @@ impl<'a> Ctx<'a> {
         dynamodb::throttling_reasons(body)
             .into_iter()
             .filter_map(|reason| {
-                let suffix = reason
-                    .access
-                    .and_then(|a| a.suffix())
-                    .or(requested)
-                    .unwrap_or("write");
-                let name = match (&route.hot, reason.key_range) {
-                    (Some(hot), true) => hot.clone(),
-                    _ => route::lane_name(&reason.table, suffix),
+                let table = reason.table.as_deref()?;
+                let suffix = match reason.access {
+                    Some(access) if access != dynamodb::Access::Control => access.as_str(),
+                    _ => requested.unwrap_or("write"),
                 };
-                (!reason.table.is_empty()).then(|| (lanes.get(&name), reason))
+                let hot = reason.limit == Some(dynamodb::Limit::KeyRangeThroughputExceeded);
+                let name = match (&route.hot, hot) {
+                    (Some(hot), true) => hot.clone(),
+                    _ => route::lane_name(table, suffix),
+                };
+                Some((lanes.get(&name), reason))
             })
             .collect()
     }
