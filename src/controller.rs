@@ -76,27 +76,13 @@ impl<R: Random> Controller<R> {
         Some(self.sleeper.on_success(now, &mut self.rng))
     }
 
-    /// Forgets throttles long past: steps the interval down as an unbroken run of
-    /// successes at `now` would, until it reaches 0 or stops moving. Memory a strategy
-    /// keeps besides the interval (cubic's rate at the last throttle) stays as a prior.
+    /// Forgets throttles long past: the interval goes to 0, where an unbroken run of
+    /// successes would take it. Memory a strategy keeps besides the interval (cubic's
+    /// rate at the last throttle) stays as a prior; `constant` keeps its interval.
     /// Returns whether the interval changed.
-    pub fn forget(&mut self, now: Duration) -> bool {
+    pub fn forget(&mut self) -> bool {
         let before = self.sleeper.interval();
-        let mut still = 0;
-        // Enough for the slowest default decay (×0.9 per 10 successes) from the
-        // longest interval to 0; a strategy that stops moving ends it sooner.
-        for _ in 0..100_000 {
-            if self.sleeper.interval().is_zero() {
-                break;
-            }
-            match self.sleeper.on_success(now, &mut self.rng) {
-                Step::Unchanged => still += 1,
-                _ => still = 0,
-            }
-            if still > 1_000 {
-                break;
-            }
-        }
+        self.sleeper.rest();
         self.sleeper.interval() != before
     }
 
@@ -137,18 +123,15 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_steps_down_to_zero_as_successes_would() {
+    fn forgetting_takes_the_interval_to_zero() {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
         for epoch in 0..20 {
             c.on_throttle(epoch, None, Duration::ZERO);
         }
         assert!(c.interval() > Duration::from_secs(1));
-        assert!(c.forget(Duration::from_secs(600)));
+        assert!(c.forget());
         assert_eq!(c.interval(), Duration::ZERO);
-        assert!(
-            !c.forget(Duration::from_secs(601)),
-            "nothing left to forget"
-        );
+        assert!(!c.forget(), "nothing left to forget");
     }
 
     #[test]
@@ -160,7 +143,7 @@ mod tests {
         let mut c = Controller::new(&settings, Script::new(&[0.5]));
         c.on_throttle(0, Some(Duration::from_millis(10)), Duration::ZERO);
         assert!(!c.interval().is_zero());
-        assert!(c.forget(Duration::from_secs(300)));
+        assert!(c.forget());
         assert_eq!(c.interval(), Duration::ZERO);
     }
 
@@ -172,7 +155,7 @@ mod tests {
             ..Settings::seed_defaults()
         };
         let mut c = Controller::new(&settings, Script::new(&[0.5]));
-        assert!(!c.forget(Duration::from_secs(300)));
+        assert!(!c.forget());
         assert_eq!(c.interval(), Duration::from_millis(50));
     }
 

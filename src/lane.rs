@@ -177,6 +177,11 @@ impl Pass {
         std::iter::once((&self.first.0, &self.first.1)).chain(self.more.iter().map(|(l, s)| (l, s)))
     }
 
+    /// Whether the pass spans more than one lane.
+    pub fn is_many(&self) -> bool {
+        !self.more.is_empty()
+    }
+
     /// The slot this pass holds in `lane`, if it holds one.
     pub fn slot_in(&self, lane: &Lane) -> Option<&Slot> {
         self.iter()

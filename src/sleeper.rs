@@ -254,6 +254,28 @@ impl Sleeper {
     }
 }
 
+impl Sleeper {
+    /// Back to interval 0 after a long rest, keeping what a strategy remembers besides
+    /// its interval (cubic's rate at the last throttle) as a prior; `constant` keeps
+    /// its interval.
+    pub fn rest(&mut self) {
+        match self {
+            Sleeper::Responsive(s) => s.rest(),
+            Sleeper::Cubic(s) => s.rest(),
+            Sleeper::Exponential(s) => {
+                s.reset();
+            }
+            Sleeper::Decorrelated(s) => {
+                s.reset();
+            }
+            Sleeper::Linear(s) => {
+                s.reset();
+            }
+            Sleeper::Constant(_) | Sleeper::Off => {}
+        }
+    }
+}
+
 fn reset_step(was_nonzero: bool) -> Step {
     if was_nonzero {
         Step::Down

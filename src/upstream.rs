@@ -322,16 +322,16 @@ impl Control {
         }
     }
 
-    /// Steps down the interval of a lane that left its slots unused for
-    /// `idle_decay`, as a run of successes would: a throttle storm at night does not
-    /// tax the morning's traffic.
+    /// Takes the interval of a lane that left its slots unused for `idle_decay` to
+    /// 0, as a run of successes would: a throttle storm at night does not tax the
+    /// morning's traffic.
     pub fn forget_if_idle(&self, lane: &Lane, now: Instant) {
         let decay = self.settings.lanes.idle_decay;
         if decay.is_zero() || !lane.idle_for(decay, now) {
             return;
         }
         let mut controller = lane.lock();
-        if controller.forget(now.saturating_duration_since(self.origin)) {
+        if controller.forget() {
             tracing::debug!(upstream = %self.name(), lane = lane.name(), "idle lane forgot its throttles");
             self.metrics.decreases.inc();
             self.publish(lane, &controller);
@@ -449,6 +449,23 @@ impl Control {
         }
         for (lane, slot) in pass.iter() {
             self.record(lane, slot, verdict, pause);
+        }
+    }
+
+    /// A batch answer that left some tables' items unprocessed: the lanes of those
+    /// tables (`TABLE:access`) are told of a partial throttle, the others of a success.
+    pub fn settle_by_table(&self, pass: &Pass, unprocessed: impl Fn(&str) -> bool) {
+        let partial = Some(Verdict::Throttle(Signal::Partial));
+        self.observe(pass.slot(), partial);
+        self.metrics.throttle(Signal::Partial).inc();
+        for (lane, slot) in pass.iter() {
+            let table = lane.name().split_once(':').map_or(lane.name(), |(t, _)| t);
+            let verdict = if unprocessed(table) {
+                partial
+            } else {
+                Some(Verdict::Success)
+            };
+            self.record(lane, slot, verdict, None);
         }
     }
 

@@ -258,3 +258,139 @@ async fn ten_thousand_tenants_stay_within_max_lanes_and_metrics_lanes() {
         rss()
     );
 }
+
+async fn call(addr: std::net::SocketAddr, target: &str, body: &str) -> Answer {
+    send(
+        &client(),
+        "POST",
+        &format!("http://{addr}/"),
+        &[
+            ("x-amz-target", target),
+            ("content-type", "application/x-amz-json-1.0"),
+        ],
+        Bytes::from(body.to_string()),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_batch_is_judged_per_table_from_its_unprocessed_items() {
+    let up = upstream(|_| async {
+        respond(
+            200,
+            &[],
+            r#"{"UnprocessedItems":{"slow":[{"PutRequest":{"Item":{"pk":{"S":"1"}}}}]}}"#,
+        )
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    let body = r#"{"RequestItems":{"slow":[{"PutRequest":{"Item":{"pk":{"S":"1"}}}}],"fast":[{"PutRequest":{"Item":{"pk":{"S":"2"}}}}]}}"#;
+    assert_eq!(
+        call(proxy.addr, "DynamoDB_20120810.BatchWriteItem", body)
+            .await
+            .status,
+        200
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the slow lane is raised",
+        || async {
+            lane_interval_ms(proxy.admin, "slow:write")
+                .await
+                .is_some_and(|ms| ms > 0.0)
+        },
+    )
+    .await;
+    assert_eq!(lane_interval_ms(proxy.admin, "fast:write").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let body = String::from_utf8_lossy(&req.into_body().collect().await.unwrap().to_bytes())
+            .into_owned();
+        let throttle = |reason: &str, table: &str| {
+            respond(
+                400,
+                &[("content-type", "application/x-amz-json-1.0")],
+                format!(
+                    r#"{{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{{"reason":"{reason}","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/{table}"}}]}}"#
+                ),
+            )
+        };
+        if body.contains("TransactItems") {
+            // The index of table b is what ran out; the transaction also names a.
+            throttle("IndexWriteProvisionedThroughputExceeded", "b/index/by-date")
+        } else if body.contains("\"hot\"") {
+            throttle("TableWriteKeyRangeThroughputExceeded", "t")
+        } else {
+            respond(200, &[], "{}")
+        }
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    let transact = r#"{"TransactItems":[{"Put":{"TableName":"a","Item":{"pk":{"S":"1"}}}},{"Put":{"TableName":"b","Item":{"pk":{"S":"1"}}}}]}"#;
+    let answer = call(proxy.addr, "DynamoDB_20120810.TransactWriteItems", transact).await;
+    assert_eq!(answer.status, 400);
+    assert!(lane_interval_ms(proxy.admin, "b:write").await.unwrap() > 0.0);
+    assert_eq!(lane_interval_ms(proxy.admin, "a:write").await, Some(0.0));
+    let shown = status(proxy.admin).await;
+    let b = shown["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "b:write")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        b["last_throttle"]["reason"],
+        "IndexWriteProvisionedThroughputExceeded"
+    );
+    assert_eq!(
+        b["last_throttle"]["resource"],
+        "arn:aws:dynamodb:us-east-1:000000000000:table/b/index/by-date"
+    );
+
+    // A hot partition: only its own lane is raised, and other keys of the table
+    // go at once.
+    let hot = r#"{"TableName":"t","Item":{"pk":{"S":"hot"}}}"#;
+    assert_eq!(
+        call(proxy.addr, "DynamoDB_20120810.PutItem", hot)
+            .await
+            .status,
+        400
+    );
+    let lanes = status(proxy.admin).await["lanes"].clone();
+    let hot_lane = lanes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"].as_str().unwrap().starts_with("t:write:key="))
+        .unwrap_or_else(|| panic!("no hot-key lane in {lanes}"))
+        .clone();
+    assert!(
+        hot_lane["interval_ms"].as_f64().unwrap() > 0.0,
+        "{hot_lane}"
+    );
+    assert_eq!(lane_interval_ms(proxy.admin, "t:write").await, Some(0.0));
+    let held = sleeps(proxy.admin).await;
+    for i in 0..10 {
+        let other = format!(r#"{{"TableName":"t","Item":{{"pk":{{"S":"k{i}"}}}}}}"#);
+        assert_eq!(
+            call(proxy.addr, "DynamoDB_20120810.PutItem", &other)
+                .await
+                .status,
+            200
+        );
+    }
+    assert_eq!(sleeps(proxy.admin).await, held, "other keys did not wait");
+}
