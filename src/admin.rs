@@ -25,7 +25,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::history::{History, Sample};
-use crate::fleet::Fleet;
+use crate::fleet::{Decision, Fleet};
+use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
 use crate::throttle::Signal;
@@ -86,13 +87,16 @@ pub async fn sample_history(state: Arc<AdminState>) {
             .upstreams()
             .iter()
             .map(|u| {
+                // Also where idle lanes forget their throttles and are dropped when
+                // nothing scrapes.
+                u.refresh_gauges();
                 let throttles_total = Signal::ALL
                     .iter()
                     .map(|s| u.metrics.throttle(*s).get())
                     .sum();
                 let sample = Sample {
                     interval_ms: u.interval().as_secs_f64() * 1e3,
-                    waiting: u.pacer.waiting() as u64,
+                    waiting: u.waiting() as u64,
                     throttles_total,
                 };
                 (u.name().to_string(), sample)
@@ -160,6 +164,7 @@ fn status_json(state: &AdminState) -> Value {
         .upstreams()
         .iter()
         .map(|u| {
+            u.refresh_gauges();
             let mut entry = describe(u);
             entry["history"] = state.history.to_json(u.name());
             entry["config"] = json!(shown_config(&u.settings));
@@ -223,7 +228,7 @@ fn describe(u: &Upstream) -> Value {
             "spacing_ms": spacing.as_secs_f64() * 1e3,
             "until": httpdate::fmt_http_date(until),
         })),
-        "waiting": u.pacer.waiting(),
+        "waiting": u.waiting(),
         "in_flight": m.in_flight.get(),
         "requests": by(Outcome::ALL.iter().map(|o| (o.as_str(), m.request(*o).get())).collect()),
         "throttles": by(Signal::ALL.iter().map(|s| (s.as_str(), m.throttle(*s).get())).collect()),
@@ -235,16 +240,61 @@ fn describe(u: &Upstream) -> Value {
         "retries": by(RetryReason::ALL.iter().map(|r| (r.as_str(), m.retry(*r).get())).collect()),
         "retry_budget_exhausted": m.budget_exhausted.get(),
         "connect_failures": m.connect_failures.get(),
-        // Lanes will list their own interval, queue and history here.
-        "lanes": [],
-        "fleet": u.fleet_view().map(|d| json!({
-            "members": d.members,
-            "share": d.share,
-            "rate": d.rate,
-            "interval_ms": d.interval.as_secs_f64() * 1e3,
-            "epoch": d.epoch,
-        })),
+        "lanes": lanes(u),
+        "fleet": fleet_view(u.lanes.default_lane()),
     })
+}
+
+/// Every lane but `default` (whose state is the upstream's own above): interval,
+/// queue, pause, throttles and the last throttle's reason and resource.
+fn lanes(u: &Upstream) -> Value {
+    let lanes: Vec<Value> = u
+        .lanes
+        .all()
+        .iter()
+        .skip(1)
+        .map(|lane| {
+            let last = lane.last_throttle();
+            let throttles: Map<_, _> = Signal::ALL
+                .iter()
+                .map(|s| {
+                    (
+                        s.as_str().to_string(),
+                        json!(lane.metrics.throttle(*s).get()),
+                    )
+                })
+                .collect();
+            json!({
+                "name": lane.name(),
+                "interval_ms": lane.interval().as_secs_f64() * 1e3,
+                "waiting": lane.pacer.waiting(),
+                "paused_until": u.paused_until_in(lane).map(httpdate::fmt_http_date),
+                "metrics_name": if lane.named() { lane.name() } else { "other" },
+                "dispatches": lane.named().then(|| lane.metrics.dispatches.get()),
+                "throttles": lane.named().then_some(Value::Object(throttles)),
+                "last_throttle": last.map(|t| json!({
+                    "reason": t.reason,
+                    "resource": t.resource,
+                    "at": httpdate::fmt_http_date(t.at),
+                })),
+                "fleet": fleet_view(lane),
+            })
+        })
+        .collect();
+    Value::Array(lanes)
+}
+
+/// What the fleet last decided for a lane: members, this sidecar's share, the fleet's
+/// rate and interval; null without `[fleet]` or before the first sync.
+fn fleet_view(lane: &Lane) -> Value {
+    let decision: Option<Decision> = lane.fleet().and_then(|link| link.last());
+    json!(decision.map(|d| json!({
+        "members": d.members,
+        "share": d.share,
+        "rate": d.rate,
+        "interval_ms": d.interval.as_secs_f64() * 1e3,
+        "epoch": d.epoch,
+    })))
 }
 
 /// How the admin server bounds its clients.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::units::parse_duration;
-use crate::mock_upstream::{Schedule, Style, parse_schedule};
+use crate::mock_upstream::{Schedule, Style, TableRate, parse_schedule, parse_table_rate};
 use crate::simulate::Scenario;
 
 /// easeoff: a sidecar proxy that paces requests to throttled upstreams.
@@ -128,6 +128,15 @@ pub struct MockArgs {
     /// Serve the mock's own /metrics here.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
+    /// Style dynamodb, repeatable: a table's own capacity in requests per second,
+    /// NAME=RATE (reads and writes each) or NAME:read=RATE / NAME:write=RATE; other
+    /// tables share --rate.
+    #[arg(long, value_parser = parse_table_rate, value_name = "NAME[:read|:write]=RATE")]
+    pub table_rate: Vec<TableRate>,
+    /// Style dynamodb: requests per second each partition key value of a table accepts
+    /// (the first attribute of Key or Item), throttled as a hot partition beyond it.
+    #[arg(long, value_name = "RATE")]
+    pub key_rate: Option<f64>,
 }
 
 #[derive(Debug, Args)]

@@ -25,8 +25,9 @@ use toml::de::DeTable;
 pub use kinds::{ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
-    AccessLog, ConnectBackoffSettings, FleetSettings, PoolSettings, QueueSettings, RedisUrl,
-    RetrySettings, RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings, UpstreamUrl,
+    AccessLog, ConnectBackoffSettings, FleetSettings, LaneSettings, PoolSettings, QueueSettings,
+    RedisUrl, RetrySettings, RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings,
+    UpstreamUrl,
 };
 
 /// The largest config file read: a real one is a few KiB, so anything near this is

@@ -99,6 +99,16 @@ impl<R: Random> Controller<R> {
         self.sleeper.rescale(factor);
     }
 
+    /// Forgets throttles long past: the interval goes to 0, where an unbroken run of
+    /// successes would take it. Memory a strategy keeps besides the interval (cubic's
+    /// rate at the last throttle) stays as a prior; `constant` keeps its interval.
+    /// Returns whether the interval changed.
+    pub fn forget(&mut self) -> bool {
+        let before = self.sleeper.interval();
+        self.sleeper.rest();
+        self.sleeper.interval() != before
+    }
+
     /// Puts the interval back to 0 (admin reset); later dispatches start a new epoch.
     pub fn reset(&mut self, settings: &Settings) {
         self.sleeper = Sleeper::new(settings);
@@ -133,6 +143,43 @@ mod tests {
             randomization_factor: 0.0,
             ..Settings::seed_defaults()
         }
+    }
+
+    #[test]
+    fn forgetting_takes_the_interval_to_zero() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        for epoch in 0..20 {
+            c.on_throttle(epoch, None, Duration::ZERO);
+        }
+        assert!(c.interval() > Duration::from_secs(1));
+        assert!(c.forget());
+        assert_eq!(c.interval(), Duration::ZERO);
+        assert!(!c.forget(), "nothing left to forget");
+    }
+
+    #[test]
+    fn cubic_forgets_its_interval_but_keeps_its_prior() {
+        let settings = Settings {
+            strategy: crate::sleeper::Strategy::Cubic,
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        c.on_throttle(0, Some(Duration::from_millis(10)), Duration::ZERO);
+        assert!(!c.interval().is_zero());
+        assert!(c.forget());
+        assert_eq!(c.interval(), Duration::ZERO);
+    }
+
+    #[test]
+    fn constant_has_nothing_to_forget() {
+        let settings = Settings {
+            strategy: crate::sleeper::Strategy::Constant,
+            initial_interval: Initial::Fixed(Duration::from_millis(50)),
+            ..Settings::seed_defaults()
+        };
+        let mut c = Controller::new(&settings, Script::new(&[0.5]));
+        assert!(!c.forget());
+        assert_eq!(c.interval(), Duration::from_millis(50));
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
         latency: Duration::from_millis(2),
         autoscale: None,
         schedule: Default::default(),
+        table_rates: Vec::new(),
+        key_rate: None,
     };
     let (mock, mock_addr) =
         mock_upstream::spawn(mock_options, SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -51,6 +51,7 @@ pub mod deadline;
 pub mod demo;
 pub mod fleet;
 pub mod hints;
+pub mod lane;
 pub mod load;
 pub mod metrics;
 pub mod mock_upstream;

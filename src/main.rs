@@ -10,7 +10,7 @@ use easeoff::cli::{
     Cli, Command, DemoArgs, LogFormat, MockArgs, ProbeArgs, SimulateArgs, StatusArgs,
 };
 use easeoff::demo::{self, DemoOptions};
-use easeoff::mock_upstream::{self, AutoScale, MockOptions};
+use easeoff::mock_upstream::{self, AutoScale, MockOptions, Style};
 use easeoff::proxy::ClientError;
 use easeoff::server::{Handle, StartError};
 use easeoff::signals::{Request, Signals};
@@ -263,6 +263,14 @@ async fn run_mock(args: MockArgs) -> ExitCode {
         eprintln!("easeoff mock-upstream: --rate must be above 0, got {rate}");
         return ExitCode::from(USAGE);
     }
+    if (!args.table_rate.is_empty() || args.key_rate.is_some()) && args.style != Style::Dynamodb {
+        eprintln!("easeoff mock-upstream: --table-rate and --key-rate need --style dynamodb");
+        return ExitCode::from(USAGE);
+    }
+    if let Some(key_rate) = args.key_rate.filter(|r| !r.is_finite() || *r <= 0.0) {
+        eprintln!("easeoff mock-upstream: --key-rate must be above 0, got {key_rate}");
+        return ExitCode::from(USAGE);
+    }
     let options = MockOptions {
         rate,
         burst: args.burst.unwrap_or((rate / 10.0).ceil() as u32).max(1),
@@ -274,6 +282,8 @@ async fn run_mock(args: MockArgs) -> ExitCode {
             max: args.scale_max.unwrap_or(rate * 10.0),
         }),
         schedule,
+        table_rates: args.table_rate,
+        key_rate: args.key_rate,
     };
     let (mock, addr) = match mock_upstream::spawn(options.clone(), args.listen).await {
         Ok(started) => started,

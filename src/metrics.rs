@@ -114,6 +114,7 @@ macro_rules! per_upstream {
         }
 
         /// The per-upstream families, each labelled by `upstream` first.
+        #[derive(Clone)]
         struct UpstreamFamilies {
             $( $field: <$handle as PerUpstream>::Family, )*
         }
@@ -192,7 +193,80 @@ per_upstream! {
         "Remaining connection backoff.";
     pub signing_failures: IntCounter = "easeoff_sigv4_signing_failures_total",
         "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.";
+    pub lanes: IntGauge = "easeoff_lanes",
+        "Lanes alive: the default lane and one per table, method or bucket requests were paced in.";
 }
+
+/// Declares the per-lane families, labelled `upstream`, `lane` and, for throttles,
+/// `signal`; lanes past `metrics_lanes` share the label value `other`.
+macro_rules! per_lane {
+    ($( $field:ident: $vec:ty => $handle:ty = $name:literal, $help:literal, $kind:literal; )*) => {
+        /// One lane's metric handles (or those `other` lanes share).
+        pub struct LaneMetrics {
+            $( #[doc = $help] pub $field: $handle, )*
+            throttles: Box<[IntCounter]>,
+        }
+
+        #[derive(Clone)]
+        struct LaneFamilies {
+            $( $field: $vec, )*
+            throttles: IntCounterVec,
+        }
+
+        impl LaneFamilies {
+            fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+                Ok(LaneFamilies {
+                    $( $field: register(registry, <$vec>::new(Opts::new($name, $help), &["upstream", "lane"])?)?, )*
+                    throttles: register(registry, IntCounterVec::new(LANE_THROTTLES.opts(), LANE_THROTTLES.labels)?)?,
+                })
+            }
+
+            fn resolve(&self, upstream: &str, lane: &str) -> LaneMetrics {
+                LaneMetrics {
+                    $( $field: self.$field.with_label_values(&[upstream, lane]), )*
+                    throttles: Signal::ALL
+                        .iter()
+                        .map(|s| self.throttles.with_label_values(&[upstream, lane, s.as_str()]))
+                        .collect(),
+                }
+            }
+
+            fn remove(&self, upstream: &str, lane: &str) {
+                $( let _ = self.$field.remove_label_values(&[upstream, lane]); )*
+                for s in Signal::ALL {
+                    let _ = self.throttles.remove_label_values(&[upstream, lane, s.as_str()]);
+                }
+            }
+
+            fn withdraw(&self, upstream: &str) {
+                $( withdraw(&self.$field, upstream, |f, l| { let _ = f.remove(l); }); )*
+                withdraw(&self.throttles, upstream, |f, l| { let _ = f.remove(l); });
+            }
+        }
+
+        const LANE_FAMILIES: &[Family] = &[
+            $( Family { name: $name, help: $help, kind: $kind, labels: &["upstream", "lane"] }, )*
+            LANE_THROTTLES,
+        ];
+    };
+}
+
+per_lane! {
+    interval: GaugeVec => Gauge = "easeoff_lane_interval_seconds",
+        "A lane's interval: the spacing between its dispatches; for lane=\"other\", the largest of the lanes not exported by name.", "gauge";
+    dispatches: IntCounterVec => IntCounter = "easeoff_lane_dispatches_total",
+        "Attempts a lane released to the upstream.", "counter";
+    waiting: IntGaugeVec => IntGauge = "easeoff_lane_queue_waiting",
+        "Requests waiting for a slot in a lane.", "gauge";
+}
+
+/// Throttles per lane, by signal.
+const LANE_THROTTLES: Family = Family {
+    name: "easeoff_lane_throttles_total",
+    help: "Throttled attempts a lane was told of (by the answer to its own request, or one that named its table or bucket), by signal.",
+    kind: "counter",
+    labels: &["upstream", "lane", "signal"],
+};
 
 /// Reloads by `result` (success, error); not tied to an upstream.
 const CONFIG_RELOADS: Family = Family {
@@ -276,6 +350,7 @@ impl Family {
 pub fn families() -> impl Iterator<Item = &'static Family> {
     UPSTREAM_FAMILIES
         .iter()
+        .chain(LANE_FAMILIES)
         .chain([&CONFIG_RELOADS, &BUILD_INFO])
 }
 
@@ -375,10 +450,12 @@ impl FleetMetrics {
     }
 }
 
-/// The registry and every metric family.
+/// The registry and every metric family; a clone shares them.
+#[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
     upstream: UpstreamFamilies,
+    lanes: LaneFamilies,
     config_reloads: IntCounterVec,
     fleet: FleetFamilies,
 }
@@ -388,6 +465,7 @@ impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         let upstream = UpstreamFamilies::register(&registry)?;
+        let lanes = LaneFamilies::register(&registry)?;
         let config_reloads = register(
             &registry,
             IntCounterVec::new(CONFIG_RELOADS.opts(), CONFIG_RELOADS.labels)?,
@@ -408,6 +486,7 @@ impl Metrics {
         Ok(Metrics {
             registry,
             upstream,
+            lanes,
             config_reloads,
             fleet,
         })
@@ -424,6 +503,17 @@ impl Metrics {
     /// showing it. Handles still held by its draining requests update nothing visible.
     pub fn remove_upstream(&self, name: &str) {
         self.upstream.remove(name);
+        self.lanes.withdraw(name);
+    }
+
+    /// Resolves (and so publishes, zero-valued) one lane's label sets.
+    pub fn lane(&self, upstream: &str, lane: &str) -> LaneMetrics {
+        self.lanes.resolve(upstream, lane)
+    }
+
+    /// Withdraws one lane's label sets (a dropped idle lane).
+    pub fn remove_lane(&self, upstream: &str, lane: &str) {
+        self.lanes.remove(upstream, lane);
     }
 
     /// Publishes the fleet's families (a fleet starts).
@@ -484,6 +574,13 @@ impl UpstreamMetrics {
             Some(counter) => counter.inc(),
             None => self.responses.make(status).inc(),
         }
+    }
+}
+
+impl LaneMetrics {
+    /// The lane's throttles counter of one signal.
+    pub fn throttle(&self, signal: Signal) -> &IntCounter {
+        &self.throttles[signal as usize]
     }
 }
 
@@ -705,8 +802,9 @@ mod tests {
     fn every_declared_family_is_exported_with_its_help_and_type() {
         let m = Metrics::new().unwrap();
         let _orders = m.upstream("orders");
+        let _lane = m.lane("orders", "default");
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 24);
+        assert_eq!(families().count(), 29);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);

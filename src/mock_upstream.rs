@@ -2,10 +2,16 @@
 //! it has tokens and a throttle otherwise, in the style of a plain HTTP API (429 +
 //! Retry-After), DynamoDB (400 + ProvisionedThroughputExceededException) or gRPC
 //! (trailers-only `grpc-status: 8`). Used by `demo`, the tests and docker-compose.
+//!
+//! In the DynamoDB style, tables and partition keys can have capacity of their own
+//! (`capacity`): their throttles name the exhausted table in `ThrottlingReasons`, as
+//! DynamoDB does, and a batch may come back with some tables' items unprocessed.
 
 mod bucket;
+mod capacity;
 mod schedule;
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +29,11 @@ use hyper_util::server::conn::auto;
 use prometheus::{Encoder, Gauge, IntCounterVec, Opts, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
+use crate::route::dynamodb::{self, Access};
+use capacity::{Capacity, Demand, Exhausted, Verdict};
+
 pub use bucket::{AutoScale, Bucket};
+pub use capacity::{MAX_KEYS, TableRate, parse_table_rate};
 pub use schedule::{Schedule, Step, parse_schedule};
 
 /// How throttles look.
@@ -50,6 +60,10 @@ pub struct MockOptions {
     pub autoscale: Option<AutoScale>,
     /// Rate changes at set times after start; empty for a fixed rate.
     pub schedule: Schedule,
+    /// DynamoDB style: tables with capacity of their own, apart from `rate`.
+    pub table_rates: Vec<TableRate>,
+    /// DynamoDB style: requests per second each partition key value of a table accepts.
+    pub key_rate: Option<f64>,
 }
 
 /// Answers counted so far.
@@ -67,7 +81,7 @@ pub struct MockUpstream {
 
 struct Inner {
     options: MockOptions,
-    bucket: Mutex<Bucket>,
+    capacity: Mutex<Capacity>,
     ok: AtomicU64,
     throttled: AtomicU64,
     metrics: MockMetrics,
@@ -76,8 +90,14 @@ struct Inner {
 struct MockMetrics {
     registry: Registry,
     requests: IntCounterVec,
+    tables: IntCounterVec,
+    /// Tables counted under their own name; later ones are counted as `other`.
+    labelled: Mutex<HashSet<String>>,
     rate: Gauge,
 }
+
+/// Distinct table names `mock_table_requests_total` labels.
+const MAX_TABLE_LABELS: usize = 64;
 
 type MockBody = BoxBody<Bytes, Infallible>;
 
@@ -98,28 +118,35 @@ impl MockUpstream {
             "mock_rate",
             "Requests per second the mock currently accepts.",
         )?;
+        let tables = IntCounterVec::new(
+            Opts::new(
+                "mock_table_requests_total",
+                "DynamoDB style: requests naming each table, by access (read, write, control) and result: ok, throttled, unprocessed (a batch answered with this table's items left over).",
+            ),
+            &["table", "access", "result"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(tables.clone()))?;
         registry.register(Box::new(rate.clone()))?;
         for result in ["ok", "throttled"] {
             requests.with_label_values(&[result]);
         }
         rate.set(options.rate);
-        let bucket = Bucket::new(
-            options.rate,
-            options.burst,
-            options.autoscale,
-            Instant::now(),
-        )
-        .with_schedule(options.schedule.steps());
+        let now = Instant::now();
+        let shared = Bucket::new(options.rate, options.burst, options.autoscale, now)
+            .with_schedule(options.schedule.steps());
+        let capacity = Capacity::new(shared, &options.table_rates, options.key_rate, now);
         Ok(MockUpstream {
             inner: Arc::new(Inner {
                 options,
-                bucket: Mutex::new(bucket),
+                capacity: Mutex::new(capacity),
                 ok: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
                 metrics: MockMetrics {
                     registry,
                     requests,
+                    tables,
+                    labelled: Mutex::default(),
                     rate,
                 },
             }),
@@ -136,9 +163,10 @@ impl MockUpstream {
 
     /// The rate it accepts now (it changes with the schedule and auto-scaling).
     pub fn rate(&self) -> f64 {
-        let mut bucket = self.lock_bucket();
-        bucket.advance(Instant::now());
-        bucket.rate()
+        let mut capacity = self.lock_capacity();
+        let shared = capacity.shared();
+        shared.advance(Instant::now());
+        shared.rate()
     }
 
     /// Serves connections from `listener` until the task is dropped.
@@ -186,36 +214,106 @@ impl MockUpstream {
 
     async fn answer(&self, req: Request<Incoming>) -> Response<MockBody> {
         let arrived = Instant::now();
+        let style = self.inner.options.style;
+        let target = req
+            .headers()
+            .get("x-amz-target")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         // Read the whole request so uploads complete and the connection stays usable.
-        let _ = req.into_body().collect().await;
-        let verdict = self.lock_bucket().take(arrived);
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let request = match (style, target.as_deref().and_then(dynamodb::operation)) {
+            (Style::Dynamodb, Some((operation, access))) => TableRequest {
+                operation,
+                access,
+                tables: dynamodb::tables(operation, &body),
+                key: dynamodb::partition_key(operation, &body, None),
+            },
+            _ => TableRequest::default(),
+        };
+        let names: Vec<&str> = request.tables.iter().collect();
+        let demand = Demand {
+            access: request.access,
+            tables: &names,
+            key: request.key,
+            partial: matches!(request.operation, "BatchWriteItem" | "BatchGetItem"),
+        };
+        let verdict = self.lock_capacity().decide(&demand, arrived);
         if !self.inner.options.latency.is_zero() {
             tokio::time::sleep(self.inner.options.latency).await;
         }
-        let result = if verdict.is_ok() { "ok" } else { "throttled" };
-        self.inner
-            .metrics
-            .requests
-            .with_label_values(&[result])
-            .inc();
-        let style = self.inner.options.style;
+        self.count(&request, &verdict);
         match verdict {
-            Ok(()) => {
-                self.inner.ok.fetch_add(1, Ordering::Relaxed);
-                success(style)
-            }
-            Err(wait) => {
-                self.inner.throttled.fetch_add(1, Ordering::Relaxed);
-                throttle(style, wait)
-            }
+            Verdict::Ok => success(style),
+            Verdict::Partial { unprocessed } => unprocessed_answer(&request, &body, &unprocessed),
+            Verdict::Throttled { wait, reasons } if reasons.is_empty() => throttle(style, wait),
+            Verdict::Throttled { reasons, .. } => table_throttle(&reasons),
         }
     }
 
-    fn lock_bucket(&self) -> std::sync::MutexGuard<'_, Bucket> {
+    fn count(&self, request: &TableRequest<'_>, verdict: &Verdict) {
+        let throttled = matches!(verdict, Verdict::Throttled { .. });
+        let (result, total) = if throttled {
+            ("throttled", &self.inner.throttled)
+        } else {
+            ("ok", &self.inner.ok)
+        };
+        total.fetch_add(1, Ordering::Relaxed);
+        let m = &self.inner.metrics;
+        m.requests.with_label_values(&[result]).inc();
+        for table in request.tables.iter() {
+            let result = match verdict {
+                Verdict::Partial { unprocessed } if unprocessed.iter().any(|t| t == table) => {
+                    "unprocessed"
+                }
+                _ => result,
+            };
+            let label = {
+                let mut labelled = m.labelled.lock().unwrap_or_else(PoisonError::into_inner);
+                if labelled.contains(table) {
+                    table
+                } else if labelled.len() < MAX_TABLE_LABELS {
+                    labelled.insert(table.to_owned());
+                    table
+                } else {
+                    "other"
+                }
+            };
+            m.tables
+                .with_label_values(&[label, request.access.as_str(), result])
+                .inc();
+        }
+    }
+
+    fn lock_capacity(&self) -> std::sync::MutexGuard<'_, Capacity> {
         self.inner
-            .bucket
+            .capacity
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a DynamoDB-style request names; empty for other styles and unknown targets.
+struct TableRequest<'a> {
+    operation: &'a str,
+    access: Access,
+    tables: dynamodb::Tables<'a>,
+    key: Option<u64>,
+}
+
+impl Default for TableRequest<'_> {
+    fn default() -> Self {
+        TableRequest {
+            operation: "",
+            access: Access::Control,
+            tables: dynamodb::Tables::default(),
+            key: None,
+        }
     }
 }
 
@@ -268,6 +366,86 @@ fn throttle(style: Style, wait: Duration) -> Response<MockBody> {
             r
         }
     }
+}
+
+/// DynamoDB's throttle naming the exhausted tables and keys.
+fn table_throttle(reasons: &[Exhausted]) -> Response<MockBody> {
+    let key_range = reasons
+        .iter()
+        .all(|r| r.limit == dynamodb::Limit::KeyRangeThroughputExceeded);
+    let message = if key_range {
+        "The request rate for a partition key value exceeded the partition's throughput limit."
+    } else {
+        "The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API."
+    };
+    let reasons: Vec<serde_json::Value> = reasons
+        .iter()
+        .map(|r| {
+            let kind = if r.access == Access::Read {
+                "Read"
+            } else {
+                "Write"
+            };
+            serde_json::json!({
+                "reason": format!("Table{kind}{}", r.limit.as_str()),
+                "resource": format!("arn:aws:dynamodb:us-east-1:000000000000:table/{}", r.table),
+            })
+        })
+        .collect();
+    // Written by hand so the fields come in DynamoDB's order, `__type` first.
+    let body = format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":{},"ThrottlingReasons":{}}}"#,
+        serde_json::Value::from(message),
+        serde_json::Value::from(reasons),
+    );
+    json(StatusCode::BAD_REQUEST, body.to_string().into_bytes())
+}
+
+/// A batch's 200 with the throttled tables' requests handed back, as the request
+/// wrote them, under `UnprocessedItems` (BatchWriteItem) or `UnprocessedKeys`.
+fn unprocessed_answer(
+    request: &TableRequest<'_>,
+    body: &[u8],
+    unprocessed: &[String],
+) -> Response<MockBody> {
+    let field = if request.operation == "BatchGetItem" {
+        "UnprocessedKeys"
+    } else {
+        "UnprocessedItems"
+    };
+    let mut out = format!("{{\"{field}\":{{").into_bytes();
+    let mut first = true;
+    for (table, value) in dynamodb::request_items(body) {
+        if !unprocessed
+            .iter()
+            .any(|t| t == dynamodb::table_name(&table))
+        {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(
+            serde_json::Value::from(table.as_ref())
+                .to_string()
+                .as_bytes(),
+        );
+        out.push(b':');
+        out.extend_from_slice(value);
+    }
+    out.extend_from_slice(b"}}");
+    json(StatusCode::OK, out)
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response<MockBody> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-amz-json-1.0"),
+    );
+    r
 }
 
 fn text(status: StatusCode, content_type: &'static str, body: &'static str) -> Response<MockBody> {

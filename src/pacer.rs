@@ -298,6 +298,11 @@ impl Pacer {
         s.changed.notify_one();
     }
 
+    /// The controller epoch dispatches are stamped with now.
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
     /// The interval in force (the controller's, without floors).
     pub fn interval(&self) -> Duration {
         Duration::from_nanos(self.shared.interval_ns.load(Ordering::Relaxed))
@@ -329,6 +334,15 @@ impl Pacer {
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The last dispatch's place in the schedule, or when the pacer was made.
+    pub fn last_active(&self) -> Instant {
+        let s = &*self.shared;
+        match s.last_dispatch_ns.load(Ordering::Relaxed) {
+            NEVER => s.origin,
+            ns => s.at(ns),
+        }
     }
 
     /// Mean dispatch spacing over the last second (for the automatic start).

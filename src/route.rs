@@ -1,5 +1,376 @@
 //! Which lane a request belongs to, and which lanes an answer speaks about: pure
 //! functions of request and response parts, with no state and no I/O. The lanes
 //! themselves (their pacers and controllers) live in [`crate::lane`].
+//!
+//! A lane is named by what sets it apart: `orders:write` (a DynamoDB table and access
+//! kind), `/pkg.Service/Method` (a gRPC method), `GET|acme` (a generic rule's parts
+//! joined by `|`). A request whose lane cannot be told goes to `default`.
 
 pub mod dynamodb;
+
+use std::fmt;
+
+use http::request::Parts;
+use http::{HeaderMap, HeaderName};
+
+use crate::throttle::Preset;
+
+/// The lane every upstream has, and where a request goes when no rule places it.
+pub const DEFAULT: &str = "default";
+/// Where new lanes go once an upstream has `max_lanes`.
+pub const OVERFLOW: &str = "overflow";
+/// DynamoDB's control-plane operations (CreateTable, DescribeTable, ...) share it.
+pub const CONTROL: &str = "control";
+/// The longest lane name kept; longer keys are cut (a header can be 8 KiB).
+const MAX_NAME: usize = 128;
+
+/// One part of a generic lane key (`[upstream.lanes] by`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The HTTP method.
+    Method,
+    /// A request header's value (empty when absent).
+    Header(HeaderName),
+    /// The first N segments of the path (`path:1` of `/pkg.Service/Method` is the gRPC
+    /// service).
+    Path(usize),
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Method => f.write_str("method"),
+            Part::Header(name) => write!(f, "header:{name}"),
+            Part::Path(n) => write!(f, "path:{n}"),
+        }
+    }
+}
+
+/// `method`, `header:NAME`, `path:N` (N from 1 to 16) or `service` (a gRPC service:
+/// `path:1`).
+pub fn parse_part(text: &str) -> Result<Part, String> {
+    let bad = || {
+        format!(
+            "must be \"method\", \"header:NAME\", \"path:N\" (N from 1 to 16) or \"service\", got \"{text}\""
+        )
+    };
+    match text {
+        "method" => return Ok(Part::Method),
+        "service" => return Ok(Part::Path(1)),
+        _ => {}
+    }
+    if let Some(name) = text.strip_prefix("header:") {
+        return HeaderName::from_bytes(name.as_bytes())
+            .map(Part::Header)
+            .map_err(|_| bad());
+    }
+    if let Some(n) = text.strip_prefix("path:") {
+        return match n.parse::<usize>() {
+            Ok(n @ 1..=16) => Ok(Part::Path(n)),
+            _ => Err(bad()),
+        };
+    }
+    Err(bad())
+}
+
+/// How an upstream's requests are split into lanes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// One lane, `default`: nothing is looked at.
+    Single,
+    /// DynamoDB: table × read|write, `control` for the control plane.
+    DynamoDb,
+    /// The key made of these parts.
+    Parts(Vec<Part>),
+}
+
+impl Rule {
+    /// The rule in force: `by` when set (empty: one lane), else the preset's; with
+    /// `from_response` and no `by`, requests are told apart by their first path segment
+    /// until the upstream names their bucket.
+    pub fn of(preset: Preset, by: Option<&[Part]>, from_response: bool) -> Rule {
+        match by {
+            Some([]) => Rule::Single,
+            Some(parts) => Rule::Parts(parts.to_vec()),
+            None if preset == Preset::DynamoDb => Rule::DynamoDb,
+            None if preset == Preset::Grpc => Rule::Parts(vec![Part::Path(2)]),
+            None if from_response => Rule::Parts(vec![Part::Path(1)]),
+            None => Rule::Single,
+        }
+    }
+
+    /// Whether the rule reads the request body.
+    pub fn reads_body(&self) -> bool {
+        *self == Rule::DynamoDb
+    }
+}
+
+/// The lanes a request takes a slot in, sorted and without repeats (so two requests
+/// that share lanes take them in the same order and cannot hold each other up).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Keys(Vec<String>);
+
+impl Keys {
+    /// The lane names, sorted.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+
+    /// No lane told: `default`.
+    pub fn is_default(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn one(name: String) -> Keys {
+        Keys(vec![name])
+    }
+
+    fn many(mut names: Vec<String>) -> Keys {
+        names.sort_unstable();
+        names.dedup();
+        Keys(names)
+    }
+}
+
+/// The lanes `rule` puts a request in; `body` is what easeoff holds of its body, if
+/// anything. Never fails: what cannot be told goes to `default` (no names).
+pub fn keys(rule: &Rule, head: &Parts, body: Option<&[u8]>) -> Keys {
+    match rule {
+        Rule::Single => Keys::default(),
+        Rule::DynamoDb => dynamodb_keys(&head.headers, body),
+        Rule::Parts(parts) => Keys::one(joined(parts, head)),
+    }
+}
+
+fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> Keys {
+    let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) else {
+        return Keys::default();
+    };
+    let Some((operation, access)) = dynamodb::operation(target) else {
+        return Keys::default();
+    };
+    if access == dynamodb::Access::Control {
+        return Keys::one(CONTROL.to_string());
+    }
+    let suffix = access.as_str();
+    let Some(body) = body else {
+        return Keys::default();
+    };
+    let names = dynamodb::tables(operation, body)
+        .iter()
+        .map(|table| lane_name(table, suffix))
+        .collect();
+    Keys::many(names)
+}
+
+/// `TABLE:read` or `TABLE:write`.
+pub fn lane_name(table: &str, suffix: &str) -> String {
+    let mut name = String::with_capacity(table.len() + suffix.len() + 1);
+    name.push_str(cut(table));
+    name.push(':');
+    name.push_str(suffix);
+    name
+}
+
+/// The hot-key lane of a table's writes (or reads) to one partition key.
+pub fn hot_key_name(table: &str, suffix: &str, key: u64) -> String {
+    format!("{}:key={key:016x}", lane_name(table, suffix))
+}
+
+/// The hot-key lane a single-item request in `lane` (`TABLE:write`) would take, if
+/// its partition key can be read.
+pub fn hot_key(lane: &str, head: &Parts, body: Option<&[u8]>) -> Option<String> {
+    let (table, suffix) = lane.rsplit_once(':')?;
+    let target = head.headers.get("x-amz-target")?.to_str().ok()?;
+    let (operation, _) = dynamodb::operation(target)?;
+    let key = dynamodb::partition_key(operation, body?, None)?;
+    Some(hot_key_name(table, suffix, key))
+}
+
+fn joined(parts: &[Part], head: &Parts) -> String {
+    let mut key = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            key.push('|');
+        }
+        match part {
+            Part::Method => key.push_str(head.method.as_str()),
+            Part::Header(name) => {
+                let value = head.headers.get(name).map(|v| v.as_bytes()).unwrap_or(b"");
+                key.push_str(&String::from_utf8_lossy(value));
+            }
+            Part::Path(n) => key.push_str(path_prefix(head.uri.path(), *n)),
+        }
+        if key.len() > MAX_NAME {
+            break;
+        }
+    }
+    cut(&key).to_string()
+}
+
+/// The first `n` segments of `path`, with their leading slashes.
+pub fn path_prefix(path: &str, n: usize) -> &str {
+    let mut seen = 0;
+    for (i, b) in path.bytes().enumerate() {
+        if b == b'/' && i > 0 {
+            seen += 1;
+            if seen == n {
+                return &path[..i];
+            }
+        }
+    }
+    path
+}
+
+/// At most `MAX_NAME` bytes, cut at a character boundary.
+fn cut(text: &str) -> &str {
+    if text.len() <= MAX_NAME {
+        return text;
+    }
+    let mut end = MAX_NAME;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The bucket an answer names in `header` (GitHub's `x-ratelimit-resource`), cut to a
+/// lane name's length.
+pub fn named_bucket<'a>(headers: &'a HeaderMap, header: &HeaderName) -> Option<&'a str> {
+    let value = headers.get(header)?.to_str().ok()?.trim();
+    (!value.is_empty()).then(|| cut(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    fn head(method: &str, uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut b = Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn parts_parse_and_print_back() {
+        for text in ["method", "header:x-tenant", "path:2"] {
+            assert_eq!(parse_part(text).unwrap().to_string(), text);
+        }
+        assert_eq!(parse_part("service"), Ok(Part::Path(1)));
+        for bad in [
+            "path:0",
+            "path:17",
+            "path:x",
+            "header:",
+            "header:a b",
+            "query",
+            "",
+        ] {
+            assert!(parse_part(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_rule_follows_by_then_the_preset() {
+        assert_eq!(Rule::of(Preset::DynamoDb, None, false), Rule::DynamoDb);
+        assert_eq!(Rule::of(Preset::DynamoDb, Some(&[]), false), Rule::Single);
+        assert_eq!(
+            Rule::of(Preset::Grpc, None, false),
+            Rule::Parts(vec![Part::Path(2)])
+        );
+        assert_eq!(Rule::of(Preset::None, None, false), Rule::Single);
+        assert_eq!(
+            Rule::of(Preset::None, None, true),
+            Rule::Parts(vec![Part::Path(1)])
+        );
+        let by = [Part::Method];
+        assert_eq!(
+            Rule::of(Preset::Grpc, Some(&by), false),
+            Rule::Parts(vec![Part::Method])
+        );
+    }
+
+    #[test]
+    fn generic_keys_join_their_parts() {
+        let rule = Rule::Parts(vec![
+            Part::Method,
+            Part::Header(HeaderName::from_static("x-tenant")),
+            Part::Path(2),
+        ]);
+        let h = head("POST", "/v1/items/42?x=1", &[("x-tenant", "acme")]);
+        assert_eq!(keys(&rule, &h, None).names(), ["POST|acme|/v1/items"]);
+        let h = head("GET", "/", &[]);
+        assert_eq!(keys(&rule, &h, None).names(), ["GET||/"]);
+    }
+
+    #[test]
+    fn a_grpc_method_is_its_path() {
+        let rule = Rule::of(Preset::Grpc, None, false);
+        let h = head("POST", "/pkg.Service/Method", &[]);
+        assert_eq!(keys(&rule, &h, None).names(), ["/pkg.Service/Method"]);
+        let service = Rule::Parts(vec![Part::Path(1)]);
+        assert_eq!(keys(&service, &h, None).names(), ["/pkg.Service"]);
+    }
+
+    #[test]
+    fn long_keys_are_cut_at_a_character_boundary() {
+        let rule = Rule::Parts(vec![Part::Header(HeaderName::from_static("x-t"))]);
+        let long = "é".repeat(200);
+        let h = head("GET", "/", &[("x-t", &long)]);
+        let keys = keys(&rule, &h, None);
+        assert!(keys.names()[0].len() <= MAX_NAME);
+        assert!(keys.names()[0].chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn path_prefixes() {
+        assert_eq!(path_prefix("/a/b/c", 1), "/a");
+        assert_eq!(path_prefix("/a/b/c", 2), "/a/b");
+        assert_eq!(path_prefix("/a/b/c", 5), "/a/b/c");
+        assert_eq!(path_prefix("/", 1), "/");
+    }
+
+    #[test]
+    fn dynamodb_keys_name_table_and_access() {
+        let write = head(
+            "POST",
+            "/",
+            &[("x-amz-target", "DynamoDB_20120810.PutItem")],
+        );
+        let body = br#"{"TableName":"orders","Item":{"pk":{"S":"1"}}}"#;
+        assert_eq!(
+            keys(&Rule::DynamoDb, &write, Some(body)).names(),
+            ["orders:write"]
+        );
+        assert!(keys(&Rule::DynamoDb, &write, None).is_default());
+        assert!(keys(&Rule::DynamoDb, &write, Some(b"not json")).is_default());
+        let read = head("POST", "/", &[("x-amz-target", "DynamoDB_20120810.Query")]);
+        assert_eq!(
+            keys(&Rule::DynamoDb, &read, Some(br#"{"TableName":"orders"}"#)).names(),
+            ["orders:read"]
+        );
+        let control = head(
+            "POST",
+            "/",
+            &[("x-amz-target", "DynamoDB_20120810.DescribeTable")],
+        );
+        assert_eq!(
+            keys(&Rule::DynamoDb, &control, Some(b"{}")).names(),
+            [CONTROL]
+        );
+        let batch = head(
+            "POST",
+            "/",
+            &[("x-amz-target", "DynamoDB_20120810.BatchWriteItem")],
+        );
+        let body = br#"{"RequestItems":{"b":[],"a":[]}}"#;
+        assert_eq!(
+            keys(&Rule::DynamoDb, &batch, Some(body)).names(),
+            ["a:write", "b:write"]
+        );
+        assert!(keys(&Rule::DynamoDb, &head("POST", "/", &[]), Some(body)).is_default());
+    }
+}

@@ -160,7 +160,7 @@ impl Server {
                 &metrics,
                 &observer,
                 &signing,
-                fleet.as_deref(),
+                fleet.as_ref(),
             )
             .await?;
             listeners.push(Listening::new(
@@ -343,9 +343,9 @@ impl Live {
         let by = crate::deadline::after(Instant::now(), grace.saturating_sub(margin));
         let replaced = state.replaced.iter().filter_map(Weak::upgrade);
         for upstream in self.all().into_iter().chain(replaced) {
-            upstream.pacer.drain(by);
+            upstream.drain(by);
         }
-        let waiting: usize = self.all().iter().map(|u| u.pacer.waiting()).sum();
+        let waiting: usize = self.all().iter().map(|u| u.waiting()).sum();
         tracing::info!(waiting, grace = ?grace, "draining");
         let mut tasks = std::mem::take(&mut state.retired);
         for listening in &mut state.listeners {
@@ -441,7 +441,7 @@ async fn build(
     metrics: &Metrics,
     observer: &Option<Observer>,
     signing: &SigningEnv,
-    fleet: Option<&Fleet>,
+    fleet: Option<&Arc<Fleet>>,
 ) -> Result<Arc<Upstream>, StartError> {
     let signer = match &settings.sigv4 {
         Some(sigv4) => {
@@ -464,7 +464,7 @@ async fn build(
             source,
         })?;
     if let Some(fleet) = fleet {
-        Upstream::join_fleet(&upstream, fleet);
+        upstream.join_fleet(Arc::clone(fleet));
     }
     Ok(upstream)
 }

@@ -21,6 +21,7 @@ use crate::attempt::{self, Attempts, Next};
 use crate::clock::{Clock, ManualClock};
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::Admission;
+use crate::lane::{Pass, Route};
 use crate::metrics::Metrics;
 use crate::mock_upstream::{AutoScale, Bucket};
 use crate::pacer::Slot;
@@ -313,9 +314,10 @@ async fn client(
 ) {
     let clock = upstream.clock();
     clock.sleep(first).await;
+    let route = Route::one(Arc::clone(upstream.lanes.default_lane()));
     loop {
         let sent = clock.now();
-        let (ending, hold_off) = request(&upstream, latency, |slot, retry| {
+        let (ending, hold_off) = request(&upstream, &route, latency, |slot, retry| {
             if lock(&world).attempt(sidecar, slot, retry) {
                 Answer::Throttle
             } else {
@@ -352,6 +354,7 @@ const MIN_HOLD_OFF: Duration = Duration::from_millis(1);
 /// easeoff's answer roughly honours; nothing otherwise.
 pub async fn request(
     upstream: &Control,
+    route: &Route,
     latency: Duration,
     mut send: impl FnMut(&Slot, bool) -> Answer,
 ) -> (Ending, Duration) {
@@ -363,18 +366,18 @@ pub async fn request(
     loop {
         let retry = policy.attempts() > 0;
         let wait_until = arrived + policy.begin(clock.now() - arrived);
-        let outcome = match upstream.acquire(wait_until).await {
-            Err(shed) => attempt::Outcome::Shed {
+        let outcome = match upstream.acquire_route(route, wait_until).await {
+            Err((shed, _)) => attempt::Outcome::Shed {
                 retry_after: shed.retry_after,
             },
-            Ok(slot) => match upstream.admit(slot.dispatched_at) {
+            Ok(pass) => match upstream.admit(pass.slot().dispatched_at) {
                 Admission::Closed(wait) => attempt::Outcome::BackoffClosed { wait },
                 Admission::Open | Admission::Probe => {
-                    let answer = send(&slot, retry);
+                    let answer = send(pass.slot(), retry);
                     if !latency.is_zero() {
                         clock.sleep(latency).await;
                     }
-                    match observe(upstream, &slot, answer) {
+                    match observe(upstream, &pass, answer) {
                         Some(outcome) => outcome,
                         None => return (Ending::Success, Duration::ZERO),
                     }
@@ -406,20 +409,20 @@ pub async fn request(
 
 /// Records the modelled upstream's answer as the proxy records a real one; `None`
 /// for a success, which ends the request.
-fn observe(upstream: &Control, slot: &Slot, answer: Answer) -> Option<attempt::Outcome> {
+fn observe(upstream: &Control, pass: &Pass, answer: Answer) -> Option<attempt::Outcome> {
     match answer {
         Answer::Success => {
             upstream.connected();
-            upstream.record(slot, Some(Verdict::Success), None);
+            upstream.settle(pass, Some(Verdict::Success), None);
             None
         }
         Answer::Throttle => {
             upstream.connected();
-            upstream.record(slot, Some(Verdict::Throttle(Signal::Body)), None);
+            upstream.settle(pass, Some(Verdict::Throttle(Signal::Body)), None);
             Some(attempt::Outcome::Throttled { refused: false })
         }
         Answer::Unreachable => {
-            upstream.record(slot, None, None);
+            upstream.settle(pass, None, None);
             let now = upstream.clock().now();
             upstream.connect_failed(now, &ConnectCause::Refused);
             let wait = upstream.connect_backoff_remaining(now);

@@ -268,9 +268,7 @@ impl Sleeper {
             Sleeper::Constant(_) | Sleeper::Off => {}
         }
     }
-}
 
-impl Sleeper {
     /// Multiplies every interval the strategy holds or remembers by `factor` (rates
     /// by its inverse): the same learning in other units, as when a fleet member's
     /// interval turns from the fleet's into its own and back.
@@ -282,6 +280,26 @@ impl Sleeper {
             Sleeper::Exponential(s) => s.adopt(scaled(s.interval())),
             Sleeper::Decorrelated(s) => s.rescale(factor),
             Sleeper::Linear(s) => s.rescale(factor),
+            Sleeper::Constant(_) | Sleeper::Off => {}
+        }
+    }
+
+    /// Back to interval 0 after a long rest, keeping what a strategy remembers besides
+    /// its interval (cubic's rate at the last throttle) as a prior; `constant` keeps
+    /// its interval.
+    pub fn rest(&mut self) {
+        match self {
+            Sleeper::Responsive(s) => s.rest(),
+            Sleeper::Cubic(s) => s.rest(),
+            Sleeper::Exponential(s) => {
+                s.reset();
+            }
+            Sleeper::Decorrelated(s) => {
+                s.reset();
+            }
+            Sleeper::Linear(s) => {
+                s.reset();
+            }
             Sleeper::Constant(_) | Sleeper::Off => {}
         }
     }

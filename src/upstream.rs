@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -20,13 +20,13 @@ use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
-use crate::fleet::{Decision, Fleet, LaneLink};
+use crate::fleet::Fleet;
 use crate::hints::{self, Hint, Quota};
+use crate::lane::{Lane, Lanes, Pass, Route};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
-use crate::pacer::{Limits, Pacer, Shed, Slot};
+use crate::pacer::{Shed, Slot};
 use crate::retry::RetryBudget;
-use crate::shed::Spread;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Preset, Signal, Verdict};
@@ -76,15 +76,13 @@ pub struct Upstream {
 /// `easeoff simulate` share.
 pub struct Control {
     pub settings: Arc<UpstreamSettings>,
-    pub pacer: Pacer,
+    /// The upstream's lanes, each with its own controller and pacer.
+    pub lanes: Lanes,
     pub metrics: UpstreamMetrics,
     pub budget: RetryBudget,
-    /// Where shed requests are told to come back.
-    spread: Spread,
     clock: Clock,
-    /// Time zero for the budget's and the controller's clocks.
+    /// Time zero for the budget's and the controllers' clocks.
     origin: Instant,
-    controller: Mutex<Controller<fastrand::Rng>>,
     connect: Mutex<(ConnectBackoff, fastrand::Rng)>,
     /// No connection backoff in force: the fast path skips the lock.
     connect_healthy: AtomicBool,
@@ -94,13 +92,9 @@ pub struct Control {
     auth_notice: Notice,
     /// One line per second about shed requests.
     shed_notice: Notice,
-    /// The latest capped hint; written only when a header asks for too much.
-    capped: Mutex<Option<CappedHint>>,
     /// Per header kind: a capped pause was logged (once is enough to find the cause).
     capped_logged: [AtomicBool; Hint::ALL.len()],
     observer: Option<Observer>,
-    /// This upstream's lane in the fleet, with `[fleet]`.
-    fleet: OnceLock<LaneLink>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -156,32 +150,6 @@ impl Upstream {
     }
 }
 
-impl Upstream {
-    /// Joins the fleet with this upstream's lane: the fleet's decisions reach its
-    /// controller and pacer, its queue and steps reach the fleet.
-    pub fn join_fleet(upstream: &Arc<Upstream>, fleet: &Fleet) {
-        let weak = Arc::downgrade(upstream);
-        let link = fleet.join(
-            upstream.name(),
-            "default",
-            Box::new(move |decision| {
-                if let Some(u) = weak.upgrade() {
-                    u.adopt(decision);
-                }
-            }),
-        );
-        let weak = Arc::downgrade(upstream);
-        link.sample_queue(Box::new(move || {
-            weak.upgrade().map_or(0, |u| u.pacer.waiting())
-        }));
-        {
-            let controller = upstream.lock();
-            link.learned(controller.interval(), controller.epoch(), None);
-        }
-        let _ = upstream.fleet.set(link);
-    }
-}
-
 /// How far ahead a shed client honours a hint: the AWS SDKs wait at most their own
 /// backoff + 5 s (botocore's and the JS SDK's standard mode); others are taken at
 /// their word.
@@ -207,38 +175,41 @@ impl Control {
         let connect_rng = rng.fork();
         // Read, not drawn, so the sleeper's and the backoff's sequences stay as they were.
         let spread_seed = connect_rng.get_seed() ^ 0x5bd1_e995;
-        let controller = Controller::new(&settings.sleeper, rng);
-        let limits = Limits {
-            max_waiting: settings.queue.max_waiting,
-        };
+        let settings = Arc::new(settings);
+        let reach = hint_reach(settings.preset);
+        let lanes = Lanes::new(
+            Arc::clone(&settings),
+            clock.clone(),
+            metrics,
+            (rng, spread_seed),
+            reach,
+        );
         let control = Control {
-            pacer: Pacer::with_clock(settings.sleeper.mode, limits, clock.clone()),
+            lanes,
             metrics: metrics.upstream(&settings.name),
             budget: RetryBudget::new(
                 settings.retry.budget_ratio,
                 settings.retry.budget_min_per_second,
             ),
             origin: clock.now(),
-            spread: Spread::new(clock.now(), hint_reach(settings.preset), spread_seed),
             clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
             connect_cause: Mutex::new(None),
             auth_notice: Notice::every(Duration::from_secs(10)),
             shed_notice: Notice::every(Duration::from_secs(1)),
-            capped: Mutex::new(None),
             capped_logged: Hint::ALL.map(|_| AtomicBool::new(false)),
-            settings: Arc::new(settings),
-            controller: Mutex::new(controller),
+            settings,
             observer,
-            fleet: OnceLock::new(),
         };
         control
             .metrics
             .max_interval
             .set(control.settings.sleeper.max_interval.as_secs_f64());
+        control.metrics.lanes.set(1);
         // `constant` starts at its interval.
-        control.publish(&control.lock());
+        let lane = control.lanes.default_lane();
+        control.publish(lane, &lane.lock());
         control
     }
 
@@ -280,23 +251,28 @@ impl Control {
         ok
     }
 
-    /// Waits for a slot (or is shed at once, told when to come back; see
-    /// [`Spread`]) and counts the wait.
-    pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
-        if let Some(link) = self.fleet.get() {
+    /// Waits for a slot in `lane` (or is shed at once, told when to come back; see
+    /// [`crate::shed::Spread`]) and counts the wait. A lane that left a slot unused
+    /// for `idle_decay` first forgets its throttles.
+    pub async fn acquire(&self, lane: &Lane, deadline: Instant) -> Result<Slot, Shed> {
+        if let Some(link) = lane.fleet() {
             link.arrived();
         }
-        let slot = match self.pacer.acquire(deadline).await {
+        if !lane.pacer.interval().is_zero() {
+            self.forget_if_idle(lane, self.clock.now());
+        }
+        let slot = match lane.pacer.acquire(deadline).await {
             Ok(slot) => slot,
             Err(shed) => {
                 let now = self.clock.now();
-                let spacing = self.pacer.spacing();
+                let spacing = lane.pacer.spacing();
                 return Err(Shed {
-                    retry_after: self.spread.retry_after(now, shed.retry_after, spacing),
+                    retry_after: lane.spread.retry_after(now, shed.retry_after, spacing),
                     ..shed
                 });
             }
         };
+        lane.metrics.dispatches.inc();
         let waited = slot.waited.as_secs_f64();
         self.metrics.queue_wait.observe(waited);
         if slot.held {
@@ -339,14 +315,31 @@ impl Control {
         }
     }
 
-    /// A request was turned away: a line at most once a second, with how many sheds
-    /// it stands for.
-    pub fn shed_noticed(&self) {
+    /// A request was turned away from `lane`: a line at most once a second, with how
+    /// many sheds it stands for.
+    pub fn shed_noticed(&self, lane: &Lane) {
         let at = self.clock.now().saturating_duration_since(self.origin);
         if let Some(shed) = self.shed_notice.hit(at) {
-            let interval_ms = self.pacer.interval().as_secs_f64() * 1e3;
-            let waiting = self.pacer.waiting();
-            tracing::info!(upstream = %self.name(), shed, waiting, interval_ms, "shedding requests");
+            let interval_ms = lane.interval().as_secs_f64() * 1e3;
+            let waiting = lane.pacer.waiting();
+            tracing::info!(upstream = %self.name(), lane = lane.name(), shed, waiting, interval_ms, "shedding requests");
+        }
+    }
+
+    /// Takes the interval of a lane that left its slots unused for `idle_decay` to
+    /// 0, as a run of successes would: a throttle storm at night does not tax the
+    /// morning's traffic.
+    pub fn forget_if_idle(&self, lane: &Lane, now: Instant) {
+        let decay = self.settings.lanes.idle_decay;
+        // A fleet's interval is the fleet's: one idle member does not lower it.
+        if decay.is_zero() || lane.fleet().is_some() || !lane.idle_for(decay, now) {
+            return;
+        }
+        let mut controller = lane.lock();
+        if controller.forget() {
+            tracing::debug!(upstream = %self.name(), lane = lane.name(), "idle lane forgot its throttles");
+            self.metrics.decreases.inc();
+            self.publish(lane, &controller);
         }
     }
 
@@ -377,27 +370,28 @@ impl Control {
         self.lock_connect().0.remaining(now.into_std())
     }
 
-    /// Applies an answer's rate-limit quota: nothing left pauses the upstream until the
-    /// reset (a `ratelimit` throttle); otherwise what is left is spread over the window.
-    /// The window counts as at most `max_pause` long.
-    pub fn apply_quota(&self, quota: Quota, now: Instant) {
+    /// Applies an answer's rate-limit quota to `lane`: nothing left pauses it until
+    /// the reset (a `ratelimit` throttle); otherwise what is left is spread over the
+    /// window. The window counts as at most `max_pause` long.
+    pub fn apply_quota(&self, lane: &Lane, quota: Quota, now: Instant) {
         let wall = self.clock.wall();
-        let reset = self.cap(quota.reset_in(wall), Hint::RateLimit, now);
+        let reset = self.cap(lane, quota.reset_in(wall), Hint::RateLimit, now);
         if quota.remaining == 0 {
             self.metrics.throttle(Signal::RateLimit).inc();
-            if self.pacer.paused_until(now).is_none() {
-                tracing::info!(upstream = %self.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+            lane.metrics.throttle(Signal::RateLimit).inc();
+            if lane.pacer.paused_until(now).is_none() {
+                tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
             }
-            self.pacer.pause_until(now + reset);
+            lane.pacer.pause_until(now + reset);
         } else {
-            self.pacer
+            lane.pacer
                 .set_floor(quota.spacing(wall).min(reset), now + reset);
         }
     }
 
     /// Cuts a pause a header asked for to `max_pause` (and `max_interval`); a cut is
     /// counted, remembered for `/status` and logged the first time each header does it.
-    fn cap(&self, asked: Duration, header: Hint, now: Instant) -> Duration {
+    fn cap(&self, lane: &Lane, asked: Duration, header: Hint, now: Instant) -> Duration {
         let max = self
             .settings
             .max_pause
@@ -408,7 +402,7 @@ impl Control {
         }
         self.metrics.hint_capped(header).inc();
         let until = now + pause;
-        *self.capped.lock().unwrap_or_else(PoisonError::into_inner) = Some(CappedHint {
+        *lane.capped.lock().unwrap_or_else(PoisonError::into_inner) = Some(CappedHint {
             header,
             asked,
             until,
@@ -425,25 +419,63 @@ impl Control {
         pause
     }
 
-    /// The latest capped hint while its pause or window lasts.
+    /// The default lane's latest capped hint while its pause or window lasts.
     pub fn capped_hint(&self) -> Option<CappedHint> {
+        self.capped_hint_in(self.lanes.default_lane())
+    }
+
+    /// A lane's latest capped hint while its pause or window lasts.
+    pub fn capped_hint_in(&self, lane: &Lane) -> Option<CappedHint> {
         let now = self.clock.now();
-        let capped = *self.capped.lock().unwrap_or_else(PoisonError::into_inner);
+        let capped = *lane.capped.lock().unwrap_or_else(PoisonError::into_inner);
         capped.filter(|c| c.until > now)
     }
 
-    /// The rate-limit floor in force (the least spacing) and when it ends, in
-    /// wall-clock time.
+    /// The default lane's rate-limit floor in force (the least spacing) and when it
+    /// ends, in wall-clock time.
     pub fn rate_limit_floor(&self) -> Option<(Duration, SystemTime)> {
+        self.rate_limit_floor_in(self.lanes.default_lane())
+    }
+
+    /// A lane's rate-limit floor in force and when it ends, in wall-clock time.
+    pub fn rate_limit_floor_in(&self, lane: &Lane) -> Option<(Duration, SystemTime)> {
         let now = self.clock.now();
-        let (spacing, end) = self.pacer.floor(now)?;
+        let (spacing, end) = lane.pacer.floor(now)?;
         Some((spacing, self.clock.wall() + (end - now)))
     }
 
-    /// Feeds one attempt's verdict to the controller; `pause` is the throttle's
-    /// requested delay and the header that asked for it, which holds the whole upstream
+    /// Feeds one attempt's verdict to every lane it held; `pause` is the throttle's
+    /// requested delay and the header that asked for it, which holds those lanes
     /// (capped by `max_pause` and `max_interval`).
-    pub fn record(&self, slot: &Slot, verdict: Option<Verdict>, pause: Option<(Duration, Hint)>) {
+    pub fn settle(&self, pass: &Pass, verdict: Option<Verdict>, pause: Option<(Duration, Hint)>) {
+        self.observe(pass.slot(), verdict);
+        if let Some(Verdict::Throttle(signal)) = verdict {
+            self.metrics.throttle(signal).inc();
+        }
+        for (lane, slot) in pass.iter() {
+            self.record(lane, slot, verdict, pause);
+        }
+    }
+
+    /// A batch answer that left some tables' items unprocessed: the lanes of those
+    /// tables (`TABLE:access`) are told of a partial throttle, the others of a success.
+    pub fn settle_by_table(&self, pass: &Pass, unprocessed: impl Fn(&str) -> bool) {
+        let partial = Some(Verdict::Throttle(Signal::Partial));
+        self.observe(pass.slot(), partial);
+        self.metrics.throttle(Signal::Partial).inc();
+        for (lane, slot) in pass.iter() {
+            let table = lane.name().split_once(':').map_or(lane.name(), |(t, _)| t);
+            let verdict = if unprocessed(table) {
+                partial
+            } else {
+                Some(Verdict::Success)
+            };
+            self.record(lane, slot, verdict, None);
+        }
+    }
+
+    /// Tells observers (the demo's plot, traces) of one attempt.
+    pub fn observe(&self, slot: &Slot, verdict: Option<Verdict>) {
         if let Some(observe) = &self.observer {
             observe(&Attempt {
                 dispatched_at: slot.dispatched_at,
@@ -452,91 +484,173 @@ impl Control {
                 verdict,
             });
         }
+    }
+
+    /// Feeds a verdict to one lane's controller; `slot` is the lane's slot of the
+    /// attempt (its epoch decides whether a throttle raises). Upstream-level counts are
+    /// [`Control::settle`]'s.
+    pub fn record(
+        &self,
+        lane: &Lane,
+        slot: &Slot,
+        verdict: Option<Verdict>,
+        pause: Option<(Duration, Hint)>,
+    ) {
         match verdict {
             Some(Verdict::Throttle(signal)) => {
-                self.metrics.throttle(signal).inc();
+                lane.metrics.throttle(signal).inc();
+                lane.throttled(signal.as_str(), None, self.clock.wall());
                 let now = self.clock.now();
                 if let Some((asked, header)) = pause {
-                    let delay = self.cap(asked, header, now);
-                    if self.pacer.paused_until(now).is_none() {
-                        tracing::info!(upstream = %self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
+                    let delay = self.cap(lane, asked, header, now);
+                    if lane.pacer.paused_until(now).is_none() {
+                        tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
                     }
-                    self.pacer.pause_until(now + delay);
+                    lane.pacer.pause_until(now + delay);
                 }
-                let spacing = self.pacer.observed_spacing(now);
-                let mut controller = self.lock();
+                let spacing = lane.pacer.observed_spacing(now);
+                let mut controller = lane.lock();
                 let at = now.saturating_duration_since(self.origin);
                 let step = controller.on_throttle(slot.epoch, spacing, at);
-                self.apply(&controller, step);
+                self.apply(lane, &controller, step);
             }
             Some(Verdict::Success) => {
                 // Successes at interval 0 change nothing: no lock on the fast path.
-                if self.pacer.interval().is_zero() {
+                if lane.pacer.interval().is_zero() {
                     self.metrics.invocations.inc();
                     return;
                 }
                 let at = self.clock.now().saturating_duration_since(self.origin);
-                let mut controller = self.lock();
+                let mut controller = lane.lock();
                 let step = controller.on_success(slot.epoch, at);
-                self.apply(&controller, step);
+                self.apply(lane, &controller, step);
             }
             Some(Verdict::Failure) | None => {}
         }
     }
 
-    /// Takes what the fleet decided for this upstream's lane (from the fleet's sync
-    /// task, never the request path).
-    fn adopt(&self, decision: &Decision) {
-        let at = self.clock.now().saturating_duration_since(self.origin);
-        let mut controller = self.lock();
-        if decision.rescale != 1.0 {
-            controller.rescale(decision.rescale);
+    /// Waits for a slot in each lane of `route`, in order; a shed names the lane that
+    /// shed the request.
+    pub async fn acquire_route<'r>(
+        &self,
+        route: &'r Route,
+        deadline: Instant,
+    ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
+        let slot = self
+            .acquire(&route.first, deadline)
+            .await
+            .map_err(|shed| (shed, &route.first))?;
+        let mut pass = Pass::one(Arc::clone(&route.first), slot);
+        for lane in &route.more {
+            let slot = self
+                .acquire(lane, deadline)
+                .await
+                .map_err(|shed| (shed, lane))?;
+            pass.add(Arc::clone(lane), slot);
         }
-        controller.adopt(decision.interval, decision.epoch, at);
-        self.publish(&controller);
+        Ok(pass)
     }
 
-    /// The fleet's view of this upstream's lane: members, this member's share and the
-    /// fleet rate; `None` without `[fleet]` or before the first sync.
-    pub fn fleet_view(&self) -> Option<Decision> {
-        self.fleet.get().and_then(LaneLink::last)
+    /// A pass for `lane` standing in for `pass` when the answer named a lane the
+    /// attempt did not hold (the upstream's own bucket): it counts as dispatched in
+    /// that lane's current epoch.
+    pub fn pass_for(&self, lane: Arc<Lane>, pass: &Pass) -> Pass {
+        if let Some(slot) = pass.slot_in(&lane) {
+            let slot = *slot;
+            return Pass::one(lane, slot);
+        }
+        let slot = Slot {
+            epoch: lane.pacer.epoch(),
+            ..*pass.slot()
+        };
+        Pass::one(lane, slot)
     }
 
-    /// Puts the interval back to 0 and lifts any pause (admin reset).
+    /// A throttle whose answer named the resources throttled: each named lane is
+    /// raised (as a throttle dispatched in its current epoch, unless the attempt
+    /// held it) and remembers the upstream's reason; the lanes the attempt held and
+    /// the answer did not name are told nothing.
+    pub fn settle_routed(&self, pass: &Pass, signal: Signal, named: &[(Arc<Lane>, &str, &str)]) {
+        let verdict = Some(Verdict::Throttle(signal));
+        self.observe(pass.slot(), verdict);
+        self.metrics.throttle(signal).inc();
+        for (lane, reason, resource) in named {
+            let routed = self.pass_for(Arc::clone(lane), pass);
+            self.record(lane, routed.slot(), verdict, None);
+            lane.throttled(reason, Some(resource), self.clock.wall());
+        }
+    }
+
+    /// Joins the fleet with every lane, those made later included.
+    pub fn join_fleet(&self, fleet: Arc<Fleet>) {
+        self.lanes
+            .join_fleet(fleet, self.origin, self.metrics.interval.clone());
+    }
+
+    /// Puts every lane's interval back to 0 and lifts any pause (admin reset).
     pub fn reset(&self) {
-        let mut controller = self.lock();
-        controller.reset(&self.settings.sleeper);
-        self.pacer.lift_pause();
-        self.publish(&controller);
+        for lane in self.lanes.all() {
+            let mut controller = lane.lock();
+            controller.reset(&self.settings.sleeper);
+            lane.pacer.lift_pause();
+            self.publish(&lane, &controller);
+        }
     }
 
-    /// The current interval, as the pacer applies it.
+    /// The default lane's interval, as the pacer applies it.
     pub fn interval(&self) -> Duration {
-        self.pacer.interval()
+        self.lanes.default_lane().interval()
     }
 
-    /// When the current pause ends, in wall-clock time.
+    /// When the default lane's pause ends, in wall-clock time.
     pub fn paused_until(&self) -> Option<SystemTime> {
+        self.paused_until_in(self.lanes.default_lane())
+    }
+
+    /// When a lane's pause ends, in wall-clock time.
+    pub fn paused_until_in(&self, lane: &Lane) -> Option<SystemTime> {
         let now = self.clock.now();
-        let end = self.pacer.paused_until(now)?;
+        let end = lane.pacer.paused_until(now)?;
         Some(self.clock.wall() + (end - now))
     }
 
-    /// Sets the gauges that depend on the moment of the scrape.
+    /// Requests waiting for a slot, over all lanes.
+    pub fn waiting(&self) -> usize {
+        self.lanes.all().iter().map(|l| l.pacer.waiting()).sum()
+    }
+
+    /// From now on no request waits past `by` (the shutdown drain), in every lane.
+    pub fn drain(&self, by: Instant) {
+        self.lanes.drain(by);
+    }
+
+    /// Sets the gauges that depend on the moment of the scrape; idle lanes forget
+    /// their throttles or are dropped first.
     pub fn refresh_gauges(&self) {
         let now = self.clock.now();
-        let pause = self
-            .pacer
-            .paused_until(now)
-            .map_or(0.0, |end| (end - now).as_secs_f64());
-        self.metrics.pause.set(pause);
-        self.metrics.queue_waiting.set(self.pacer.waiting() as i64);
+        self.lanes.drop_idle(now);
+        let lanes = self.lanes.all();
+        let mut pause = Duration::ZERO;
+        let mut waiting = 0;
+        for lane in &lanes {
+            if !lane.interval().is_zero() {
+                self.forget_if_idle(lane, now);
+            }
+            if let Some(end) = lane.pacer.paused_until(now) {
+                pause = pause.max(end - now);
+            }
+            waiting += lane.pacer.waiting();
+        }
+        self.lanes.refresh_gauges();
+        self.metrics.lanes.set(lanes.len() as i64);
+        self.metrics.pause.set(pause.as_secs_f64());
+        self.metrics.queue_waiting.set(waiting as i64);
         self.metrics
             .connect_backoff
             .set(self.connect_backoff_remaining(now).as_secs_f64());
     }
 
-    fn apply(&self, controller: &Controller<fastrand::Rng>, step: Option<Step>) {
+    fn apply(&self, lane: &Lane, controller: &Controller<fastrand::Rng>, step: Option<Step>) {
         let Some(step) = step else {
             return;
         };
@@ -546,40 +660,26 @@ impl Control {
             Step::Down => self.metrics.decreases.inc(),
             Step::Unchanged => return,
         }
-        if let Some(link) = self.fleet.get() {
-            let epoch = controller.epoch();
-            let raised_from = (step == Step::Up).then(|| epoch.saturating_sub(1));
-            link.learned(controller.interval(), epoch, raised_from);
-        }
-        self.publish(controller);
+        lane.stepped(controller, step);
+        self.publish(lane, controller);
     }
 
-    /// Hands the controller's interval to the pacer and the gauge.
-    fn publish(&self, controller: &Controller<fastrand::Rng>) {
-        // With a fleet, the controller's interval is the fleet's; this member's
-        // spacing is its share of it.
-        let interval = match self.fleet.get() {
-            Some(link) => link.pacing(controller.interval()),
-            None => controller.interval(),
-        };
-        let before = self.pacer.interval();
+    /// Hands a lane controller's interval to its pacer and gauges; the upstream's
+    /// interval gauge shows the default lane.
+    fn publish(&self, lane: &Lane, controller: &Controller<fastrand::Rng>) {
+        let before = lane.pacer.interval();
+        let interval = lane.pace(controller);
         let interval_ms = interval.as_secs_f64() * 1e3;
+        let name = lane.name();
         if before.is_zero() && !interval.is_zero() {
-            tracing::info!(upstream = %self.name(), interval_ms, "the upstream throttles; pacing requests");
+            tracing::info!(upstream = %self.name(), lane = name, interval_ms, "the upstream throttles; pacing requests");
         } else if !before.is_zero() && interval.is_zero() {
-            tracing::info!(upstream = %self.name(), "throttling over; requests go at once");
+            tracing::info!(upstream = %self.name(), lane = name, "throttling over; requests go at once");
         }
-        self.pacer.set_interval(interval, controller.epoch());
-        self.metrics.interval.set(interval.as_secs_f64());
-        tracing::debug!(upstream = %self.name(), interval_ms, "interval changed");
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Controller<fastrand::Rng>> {
-        // A panic while holding the lock cannot leave the controller half-updated in a
-        // way that matters more than stopping the proxy would.
-        self.controller
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        if std::ptr::eq(lane, self.lanes.default_lane().as_ref()) {
+            self.metrics.interval.set(interval.as_secs_f64());
+        }
+        tracing::debug!(upstream = %self.name(), lane = name, interval_ms, "interval changed");
     }
 
     fn lock_connect(&self) -> MutexGuard<'_, (ConnectBackoff, fastrand::Rng)> {

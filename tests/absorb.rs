@@ -43,6 +43,8 @@ async fn absorb(style: Style) -> Figures {
         latency: Duration::ZERO,
         autoscale: None,
         schedule: Default::default(),
+        table_rates: Vec::new(),
+        key_rate: None,
     };
     let (mock, addr) = mock_upstream::spawn(options, "127.0.0.1:0".parse().unwrap())
         .await

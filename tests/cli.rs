@@ -133,10 +133,40 @@ fn a_bad_mock_schedule_is_a_usage_error() {
         (vec!["--schedule", "30s:100"], "does not start at 0s"),
         (vec![], "--rate"),
     ];
+    mock_usage_errors(&cases);
+}
+
+#[test]
+fn bad_mock_table_and_key_rates_are_usage_errors() {
+    let cases = [
+        (vec!["--table-rate", "slow"], "expected NAME=RATE"),
+        (
+            vec!["--table-rate", "t:scan=5"],
+            "\"scan\" is not read or write",
+        ),
+        (
+            vec!["--table-rate", "t=0"],
+            "the rate must be a number above 0",
+        ),
+        (vec!["--table-rate", "t=5"], "need --style dynamodb"),
+        (vec!["--key-rate", "5"], "need --style dynamodb"),
+        (
+            vec!["--style", "dynamodb", "--key-rate", "0"],
+            "--key-rate must be above 0",
+        ),
+    ];
+    let with_rate: Vec<(Vec<&str>, &str)> = cases
+        .into_iter()
+        .map(|(args, want)| ([vec!["--rate", "5"], args].concat(), want))
+        .collect();
+    mock_usage_errors(&with_rate);
+}
+
+fn mock_usage_errors(cases: &[(Vec<&str>, &str)]) {
     for (args, want) in cases {
         let out = easeoff()
             .args(["mock-upstream", "--listen", "127.0.0.1:0"])
-            .args(&args)
+            .args(args)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -179,6 +179,8 @@ async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interva
         latency: Duration::ZERO,
         autoscale: None,
         schedule: Default::default(),
+        table_rates: Vec::new(),
+        key_rate: None,
     };
     let (_mock, addr) = easeoff::mock_upstream::spawn(mock, "127.0.0.1:0".parse().unwrap())
         .await
@@ -212,7 +214,12 @@ async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interva
     // The second is throttled: trailers-only RESOURCE_EXHAUSTED.
     let second = call().await.unwrap();
     assert_eq!(second.headers()["grpc-status"], "8");
-    assert_eq!(interval_ms(proxy.admin).await, 10.0);
+    // The method's own lane is raised; the upstream's default lane is not.
+    assert_eq!(
+        lane_interval_ms(proxy.admin, "/demo.Echo/Say").await,
+        Some(10.0)
+    );
+    assert_eq!(interval_ms(proxy.admin).await, 0.0);
     assert_eq!(
         metric(
             proxy.admin,

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use easeoff::Config;
 use easeoff::clock::Clock;
+use easeoff::lane::Route;
 use easeoff::metrics::Metrics;
 use easeoff::simulate::{self, Answer, Ending};
 use easeoff::upstream::Control;
@@ -73,7 +74,8 @@ fn simulated(
         let mut endings = Vec::new();
         for _ in 0..requests {
             let sent = Arc::clone(&sent);
-            let (ending, _) = simulate::request(&control, latency, |slot, _| {
+            let route = Route::one(Arc::clone(control.lanes.default_lane()));
+            let (ending, _) = simulate::request(&control, &route, latency, |slot, _| {
                 sent.lock().unwrap().push(slot.dispatched_at - start);
                 answer
             })

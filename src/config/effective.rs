@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::keys::Schema;
 use super::schema::{
-    CONNECT_BACKOFF, FLEET, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM,
+    CONNECT_BACKOFF, FLEET, LANES, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM,
 };
 use super::{Config, UpstreamSettings};
 
@@ -41,6 +41,7 @@ fn upstream(out: &mut String, u: &UpstreamSettings) {
     }
     section(out, &CONNECT_BACKOFF, &u.connect_backoff);
     section(out, &POOL, &u.pool);
+    section(out, &LANES, &u.lanes);
 }
 
 fn section<S>(out: &mut String, schema: &Schema<S>, value: &S) {

@@ -18,6 +18,7 @@ use super::keys::{Bounds, Kind, quote, strings};
 use super::reader::TableReader;
 use super::schema::UpstreamUrl;
 use super::units::{format_duration, parse_duration};
+use crate::route::{Part, parse_part};
 use crate::sleeper::Initial;
 
 /// An upstream's name; every later message about the upstream is prefixed with it,
@@ -295,6 +296,60 @@ impl Kind<Vec<(HeaderName, Vec<String>)>> for HeaderRules {
             .map(|(name, needles)| format!("{} = {}", quote(name.as_str()), strings(needles)))
             .collect();
         Some(format!("{{ {} }}", headers.join(", ")).replace("{  }", "{}"))
+    }
+}
+
+/// `[upstream.lanes] by`: a list of request parts (`method`, `header:NAME`, `path:N`).
+pub struct LaneParts;
+
+impl Kind<Option<Vec<Part>>> for LaneParts {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Option<Vec<Part>>>> {
+        let span = t.span();
+        let texts = t.string_array(key)?;
+        let mut parts = Vec::new();
+        for text in texts {
+            match parse_part(text.get_ref()) {
+                Ok(part) if parts.contains(&part) => t.error(
+                    text.span(),
+                    key,
+                    format_args!("names \"{}\" twice", text.get_ref()),
+                ),
+                Ok(part) => parts.push(part),
+                Err(message) => t.error(text.span(), key, message),
+            }
+        }
+        Some(Spanned::new(span, Some(parts)))
+    }
+
+    fn show(&self, value: &Option<Vec<Part>>) -> Option<String> {
+        let parts: Vec<String> = value.as_ref()?.iter().map(Part::to_string).collect();
+        Some(strings(&parts))
+    }
+}
+
+/// An optional header name.
+pub struct HeaderKey;
+
+impl Kind<Option<HeaderName>> for HeaderKey {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Option<HeaderName>>> {
+        let name = t.parsed(key, |text| {
+            HeaderName::from_bytes(text.as_bytes())
+                .map_err(|_| format!("must be a header name, got \"{text}\""))
+        })?;
+        let span = name.span();
+        Some(Spanned::new(span, Some(name.into_inner())))
+    }
+
+    fn show(&self, value: &Option<HeaderName>) -> Option<String> {
+        value.as_ref().map(|name| quote(name.as_str()))
     }
 }
 

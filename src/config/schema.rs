@@ -17,13 +17,15 @@ use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use http::HeaderName;
 use http::uri::{Authority, Scheme};
 
 use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
 use super::kinds::{
-    CA_FILE, CERT_FILE, HeaderRules, InitialInterval, KEY_FILE, Name, Needles, Statuses, TlsName,
-    parse_socket_addr, parse_url,
+    CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
+    Needles, Statuses, TlsName, parse_socket_addr, parse_url,
 };
+use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
 use crate::throttle::{Preset, Rules};
 
@@ -261,6 +263,7 @@ pub struct UpstreamSettings {
     pub sigv4: Option<SigV4Settings>,
     pub connect_backoff: ConnectBackoffSettings,
     pub pool: PoolSettings,
+    pub lanes: LaneSettings,
 }
 
 impl Default for UpstreamSettings {
@@ -292,6 +295,7 @@ impl Default for UpstreamSettings {
             sigv4: None,
             connect_backoff: ConnectBackoffSettings::default(),
             pool: PoolSettings::default(),
+            lanes: LaneSettings::default(),
         }
     }
 }
@@ -311,7 +315,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     client_key: KEY_FILE,
     access_log: Parsed(parse_access_log),
     max_pause: SOME_TIME,
-} tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool);
+} tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool, lanes);
 
 /// Which requests of an upstream get a line in the access log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -598,6 +602,50 @@ pub const POOL: Schema<PoolSettings> = keys!(
     PoolSettings {
         max_idle: Bounds::new(0, MILLION),
         idle_timeout: SOME_TIME,
+    }
+);
+
+/// `[upstream.lanes]`: how requests are split into lanes, each paced on its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaneSettings {
+    /// The parts of a request that name its lane; unset: the preset's rule; empty: one lane.
+    pub by: Option<Vec<Part>>,
+    /// A response header in which the upstream names the bucket a request counted against.
+    pub from_response: Option<HeaderName>,
+    /// Lanes per upstream; later keys share the lane `overflow`.
+    pub max_lanes: usize,
+    /// A lane that dispatches nothing for this long is dropped.
+    pub lane_idle: Duration,
+    /// A lane that dispatches nothing for this long forgets its throttles, as a run of
+    /// successes would; 0 never forgets.
+    pub idle_decay: Duration,
+    /// Lanes exported by name on `/metrics`; the rest are summed as `lane="other"`.
+    pub metrics_lanes: usize,
+}
+
+impl Default for LaneSettings {
+    fn default() -> Self {
+        LaneSettings {
+            by: None,
+            from_response: None,
+            max_lanes: 256,
+            lane_idle: Duration::from_secs(300),
+            idle_decay: Duration::from_secs(30),
+            metrics_lanes: 32,
+        }
+    }
+}
+
+/// The keys of `[upstream.lanes]`.
+pub const LANES: Schema<LaneSettings> = keys!(
+    "[upstream.lanes]",
+    LaneSettings {
+        by: LaneParts,
+        from_response: HeaderKey,
+        max_lanes: Bounds::new(1, 100_000),
+        lane_idle: SOME_TIME,
+        idle_decay: TIME,
+        metrics_lanes: Bounds::new(0, 10_000),
     }
 );
 

@@ -5,9 +5,10 @@
 use super::keys::{Schema, Set, keep_unset, read_keys};
 use super::reader::{Section, TableReader};
 use super::schema::{
-    CONNECT_BACKOFF, FLEET, FleetSettings, POOL, PoolSettings, QUEUE, QueueSettings, RETRY,
-    RetrySettings, SERVER, SIGV4, SLEEPER, ServerSettings, SigV4Settings, THROTTLE, UPSTREAM,
-    UpstreamSettings, sleeper_defaults, sleeper_defaults_for, throttle_defaults,
+    CONNECT_BACKOFF, FLEET, FleetSettings, LANES, LaneSettings, POOL, PoolSettings, QUEUE,
+    QueueSettings, RETRY, RetrySettings, SERVER, SIGV4, SLEEPER, ServerSettings, SigV4Settings,
+    THROTTLE, UPSTREAM, UpstreamSettings, sleeper_defaults, sleeper_defaults_for,
+    throttle_defaults,
 };
 use super::validate;
 
@@ -21,6 +22,7 @@ pub const UPSTREAM_SECTIONS: &[Section] = &[
     SIGV4.section(),
     CONNECT_BACKOFF.section(),
     POOL.section(),
+    LANES.section(),
 ];
 
 /// `[server]`, or its defaults when the file has none.
@@ -87,6 +89,12 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
         t.table("pool"),
         &POOL,
         PoolSettings::default(),
+        |_, _, _| {},
+    );
+    u.lanes = read_section(
+        t.table("lanes"),
+        &LANES,
+        LaneSettings::default(),
         |_, _, _| {},
     );
     t.finish(UPSTREAM_SECTIONS);

@@ -85,12 +85,24 @@ impl Bucket {
         self.updated = self.updated.max(now);
     }
 
+    /// Whether a token is there at `now`; takes none, so a request needing tokens from
+    /// several buckets can check them all before taking any.
+    pub fn has_token(&mut self, now: Instant) -> bool {
+        self.advance(now);
+        // Refills in small float steps add up to a hair under a whole token.
+        self.tokens >= 1.0 - 1e-9
+    }
+
+    /// Whether the bucket is full at `now`: it behaves as a new one would.
+    pub fn is_full(&mut self, now: Instant) -> bool {
+        self.advance(now);
+        self.tokens >= self.burst - 1e-9
+    }
+
     /// Takes a token if there is one; otherwise records a throttle and returns the time
     /// until the next token.
     pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        self.advance(now);
-        // Refills in small float steps add up to a hair under a whole token.
-        if self.tokens >= 1.0 - 1e-9 {
+        if self.has_token(now) {
             self.tokens = (self.tokens - 1.0).max(0.0);
             return Ok(());
         }

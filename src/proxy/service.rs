@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
@@ -23,8 +24,10 @@ use crate::clock::Clock;
 use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
+use crate::lane::{Lane, Pass, Route};
 use crate::metrics::Outcome;
-use crate::pacer::{ShedReason, Slot};
+use crate::pacer::ShedReason;
+use crate::route::{self, Rule, dynamodb};
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::transport::{
@@ -92,6 +95,7 @@ async fn serve(
         Ok(held) => held,
         Err(answer) => return answer,
     };
+    let route = upstream.lanes.route(&head, body.held());
     let settings = &upstream.settings;
     let mut policy = Attempts::new(
         &settings.retry,
@@ -112,7 +116,7 @@ async fn serve(
         };
         let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
         let (next, answer, message, shed) =
-            match ctx.attempt(request, wait_until, &mut policy).await {
+            match ctx.attempt(request, wait_until, &mut policy, &route).await {
                 Turn::Answer(response) => return response,
                 Turn::Next(next, answer, message) => (next, answer, message, None),
                 Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
@@ -216,7 +220,9 @@ impl<'a> Ctx<'a> {
         } else {
             retry.max_body_bytes
         };
-        let body = if retry.max_attempts > 1 || signed_body {
+        // A lane rule that reads the body (DynamoDB's TableName) needs its start too.
+        let routed = upstream.lanes.rule().reads_body();
+        let body = if retry.max_attempts > 1 || signed_body || routed {
             read_up_to(body, hold, Some(idle)).await.map_err(|error| {
                 let message = format!("cannot read the request body: {error}");
                 self.local(Reason::BadRequest, Outcome::Error, &message, None)
@@ -245,24 +251,26 @@ impl<'a> Ctx<'a> {
         Ok((body, template))
     }
 
-    /// One attempt: a slot, the connection backoff, the signature, the send.
+    /// One attempt: a slot in each of its lanes, the connection backoff, the
+    /// signature, the send.
     async fn attempt(
         &self,
         request: Request<ProxyBody>,
         wait_until: Instant,
         policy: &mut Attempts,
+        route: &Route,
     ) -> Turn {
         let upstream = self.upstream;
         let asked = self.clock.now();
-        let slot = match upstream.acquire(wait_until).await {
-            Ok(slot) => {
-                let waited = slot.dispatched_at.saturating_duration_since(asked);
+        let pass = match upstream.acquire_route(route, wait_until).await {
+            Ok(pass) => {
+                let waited = pass.slot().dispatched_at.saturating_duration_since(asked);
                 self.record.queued_for(waited);
-                slot
+                pass
             }
-            Err(shed) => {
+            Err((shed, lane)) => {
                 discard_request(request);
-                upstream.shed_noticed();
+                upstream.shed_noticed(lane);
                 self.record
                     .queued_for(self.clock.now().saturating_duration_since(asked));
                 let outcome = attempt::Outcome::Shed {
@@ -273,6 +281,7 @@ impl<'a> Ctx<'a> {
                 return Turn::Shed(next, shed.reason);
             }
         };
+        let slot = *pass.slot();
         if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
             discard_request(request);
             let message = match upstream.connect_cause() {
@@ -292,7 +301,7 @@ impl<'a> Ctx<'a> {
             && let Err(error) = signer.sign(&mut request).await
         {
             upstream.metrics.signing_failures.inc();
-            upstream.record(&slot, None, None);
+            upstream.settle(&pass, None, None);
             let message = error.to_string();
             return Turn::Answer(self.local(Reason::Signing, Outcome::Error, &message, None));
         }
@@ -310,9 +319,9 @@ impl<'a> Ctx<'a> {
             .observe(took.as_secs_f64());
         self.record.sent(took);
         match sent {
-            Ok(response) => self.answered(response, &slot, policy).await,
+            Ok(response) => self.answered(response, pass, policy, route).await,
             Err(SendError::Connect(cause)) => {
-                upstream.record(&slot, None, None);
+                upstream.settle(&pass, None, None);
                 let now = self.clock.now();
                 upstream.connect_failed(now, &cause);
                 let wait = upstream.connect_backoff_remaining(now);
@@ -328,7 +337,7 @@ impl<'a> Ctx<'a> {
                 self.decide(policy, outcome, None, Cow::Owned(message))
             }
             Err(error) => {
-                upstream.record(&slot, None, None);
+                upstream.settle(&pass, None, None);
                 let (reason, outcome) = match error {
                     SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
                     // It connected, whatever broke afterwards.
@@ -343,11 +352,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The upstream answered: hints, classification, and for a throttle the policy.
+    /// An answer that names its bucket (`from_response`) is judged in that bucket's lane.
     async fn answered(
         &self,
         response: Response<Incoming>,
-        slot: &Slot,
+        pass: Pass,
         policy: &mut Attempts,
+        route: &Route,
     ) -> Turn {
         let upstream = self.upstream;
         upstream.connected();
@@ -358,16 +369,20 @@ impl<'a> Ctx<'a> {
         }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        let pass = match self.named_lane(route, &parts.headers) {
+            Some(lane) => upstream.pass_for(lane, &pass),
+            None => pass,
+        };
         if let Some(quota) = hints::quota(&parts.headers) {
-            upstream.apply_quota(quota, self.clock.now());
+            upstream.apply_quota(pass.lane(), quota, self.clock.now());
         }
-        let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
-        let (verdict, body) = match self.classify(&parts, body, slot, deadline).await {
+        let deadline = after(pass.slot().dispatched_at, upstream.client.request_timeout());
+        let (verdict, body, bytes) = match self.classify(&parts, body, &pass, deadline).await {
             Ok(classified) => classified,
             Err(answer) => return Turn::Answer(answer),
         };
-        let Verdict::Throttle(_) = verdict else {
-            let body = self.watch(slot, verdict, &parts.headers, body);
+        let Verdict::Throttle(signal) = verdict else {
+            let body = self.watch(pass, verdict, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
             self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body));
@@ -377,7 +392,19 @@ impl<'a> Ctx<'a> {
             Some((Pushback::Delay(d), header)) => Some((d, header)),
             _ => None,
         };
-        upstream.record(slot, Some(verdict), pause);
+        let routed = bytes
+            .as_deref()
+            .map(|bytes| self.throttled_lanes(bytes, route))
+            .unwrap_or_default();
+        if routed.is_empty() {
+            upstream.settle(&pass, Some(verdict), pause);
+        } else {
+            let named: Vec<_> = routed
+                .iter()
+                .map(|(lane, r)| (Arc::clone(lane), r.reason.as_str(), r.resource.as_str()))
+                .collect();
+            upstream.settle_routed(&pass, signal, &named);
+        }
         let refused = matches!(pushback, Some((Pushback::Refuse, _)));
         let outcome = attempt::Outcome::Throttled { refused };
         let next = policy.after(outcome, self.elapsed(), || false);
@@ -406,34 +433,35 @@ impl<'a> Ctx<'a> {
     }
 
     /// The verdict on an answer, reading a small error body when the head alone does
-    /// not decide; an error is the client's answer.
+    /// not decide (the body read is returned too); an error is the client's answer.
     async fn classify(
         &self,
         parts: &http::response::Parts,
         body: Incoming,
-        slot: &Slot,
+        pass: &Pass,
         deadline: Instant,
-    ) -> Result<(Verdict, ProxyBody), Response<ProxyBody>> {
+    ) -> Result<(Verdict, ProxyBody, Option<Bytes>), Response<ProxyBody>> {
         let upstream = self.upstream;
         let (status, headers): (StatusCode, &HeaderMap) = (parts.status, &parts.headers);
         match upstream.classifier.classify_head(status, headers) {
-            Head::Decided(verdict) => return Ok((verdict, ProxyBody::Stream(body))),
+            Head::Decided(verdict) => return Ok((verdict, ProxyBody::Stream(body), None)),
             Head::NeedsBody => {}
         }
         match self.clock.timeout_at(deadline, read_error_body(body)).await {
             Some(Ok((body, Some(bytes)))) => Ok((
                 upstream.classifier.classify_body(status, headers, &bytes),
                 body,
+                Some(bytes),
             )),
-            Some(Ok((body, None))) => Ok((Verdict::Success, body)),
+            Some(Ok((body, None))) => Ok((Verdict::Success, body, None)),
             Some(Err(error)) => {
-                upstream.record(slot, None, None);
+                upstream.settle(pass, None, None);
                 let message = format!("the upstream's answer broke off: {error}");
                 let reason = Reason::UpstreamUnavailable;
                 Err(self.local(reason, Outcome::Error, &message, None))
             }
             None => {
-                upstream.record(slot, None, None);
+                upstream.settle(pass, None, None);
                 let message = format!(
                     "no complete answer within {:?}",
                     upstream.client.request_timeout()
@@ -515,30 +543,73 @@ impl<'a> Ctx<'a> {
         )
     }
 
+    /// The lane of the bucket the answer names (`from_response`), learned for the
+    /// request's key.
+    fn named_lane(&self, route: &Route, headers: &HeaderMap) -> Option<Arc<Lane>> {
+        let header = self.upstream.settings.lanes.from_response.as_ref()?;
+        let bucket = route::named_bucket(headers, header)?;
+        let lanes = &self.upstream.lanes;
+        if let Some(key) = &route.key {
+            lanes.learn(key, bucket);
+        }
+        Some(lanes.get(bucket))
+    }
+
+    /// The lanes a DynamoDB throttle names in its `ThrottlingReasons`: an index's
+    /// reason raises its base table's lane of the same access; a hot partition raises
+    /// the request's hot-key lane (made now if new).
+    fn throttled_lanes(&self, body: &[u8], route: &Route) -> Vec<(Arc<Lane>, dynamodb::Reason)> {
+        let lanes = &self.upstream.lanes;
+        if *lanes.rule() != Rule::DynamoDb {
+            return Vec::new();
+        }
+        let requested = route
+            .first
+            .name()
+            .rsplit_once(':')
+            .map(|(_, access)| access);
+        dynamodb::throttling_reasons(body)
+            .into_iter()
+            .filter_map(|reason| {
+                let table = reason.table.as_deref()?;
+                let suffix = match reason.access {
+                    Some(access) if access != dynamodb::Access::Control => access.as_str(),
+                    _ => requested.unwrap_or("write"),
+                };
+                let hot = reason.limit == Some(dynamodb::Limit::KeyRangeThroughputExceeded);
+                let name = match (&route.hot, hot) {
+                    (Some(hot), true) => hot.clone(),
+                    _ => route::lane_name(table, suffix),
+                };
+                Some((lanes.get(&name), reason))
+            })
+            .collect()
+    }
+
     /// Records `verdict` now, or wraps `body` so it is recorded once the parts that
     /// decide it have passed: a batch answer's Unprocessed* map, a gRPC answer's
     /// trailers.
     fn watch(
         &self,
-        slot: &Slot,
+        pass: Pass,
         verdict: Verdict,
         headers: &HeaderMap,
         body: ProxyBody,
     ) -> ProxyBody {
         let ProxyBody::Stream(inner) = body else {
-            self.upstream.record(slot, Some(verdict), None);
+            self.upstream.settle(&pass, Some(verdict), None);
             return body;
         };
         let upstream = Arc::clone(self.upstream);
         let watch = if verdict == Verdict::Success && self.watch_batch {
-            Watch::batch(upstream, *slot)
+            Watch::batch(upstream, pass)
         } else if verdict == Verdict::Success
             && self.dialect.preset == Preset::Grpc
             && !headers.contains_key("grpc-status")
         {
-            Watch::grpc(upstream, *slot)
+            Watch::grpc(upstream, pass)
         } else {
-            self.upstream.record(slot, Some(verdict), None);
+            self.upstream.settle(&pass, Some(verdict), None);
             return ProxyBody::Stream(inner);
         };
         ProxyBody::Watched { inner, watch }

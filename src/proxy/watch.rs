@@ -7,7 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body::Frame;
 
-use crate::pacer::Slot;
+use crate::lane::Pass;
+use crate::route::dynamodb::unprocessed_tables;
 use crate::throttle::{Signal, UnprocessedScan, Verdict};
 use crate::transport::WatchFrames;
 use crate::upstream::Upstream;
@@ -15,61 +16,84 @@ use crate::upstream::Upstream;
 /// What a watched body looks for, and where it reports.
 pub struct Watch {
     upstream: Arc<Upstream>,
-    slot: Slot,
+    pass: Pass,
     /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
     scan: Option<UnprocessedScan>,
     /// A gRPC answer: `grpc-status` in the trailers decides.
     grpc: bool,
     verdict: Verdict,
     reported: bool,
+    /// The start of a batch answer that spans several tables' lanes, to tell which
+    /// tables were left unprocessed; `None` past `KEPT_MAX` (then every lane is told).
+    kept: Option<Vec<u8>>,
 }
+
+/// The most of a batch answer kept to judge its tables one by one.
+const KEPT_MAX: usize = 1 << 20;
 
 impl Watch {
     /// Watches a DynamoDB batch answer.
-    pub fn batch(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
+    pub fn batch(upstream: Arc<Upstream>, pass: Pass) -> Box<Watch> {
         Box::new(Watch::new(
             upstream,
-            slot,
+            pass,
             Some(UnprocessedScan::default()),
             false,
         ))
     }
 
     /// Watches a gRPC answer's trailers.
-    pub fn grpc(upstream: Arc<Upstream>, slot: Slot) -> Box<Watch> {
-        Box::new(Watch::new(upstream, slot, None, true))
+    pub fn grpc(upstream: Arc<Upstream>, pass: Pass) -> Box<Watch> {
+        Box::new(Watch::new(upstream, pass, None, true))
     }
 
     fn new(
         upstream: Arc<Upstream>,
-        slot: Slot,
+        pass: Pass,
         scan: Option<UnprocessedScan>,
         grpc: bool,
     ) -> Watch {
+        let kept = (scan.is_some() && pass.is_many()).then(Vec::new);
         Watch {
             upstream,
-            slot,
+            pass,
             scan,
             grpc,
+            kept,
             verdict: Verdict::Success,
             reported: false,
         }
     }
 
     fn record(&mut self) {
-        if !self.reported {
-            self.reported = true;
-            self.upstream.record(&self.slot, Some(self.verdict), None);
+        if self.reported {
+            return;
+        }
+        self.reported = true;
+        match (&self.kept, self.verdict) {
+            (Some(kept), Verdict::Throttle(Signal::Partial)) => {
+                let tables = unprocessed_tables(kept);
+                self.upstream
+                    .settle_by_table(&self.pass, |table| tables.contains(table));
+            }
+            _ => self.upstream.settle(&self.pass, Some(self.verdict), None),
         }
     }
 }
 
 impl WatchFrames for Watch {
     fn see(&mut self, frame: &Frame<Bytes>) {
-        if let (Some(scan), Some(data)) = (&mut self.scan, frame.data_ref())
-            && scan.feed(data)
-        {
-            self.verdict = Verdict::Throttle(Signal::Partial);
+        if let (Some(scan), Some(data)) = (&mut self.scan, frame.data_ref()) {
+            if scan.feed(data) {
+                self.verdict = Verdict::Throttle(Signal::Partial);
+            }
+            if let Some(kept) = &mut self.kept {
+                if kept.len() + data.len() > KEPT_MAX {
+                    self.kept = None;
+                } else {
+                    kept.extend_from_slice(data);
+                }
+            }
         }
         if self.grpc
             && let Some(trailers) = frame.trailers_ref()

@@ -133,7 +133,7 @@ impl Live {
                         &self.metrics,
                         &self.observer,
                         &self.signing,
-                        self.fleet.as_deref(),
+                        self.fleet.as_ref(),
                     )
                     .await?
                 }

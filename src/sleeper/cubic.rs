@@ -174,6 +174,12 @@ impl Cubic {
         self.set_rate(self.rate / factor);
     }
 
+    /// Back to 0 (not pacing); the rate of the last throttle stays as a prior.
+    pub fn rest(&mut self) {
+        self.rate = 0.0;
+        self.interval = Duration::ZERO;
+    }
+
     /// The curve's rate at `now`.
     fn curve(&self, now: Duration) -> f64 {
         let t = now.saturating_sub(self.since).as_secs_f64();

@@ -80,6 +80,12 @@ impl Responsive {
         Step::Down
     }
 
+    /// Back to 0, as enough successes would bring it.
+    pub fn rest(&mut self) {
+        self.interval = Duration::ZERO;
+        self.successes = 0;
+    }
+
     fn spread(&self, value: f64, rng: &mut dyn Random) -> f64 {
         randomize(
             value,

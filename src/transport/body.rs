@@ -51,6 +51,16 @@ impl ProxyBody {
         }
     }
 
+    /// What is held of the body in memory: all of it, or the part read before the
+    /// rest streams; `None` for a body that only streams.
+    pub fn held(&self) -> Option<&[u8]> {
+        match self {
+            ProxyBody::Full { data, .. } => Some(data.as_deref().unwrap_or(b"")),
+            ProxyBody::Prefixed { prefix, .. } => Some(prefix.as_deref().unwrap_or(b"")),
+            _ => None,
+        }
+    }
+
     /// A copy for another attempt, if the body is held in memory.
     pub fn replay(&self) -> Option<ProxyBody> {
         match self {

@@ -365,6 +365,17 @@ pub async fn interval_ms(admin: SocketAddr) -> f64 {
     status(admin).await["interval_ms"].as_f64().unwrap()
 }
 
+/// The interval of one lane of the first upstream, from `/status`; `None` when the
+/// lane is not alive.
+pub async fn lane_interval_ms(admin: SocketAddr, lane: &str) -> Option<f64> {
+    let shown = status(admin).await;
+    shown["lanes"]
+        .as_array()?
+        .iter()
+        .find(|l| l["name"] == lane)
+        .and_then(|l| l["interval_ms"].as_f64())
+}
+
 /// Polls `condition` until it holds; panics with `what` after `timeout`.
 pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut condition: F)
 where

@@ -1,0 +1,230 @@
+//! Lanes on the manual clock: one table's throttles leave another's lane alone, lanes
+//! are bounded and dropped when idle, and an idle lane forgets its throttles.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::Request;
+
+use crate::clock::{Clock, ManualClock};
+use crate::config::{LaneSettings, UpstreamSettings};
+use crate::metrics::Metrics;
+use crate::pacer::Slot;
+use crate::route::Part;
+use crate::throttle::{Preset, Signal, Verdict};
+use crate::upstream::Control;
+
+fn control(
+    preset: Preset,
+    lanes: LaneSettings,
+) -> (Control, Metrics, tokio::runtime::Runtime, Arc<ManualClock>) {
+    let metrics = Metrics::new().unwrap();
+    let settings = UpstreamSettings {
+        name: "api".into(),
+        preset,
+        lanes,
+        ..UpstreamSettings::default()
+    };
+    let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
+    let runtime = manual.runtime().unwrap();
+    let control = {
+        let _inside = runtime.enter();
+        Control::new(settings, &metrics, None, fastrand::Rng::with_seed(1), clock)
+    };
+    (control, metrics, runtime, manual)
+}
+
+fn put_item(table: &str) -> (http::request::Parts, String) {
+    let head = Request::post("/")
+        .header("x-amz-target", "DynamoDB_20120810.PutItem")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    let body = format!(r#"{{"TableName":"{table}","Item":{{"pk":{{"S":"1"}}}}}}"#);
+    (head, body)
+}
+
+fn tenant(name: &str) -> http::request::Parts {
+    Request::get("/")
+        .header("x-tenant", name)
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0
+}
+
+fn by_tenant(max_lanes: usize, metrics_lanes: usize) -> LaneSettings {
+    LaneSettings {
+        by: Some(vec![Part::Header(http::HeaderName::from_static(
+            "x-tenant",
+        ))]),
+        max_lanes,
+        metrics_lanes,
+        ..LaneSettings::default()
+    }
+}
+
+/// Sends one attempt in `lane_of` and records `verdict` for it.
+fn attempt(
+    control: &Control,
+    runtime: &tokio::runtime::Runtime,
+    head: &http::request::Parts,
+    body: &[u8],
+    verdict: Verdict,
+) -> Slot {
+    let route = control.lanes.route(head, Some(body));
+    let far = control.clock().now() + Duration::from_secs(3600);
+    let pass = runtime
+        .block_on(control.acquire_route(&route, far))
+        .unwrap();
+    control.settle(&pass, Some(verdict), None);
+    *pass.slot()
+}
+
+#[test]
+fn one_tables_throttles_leave_the_others_lane_at_zero() {
+    let (control, _m, runtime, _manual) = control(Preset::DynamoDb, LaneSettings::default());
+    let _inside = runtime.enter();
+    let (head, slow) = put_item("slow");
+    let (_, fast) = put_item("fast");
+    for _ in 0..5 {
+        attempt(
+            &control,
+            &runtime,
+            &head,
+            slow.as_bytes(),
+            Verdict::Throttle(Signal::Body),
+        );
+    }
+    let lanes = &control.lanes;
+    assert!(!lanes.find("slow:write").unwrap().interval().is_zero());
+    let slot = attempt(&control, &runtime, &head, fast.as_bytes(), Verdict::Success);
+    assert!(!slot.held, "the fast table waits for nobody");
+    assert!(lanes.find("fast:write").unwrap().interval().is_zero());
+    assert!(
+        control.interval().is_zero(),
+        "the default lane is untouched"
+    );
+    assert_eq!(lanes.count(), 3);
+}
+
+#[test]
+fn lanes_are_bounded_and_the_rest_share_overflow() {
+    let (control, metrics, runtime, _manual) = control(Preset::None, by_tenant(8, 4));
+    let _inside = runtime.enter();
+    for i in 0..1000 {
+        let head = tenant(&format!("t{i}"));
+        let route = control.lanes.route(&head, None);
+        assert!(route.first.name() == format!("t{i}") || route.first.name() == "overflow");
+    }
+    assert_eq!(control.lanes.count(), 8 + 1, "max_lanes and overflow");
+    control.refresh_gauges();
+    let text = metrics.render().unwrap();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("easeoff_lane_interval_seconds{"))
+        .count();
+    assert_eq!(series, 4 + 1, "metrics_lanes by name and `other`:\n{text}");
+}
+
+#[test]
+fn idle_lanes_are_dropped_and_their_series_withdrawn() {
+    let lanes = LaneSettings {
+        lane_idle: Duration::from_secs(60),
+        ..by_tenant(256, 32)
+    };
+    let (control, metrics, runtime, manual) = control(Preset::None, lanes);
+    let _inside = runtime.enter();
+    attempt(&control, &runtime, &tenant("a"), b"", Verdict::Success);
+    assert_eq!(control.lanes.count(), 2);
+    manual.advance(Duration::from_secs(59));
+    control.refresh_gauges();
+    assert_eq!(control.lanes.count(), 2, "not idle long enough");
+    manual.advance(Duration::from_secs(2));
+    control.refresh_gauges();
+    assert_eq!(control.lanes.count(), 1, "dropped");
+    assert!(!metrics.render().unwrap().contains("lane=\"a\""));
+    // A new request makes it again, from scratch.
+    attempt(&control, &runtime, &tenant("a"), b"", Verdict::Success);
+    assert_eq!(control.lanes.count(), 2);
+}
+
+#[test]
+fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
+    let (control, _m, runtime, manual) = control(Preset::None, LaneSettings::default());
+    let _inside = runtime.enter();
+    let head = tenant("x");
+    for _ in 0..30 {
+        // Each throttle lands in a fresh epoch: a storm that keeps raising.
+        let route = control.lanes.route(&head, None);
+        let lane = Arc::clone(&route.first);
+        let slot = Slot {
+            epoch: lane.pacer.epoch(),
+            ..runtime
+                .block_on(
+                    control
+                        .acquire_route(&route, control.clock().now() + Duration::from_secs(86_400)),
+                )
+                .unwrap()
+                .slot()
+                .to_owned()
+        };
+        control.record(&lane, &slot, Some(Verdict::Throttle(Signal::Status)), None);
+    }
+    let interval = control.interval();
+    assert!(interval > Duration::from_secs(1), "{interval:?}");
+    manual.advance(Duration::from_secs(300));
+    let route = control.lanes.route(&head, None);
+    let far = control.clock().now() + Duration::from_secs(3600);
+    let pass = runtime
+        .block_on(control.acquire_route(&route, far))
+        .unwrap();
+    assert!(pass.slot().waited < Duration::from_millis(10));
+    assert!(!pass.slot().held);
+    assert!(control.interval().is_zero());
+}
+
+#[test]
+fn a_lane_in_use_does_not_forget() {
+    let lanes = LaneSettings {
+        idle_decay: Duration::from_secs(30),
+        ..LaneSettings::default()
+    };
+    let (control, _m, runtime, manual) = control(Preset::None, lanes);
+    let _inside = runtime.enter();
+    let head = tenant("x");
+    attempt(
+        &control,
+        &runtime,
+        &head,
+        b"",
+        Verdict::Throttle(Signal::Status),
+    );
+    let raised = control.interval();
+    assert!(!raised.is_zero());
+    manual.advance(Duration::from_secs(10));
+    control.refresh_gauges();
+    assert_eq!(control.interval(), raised, "10 s is not idle");
+}
+
+#[test]
+fn idle_decay_zero_never_forgets() {
+    let lanes = LaneSettings {
+        idle_decay: Duration::ZERO,
+        ..LaneSettings::default()
+    };
+    let (control, _m, runtime, manual) = control(Preset::None, lanes);
+    let _inside = runtime.enter();
+    attempt(
+        &control,
+        &runtime,
+        &tenant("x"),
+        b"",
+        Verdict::Throttle(Signal::Status),
+    );
+    let raised = control.interval();
+    manual.advance(Duration::from_secs(3600));
+    control.refresh_gauges();
+    assert_eq!(control.interval(), raised);
+}

@@ -1,0 +1,257 @@
+//! A forward-only cursor over a JSON body for reading a few keys near the top of a
+//! DynamoDB request or answer. Values the caller does not want are skipped by matching
+//! quotes and brackets, without decoding or allocating, and the caller stops as soon as
+//! it has its answer, so the rest of a 16 MB batch is never looked at. It checks no more
+//! than it needs: a malformed value it skips goes unnoticed, and any structure it cannot
+//! follow ends the walk (the caller keeps what it found so far).
+
+use std::borrow::Cow;
+
+/// What an object walk does after the caller has handled one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Go on to the next entry.
+    Next,
+    /// Skip the object's remaining entries and leave the cursor after its `}`.
+    Done,
+    /// Leave the cursor where it is and end the walk: the caller has its answer.
+    Stop,
+}
+
+/// A JSON string as it appears in the body, quotes included.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Str<'a> {
+    quoted: &'a [u8],
+    escaped: bool,
+}
+
+impl<'a> Str<'a> {
+    /// Whether the string is `name`; escapes are decoded first.
+    pub(super) fn is(&self, name: &str) -> bool {
+        if self.escaped {
+            return self.decode().is_some_and(|s| s == name);
+        }
+        self.content() == name.as_bytes()
+    }
+
+    /// The string's text: borrowed from the body unless it has escapes.
+    pub(super) fn decode(&self) -> Option<Cow<'a, str>> {
+        if self.escaped {
+            return serde_json::from_slice::<String>(self.quoted)
+                .ok()
+                .map(Cow::Owned);
+        }
+        std::str::from_utf8(self.content()).ok().map(Cow::Borrowed)
+    }
+
+    fn content(&self) -> &'a [u8] {
+        &self.quoted[1..self.quoted.len() - 1]
+    }
+}
+
+/// A position in a body.
+#[derive(Debug)]
+pub(super) struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `bytes`.
+    pub(super) fn new(bytes: &'a [u8]) -> Cursor<'a> {
+        Cursor { bytes, pos: 0 }
+    }
+
+    /// Bytes looked at so far.
+    pub(super) fn consumed(&self) -> usize {
+        self.pos
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        while let Some(&b) = self.bytes.get(self.pos) {
+            if !b.is_ascii_whitespace() {
+                return Some(b);
+            }
+            self.pos += 1;
+        }
+        None
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.peek()? == want).then(|| self.pos += 1)
+    }
+
+    /// Reads a string value; `None` (without moving) when the next value is not one.
+    pub(super) fn string(&mut self) -> Option<Str<'a>> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.pos;
+        let mut escaped = false;
+        let mut i = start + 1;
+        loop {
+            match *self.bytes.get(i)? {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    i += 2;
+                }
+                _ => i += 1,
+            }
+        }
+        self.pos = i + 1;
+        Some(Str {
+            quoted: &self.bytes[start..self.pos],
+            escaped,
+        })
+    }
+
+    /// Reads a string value, or skips any other value and gives `Some(None)`.
+    pub(super) fn string_or_skip(&mut self) -> Option<Option<Str<'a>>> {
+        if self.peek()? == b'"' {
+            return self.string().map(Some);
+        }
+        self.skip_value().map(|()| None)
+    }
+
+    /// Skips one value of any kind.
+    pub(super) fn skip_value(&mut self) -> Option<()> {
+        self.raw_value().map(|_| ())
+    }
+
+    /// Skips one value and returns its bytes as written.
+    pub(super) fn raw_value(&mut self) -> Option<&'a [u8]> {
+        let start = match self.peek()? {
+            b'"' => return self.string().map(|s| s.quoted),
+            b'{' | b'[' => {
+                let start = self.pos;
+                self.pos += 1;
+                self.close(1)?;
+                start
+            }
+            _ => {
+                let start = self.pos;
+                while let Some(&b) = self.bytes.get(self.pos) {
+                    if matches!(b, b',' | b'}' | b']' | b':') || b.is_ascii_whitespace() {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+                if self.pos == start {
+                    return None;
+                }
+                start
+            }
+        };
+        Some(&self.bytes[start..self.pos])
+    }
+
+    /// Moves past the bracket that closes `depth` open ones.
+    fn close(&mut self, mut depth: usize) -> Option<()> {
+        while depth > 0 {
+            match *self.bytes.get(self.pos)? {
+                b'"' => {
+                    self.string()?;
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => depth -= 1,
+                _ => {}
+            }
+            self.pos += 1;
+        }
+        Some(())
+    }
+
+    /// Whether the next value is `{}` or `[]`; the cursor does not move past it.
+    pub(super) fn is_empty_container(&mut self) -> Option<bool> {
+        let close = match self.peek()? {
+            b'{' => b'}',
+            b'[' => b']',
+            _ => return Some(false),
+        };
+        let next = self.bytes[self.pos + 1..]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace());
+        Some(next == Some(&close))
+    }
+
+    /// Walks an object: `entry` gets each key with the cursor on its value, and must
+    /// consume the value unless it answers [`Flow::Done`] or [`Flow::Stop`].
+    pub(super) fn object(
+        &mut self,
+        mut entry: impl FnMut(&mut Cursor<'a>, Str<'a>) -> Option<Flow>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            match entry(self, key)? {
+                Flow::Next => {}
+                Flow::Done => return self.close(1),
+                Flow::Stop => return Some(()),
+            }
+            if self.after_entry(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// Walks an array: `element` must consume each element.
+    pub(super) fn array(
+        &mut self,
+        mut element: impl FnMut(&mut Cursor<'a>) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'[')?;
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            if self.after_entry(b']')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// Moves past the `,` or `close` after an entry; true when it was `close`.
+    fn after_entry(&mut self, close: u8) -> Option<bool> {
+        let b = self.peek()?;
+        if b != b',' && b != close {
+            return None;
+        }
+        self.pos += 1;
+        Some(b == close)
+    }
+}
+
+/// FNV-1a over a JSON value's bytes, leaving out whitespace outside strings so the
+/// same value hashes the same however a client spaces it.
+pub(super) fn hash_value(raw: &[u8]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    let mut in_string = false;
+    let mut escape = false;
+    for &b in raw {
+        if in_string {
+            if escape {
+                escape = false;
+            } else if b == b'\\' {
+                escape = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if b.is_ascii_whitespace() {
+            continue;
+        }
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    hash
+}

@@ -1,0 +1,396 @@
+//! Lanes through the real server: one DynamoDB table's or one gRPC method's
+//! throttles do not hold back another; an upstream that names its buckets is paced per
+//! bucket; an idle lane forgets; many lane keys stay bounded in lanes and series.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use support::*;
+
+const PUT: &str = "DynamoDB_20120810.PutItem";
+
+fn throttled_body() -> &'static str {
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow down"}"#
+}
+
+/// An upstream where table `slow` always throttles and every other table succeeds.
+async fn two_tables() -> TestUpstream {
+    upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        if String::from_utf8_lossy(&body).contains("\"slow\"") {
+            respond(
+                400,
+                &[("content-type", "application/x-amz-json-1.0")],
+                throttled_body(),
+            )
+        } else {
+            respond(200, &[], "{}")
+        }
+    })
+    .await
+}
+
+async fn put(addr: std::net::SocketAddr, table: &str) -> Answer {
+    let body = format!(r#"{{"TableName":"{table}","Item":{{"pk":{{"S":"k"}}}}}}"#);
+    send(
+        &client(),
+        "POST",
+        &format!("http://{addr}/"),
+        &[
+            ("x-amz-target", PUT),
+            ("content-type", "application/x-amz-json-1.0"),
+        ],
+        Bytes::from(body),
+    )
+    .await
+}
+
+async fn sleeps(admin: std::net::SocketAddr) -> f64 {
+    metric(admin, "easeoff_sleeps_total{upstream=\"up\"}").await
+}
+
+#[tokio::test]
+async fn a_throttled_table_does_not_hold_back_another() {
+    let up = two_tables().await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    for _ in 0..3 {
+        assert_eq!(put(proxy.addr, "slow").await.status, 400);
+    }
+    let slow = lane_interval_ms(proxy.admin, "slow:write").await.unwrap();
+    assert!(slow > 0.0, "the slow table's lane is paced");
+    let held = sleeps(proxy.admin).await;
+    for _ in 0..20 {
+        assert_eq!(put(proxy.addr, "fast").await.status, 200);
+    }
+    assert_eq!(sleeps(proxy.admin).await, held, "no fast write waited");
+    assert_eq!(lane_interval_ms(proxy.admin, "fast:write").await, Some(0.0));
+    assert_eq!(
+        interval_ms(proxy.admin).await,
+        0.0,
+        "default lane untouched"
+    );
+    let text = metrics(proxy.admin).await;
+    assert!(
+        text.contains(
+            "easeoff_lane_throttles_total{lane=\"slow:write\",signal=\"body\",upstream=\"up\"} 3"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("easeoff_lanes{upstream=\"up\"} 3"), "{text}");
+}
+
+#[tokio::test]
+async fn a_grpc_method_that_throttles_does_not_slow_another() {
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        let status = if req.uri().path() == "/pkg.Svc/A" {
+            "8"
+        } else {
+            "0"
+        };
+        respond(
+            200,
+            &[
+                ("content-type", "application/grpc"),
+                ("grpc-status", status),
+            ],
+            "",
+        )
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"grpc\"\n[upstream.retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    let call = |method: &'static str| {
+        let url = format!("http://{}/pkg.Svc/{method}", proxy.addr);
+        async move {
+            send(
+                &client(),
+                "POST",
+                &url,
+                &[("content-type", "application/grpc")],
+                Bytes::new(),
+            )
+            .await
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(call("A").await.headers["grpc-status"], "8");
+    }
+    assert!(lane_interval_ms(proxy.admin, "/pkg.Svc/A").await.unwrap() > 0.0);
+    let held = sleeps(proxy.admin).await;
+    for _ in 0..20 {
+        assert_eq!(call("B").await.headers["grpc-status"], "0");
+    }
+    assert_eq!(sleeps(proxy.admin).await, held, "no call to B waited");
+}
+
+#[tokio::test]
+async fn an_upstream_that_names_its_bucket_is_paced_per_bucket() {
+    // GitHub-style: /search counts against `search`, everything else against `core`;
+    // `search` has run out.
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        if req.uri().path().starts_with("/search") {
+            respond(
+                429,
+                &[("x-ratelimit-resource", "search"), ("retry-after", "0")],
+                "",
+            )
+        } else {
+            respond(200, &[("x-ratelimit-resource", "core")], "ok")
+        }
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "[upstream.retry]\nmax_attempts = 1\n[upstream.lanes]\nfrom_response = \"x-ratelimit-resource\"\n",
+    )
+    .await;
+    let base = format!("http://{}", proxy.addr);
+    for _ in 0..3 {
+        assert_eq!(get(&format!("{base}/search/code?q=x")).await.status, 429);
+    }
+    assert!(lane_interval_ms(proxy.admin, "search").await.unwrap() > 0.0);
+    let held = sleeps(proxy.admin).await;
+    for _ in 0..10 {
+        assert_eq!(get(&format!("{base}/repos/a/b")).await.status, 200);
+    }
+    assert_eq!(
+        sleeps(proxy.admin).await,
+        held,
+        "core requests did not wait"
+    );
+    assert_eq!(lane_interval_ms(proxy.admin, "core").await, Some(0.0));
+    assert_eq!(interval_ms(proxy.admin).await, 0.0);
+    let shown = status(proxy.admin).await;
+    let search = shown["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "search")
+        .unwrap()
+        .clone();
+    assert_eq!(search["last_throttle"]["reason"], "status", "{search}");
+}
+
+#[tokio::test]
+async fn an_idle_lane_forgets_its_throttles() {
+    let up = two_tables().await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n[upstream.lanes]\nidle_decay = \"300ms\"\n",
+    )
+    .await;
+    for _ in 0..5 {
+        assert_eq!(put(proxy.addr, "slow").await.status, 400);
+    }
+    assert!(lane_interval_ms(proxy.admin, "slow:write").await.unwrap() > 0.0);
+    wait_until(Duration::from_secs(30), "the slow lane forgets", || async {
+        lane_interval_ms(proxy.admin, "slow:write").await == Some(0.0)
+    })
+    .await;
+    let held = sleeps(proxy.admin).await;
+    assert_eq!(put(proxy.addr, "slow").await.status, 400);
+    assert_eq!(sleeps(proxy.admin).await, held, "dispatched at once");
+}
+
+#[tokio::test]
+async fn ten_thousand_tenants_stay_within_max_lanes_and_metrics_lanes() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = proxy(
+        up.addr,
+        "[upstream.retry]\nmax_attempts = 1\n[upstream.lanes]\nby = [\"header:x-tenant\"]\n",
+    )
+    .await;
+    let rss = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let before = rss();
+    let client = client();
+    let url = format!("http://{}/", proxy.addr);
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..16 {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.spawn(async move {
+            for i in (worker..10_000).step_by(16) {
+                let tenant = format!("tenant-{i}");
+                let answer =
+                    send(&client, "GET", &url, &[("x-tenant", &tenant)], Bytes::new()).await;
+                assert_eq!(answer.status, 200);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let text = metrics(proxy.admin).await;
+    let lanes = sample_value(&text, "easeoff_lanes{upstream=\"up\"}").unwrap();
+    assert!(lanes <= 257.0, "lanes {lanes} > max_lanes + 1");
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("easeoff_lane_dispatches_total{"))
+        .count();
+    assert_eq!(series, 32 + 1, "metrics_lanes by name and `other`");
+    let dispatched: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("easeoff_lane_dispatches_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(dispatched, 10_000.0, "every dispatch counted once");
+    println!(
+        "10,000 tenants: {lanes} lanes, {series} lane series, RSS of the test process {} KiB -> {} KiB",
+        before,
+        rss()
+    );
+}
+
+async fn call(addr: std::net::SocketAddr, target: &str, body: &str) -> Answer {
+    send(
+        &client(),
+        "POST",
+        &format!("http://{addr}/"),
+        &[
+            ("x-amz-target", target),
+            ("content-type", "application/x-amz-json-1.0"),
+        ],
+        Bytes::from(body.to_string()),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_batch_is_judged_per_table_from_its_unprocessed_items() {
+    let up = upstream(|_| async {
+        respond(
+            200,
+            &[],
+            r#"{"UnprocessedItems":{"slow":[{"PutRequest":{"Item":{"pk":{"S":"1"}}}}]}}"#,
+        )
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    let body = r#"{"RequestItems":{"slow":[{"PutRequest":{"Item":{"pk":{"S":"1"}}}}],"fast":[{"PutRequest":{"Item":{"pk":{"S":"2"}}}}]}}"#;
+    assert_eq!(
+        call(proxy.addr, "DynamoDB_20120810.BatchWriteItem", body)
+            .await
+            .status,
+        200
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the slow lane is raised",
+        || async {
+            lane_interval_ms(proxy.admin, "slow:write")
+                .await
+                .is_some_and(|ms| ms > 0.0)
+        },
+    )
+    .await;
+    assert_eq!(lane_interval_ms(proxy.admin, "fast:write").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let body = String::from_utf8_lossy(&req.into_body().collect().await.unwrap().to_bytes())
+            .into_owned();
+        let throttle = |reason: &str, table: &str| {
+            respond(
+                400,
+                &[("content-type", "application/x-amz-json-1.0")],
+                format!(
+                    r#"{{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{{"reason":"{reason}","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/{table}"}}]}}"#
+                ),
+            )
+        };
+        if body.contains("TransactItems") {
+            // The index of table b is what ran out; the transaction also names a.
+            throttle("IndexWriteProvisionedThroughputExceeded", "b/index/by-date")
+        } else if body.contains("\"hot\"") {
+            throttle("TableWriteKeyRangeThroughputExceeded", "t")
+        } else {
+            respond(200, &[], "{}")
+        }
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    let transact = r#"{"TransactItems":[{"Put":{"TableName":"a","Item":{"pk":{"S":"1"}}}},{"Put":{"TableName":"b","Item":{"pk":{"S":"1"}}}}]}"#;
+    let answer = call(proxy.addr, "DynamoDB_20120810.TransactWriteItems", transact).await;
+    assert_eq!(answer.status, 400);
+    assert!(lane_interval_ms(proxy.admin, "b:write").await.unwrap() > 0.0);
+    assert_eq!(lane_interval_ms(proxy.admin, "a:write").await, Some(0.0));
+    let shown = status(proxy.admin).await;
+    let b = shown["lanes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "b:write")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        b["last_throttle"]["reason"],
+        "IndexWriteProvisionedThroughputExceeded"
+    );
+    assert_eq!(
+        b["last_throttle"]["resource"],
+        "arn:aws:dynamodb:us-east-1:000000000000:table/b/index/by-date"
+    );
+
+    // A hot partition: only its own lane is raised, and other keys of the table
+    // go at once.
+    let hot = r#"{"TableName":"t","Item":{"pk":{"S":"hot"}}}"#;
+    assert_eq!(
+        call(proxy.addr, "DynamoDB_20120810.PutItem", hot)
+            .await
+            .status,
+        400
+    );
+    let lanes = status(proxy.admin).await["lanes"].clone();
+    let hot_lane = lanes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"].as_str().unwrap().starts_with("t:write:key="))
+        .unwrap_or_else(|| panic!("no hot-key lane in {lanes}"))
+        .clone();
+    assert!(
+        hot_lane["interval_ms"].as_f64().unwrap() > 0.0,
+        "{hot_lane}"
+    );
+    assert_eq!(lane_interval_ms(proxy.admin, "t:write").await, Some(0.0));
+    let held = sleeps(proxy.admin).await;
+    for i in 0..10 {
+        let other = format!(r#"{{"TableName":"t","Item":{{"pk":{{"S":"k{i}"}}}}}}"#);
+        assert_eq!(
+            call(proxy.addr, "DynamoDB_20120810.PutItem", &other)
+                .await
+                .status,
+            200
+        );
+    }
+    assert_eq!(sleeps(proxy.admin).await, held, "other keys did not wait");
+}
