@@ -137,6 +137,10 @@ pub struct MockArgs {
     /// (the first attribute of Key or Item), throttled as a hot partition beyond it.
     #[arg(long, value_name = "RATE")]
     pub key_rate: Option<f64>,
+    /// Requests whose path starts with PREFIX are always throttled (repeatable), e.g.
+    /// a gRPC method out of quota: "/pkg.Service/Method".
+    #[arg(long, value_name = "PREFIX")]
+    pub throttle_path: Vec<String>,
 }
 
 #[derive(Debug, Args)]

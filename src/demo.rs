@@ -62,6 +62,7 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
         schedule: Default::default(),
         table_rates: Vec::new(),
         key_rate: None,
+        throttle_paths: Vec::new(),
     };
     let (mock, mock_addr) =
         mock_upstream::spawn(mock_options, SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -64,6 +64,9 @@ pub struct MockOptions {
     pub table_rates: Vec<TableRate>,
     /// DynamoDB style: requests per second each partition key value of a table accepts.
     pub key_rate: Option<f64>,
+    /// Requests whose path starts with one of these are always throttled (a gRPC
+    /// method that is out of quota).
+    pub throttle_paths: Vec<String>,
 }
 
 /// Answers counted so far.
@@ -215,6 +218,11 @@ impl MockUpstream {
     async fn answer(&self, req: Request<Incoming>) -> Response<MockBody> {
         let arrived = Instant::now();
         let style = self.inner.options.style;
+        let path = req.uri().path();
+        if self.inner.options.throttle_paths.iter().any(|p| path.starts_with(p.as_str())) {
+            self.inner.throttled.fetch_add(1, Ordering::Relaxed);
+            return throttle(style, Duration::from_secs(1));
+        }
         let target = req
             .headers()
             .get("x-amz-target")

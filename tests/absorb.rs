@@ -45,6 +45,7 @@ async fn absorb(style: Style) -> Figures {
         schedule: Default::default(),
         table_rates: Vec::new(),
         key_rate: None,
+        throttle_paths: Vec::new(),
     };
     let (mock, addr) = mock_upstream::spawn(options, "127.0.0.1:0".parse().unwrap())
         .await

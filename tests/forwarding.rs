@@ -181,6 +181,7 @@ async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interva
         schedule: Default::default(),
         table_rates: Vec::new(),
         key_rate: None,
+        throttle_paths: Vec::new(),
     };
     let (_mock, addr) = easeoff::mock_upstream::spawn(mock, "127.0.0.1:0".parse().unwrap())
         .await

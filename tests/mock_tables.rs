@@ -27,6 +27,7 @@ async fn mock(table_rates: &[&str], key_rate: Option<f64>) -> (MockUpstream, Soc
             .map(|t| parse_table_rate(t).unwrap())
             .collect(),
         key_rate,
+        throttle_paths: Vec::new(),
     };
     mock_upstream::spawn(options, "127.0.0.1:0".parse().unwrap())
         .await
