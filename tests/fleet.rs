@@ -468,3 +468,40 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
         stopped.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
+    let Some(redis) = Redis::start() else { return };
+    let url = redis.url();
+    let members: Vec<Member> = (0..3).map(|_| Member::join(&url, "default")).collect();
+    members[0].link.learned(ms(10), 1, None);
+    for m in &members {
+        m.link.waiting(1000);
+    }
+    wait_for("three equal shares", || {
+        members
+            .iter()
+            .all(|m| m.last().is_some_and(|d| (d.share - 1.0 / 3.0).abs() < 1e-9))
+    })
+    .await;
+
+    let joined = Instant::now();
+    let late = Member::join(&url, "default");
+    late.link.waiting(1000);
+    wait_for("the new member's fair share", || {
+        late.last().is_some_and(|d| d.share >= 0.8 * 0.25)
+    })
+    .await;
+    eprintln!("fair share {:?} after joining", joined.elapsed());
+    assert!(
+        joined.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        joined.elapsed()
+    );
+    wait_for("the others to make room", || {
+        members
+            .iter()
+            .all(|m| m.last().is_some_and(|d| (d.share - 0.25).abs() < 1e-9))
+    })
+    .await;
+}
