@@ -41,6 +41,10 @@ const FAILURES_TO_LOCAL: u32 = 2;
 /// The longest wait between reconnection attempts: short, so a member is back in the
 /// fleet within seconds of Redis returning.
 const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(3);
+/// A raise within this many sync intervals of the last one belongs to the same
+/// fleet-wide burst: the others take a raise at their next sync, one interval later at
+/// most, and the throttles their old rate caused take a round trip more to come back.
+const HOLD_SYNCS: u32 = 2;
 /// A lane's hash outlives its last sync by this many member TTLs.
 const KEY_TTL_MEMBER_TTLS: u32 = 12;
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
@@ -436,7 +440,13 @@ async fn sync_round(
     let ttl = settings.member_ttl;
     let answers = tokio::time::timeout(
         settings.sync_interval,
-        store.sync(&inner.member, &reports, ttl, ttl * KEY_TTL_MEMBER_TTLS),
+        store.sync(
+            &inner.member,
+            &reports,
+            ttl,
+            ttl * KEY_TTL_MEMBER_TTLS,
+            settings.sync_interval * HOLD_SYNCS,
+        ),
     )
     .await;
     let answers = match answers {

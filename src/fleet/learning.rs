@@ -7,7 +7,10 @@
 //! - A raise (the member's controller raised from epoch `e`) is a compare-and-set on the
 //!   epoch: it lands only if the stored epoch is still `e`; then the stored interval
 //!   becomes the larger of the two and the epoch the member's. Otherwise another member
-//!   already raised for this fleet-wide burst, and the raise is dropped.
+//!   already raised for this fleet-wide burst, and the raise is dropped. A raise within
+//!   `hold` of the last one is dropped too: members take a raise at their next sync,
+//!   and until all have, the late ones still send at the old rate, so the early ones
+//!   see throttles in the new epoch that belong to the same burst.
 //! - Anything else counts only within the stored epoch, and the stored interval becomes
 //!   the lower of the two: the member grew since its last sync. Every member adopts the
 //!   stored interval at each sync and steps from it on its own results, so in one sync
@@ -34,8 +37,14 @@ pub struct Proposal {
     pub raised_from: Option<u64>,
 }
 
-/// The stored state after `proposal`.
-pub fn merge(stored: Option<Shared>, proposal: &Proposal) -> Shared {
+/// The stored state after `proposal`; `since_raise` is the time since the stored
+/// epoch's raise landed (`None` if unknown).
+pub fn merge(
+    stored: Option<Shared>,
+    proposal: &Proposal,
+    since_raise: Option<Duration>,
+    hold: Duration,
+) -> Shared {
     let Some(stored) = stored else {
         return Shared {
             interval: proposal.interval,
@@ -43,7 +52,7 @@ pub fn merge(stored: Option<Shared>, proposal: &Proposal) -> Shared {
         };
     };
     match proposal.raised_from {
-        Some(from) if from == stored.epoch => Shared {
+        Some(from) if from == stored.epoch && since_raise.is_none_or(|t| t >= hold) => Shared {
             interval: stored.interval.max(proposal.interval),
             epoch: proposal.epoch.max(stored.epoch + 1),
         },
@@ -61,6 +70,13 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    const HOLD: Duration = Duration::from_millis(500);
+
+    /// A merge long after the last raise.
+    fn merge_now(stored: Option<Shared>, proposal: &Proposal) -> Shared {
+        merge(stored, proposal, Some(Duration::from_secs(60)), HOLD)
     }
 
     fn shared(interval: u64, epoch: u64) -> Shared {
@@ -88,29 +104,43 @@ mod tests {
 
     #[test]
     fn the_first_proposal_becomes_the_state() {
-        assert_eq!(merge(None, &step(20, 3)), shared(20, 3));
-        assert_eq!(merge(None, &raise(20, 3)), shared(20, 4));
+        assert_eq!(merge_now(None, &step(20, 3)), shared(20, 3));
+        assert_eq!(merge_now(None, &raise(20, 3)), shared(20, 4));
     }
 
     #[test]
     fn four_members_raising_from_one_burst_raise_the_fleet_once() {
         let mut state = Some(shared(10, 2));
         for interval in [15, 14, 16, 15] {
-            state = Some(merge(state, &raise(interval, 2)));
+            state = Some(merge_now(state, &raise(interval, 2)));
         }
         // The first raise lands; the others raised from epoch 2, which is gone.
         assert_eq!(state, Some(shared(15, 3)));
     }
 
     #[test]
+    fn a_raise_right_after_the_last_one_belongs_to_the_same_burst() {
+        let stored = Some(shared(15, 3));
+        assert_eq!(
+            merge(stored, &raise(22, 3), Some(ms(100)), HOLD),
+            shared(15, 3)
+        );
+        assert_eq!(
+            merge(stored, &raise(22, 3), Some(HOLD), HOLD),
+            shared(22, 4)
+        );
+        assert_eq!(merge(stored, &raise(22, 3), None, HOLD), shared(22, 4));
+    }
+
+    #[test]
     fn a_raise_never_lowers_the_interval() {
-        assert_eq!(merge(Some(shared(30, 2)), &raise(15, 2)), shared(30, 3));
+        assert_eq!(merge_now(Some(shared(30, 2)), &raise(15, 2)), shared(30, 3));
     }
 
     #[test]
     fn a_step_from_another_epoch_is_ignored() {
-        assert_eq!(merge(Some(shared(30, 2)), &step(5, 1)), shared(30, 2));
-        assert_eq!(merge(Some(shared(30, 2)), &step(5, 7)), shared(30, 2));
+        assert_eq!(merge_now(Some(shared(30, 2)), &step(5, 1)), shared(30, 2));
+        assert_eq!(merge_now(Some(shared(30, 2)), &step(5, 7)), shared(30, 2));
     }
 
     #[test]
@@ -119,12 +149,12 @@ mod tests {
         // the fleet goes to 90 ms, as one sidecar taking that step would, not 0.9⁸.
         let mut state = Some(shared(100, 4));
         for _ in 0..8 {
-            state = Some(merge(state, &step(90, 4)));
+            state = Some(merge_now(state, &step(90, 4)));
         }
         assert_eq!(state, Some(shared(90, 4)));
         // One member took two steps; the fleet follows the largest step taken.
-        state = Some(merge(state, &step(81, 4)));
-        state = Some(merge(state, &step(90, 4)));
+        state = Some(merge_now(state, &step(81, 4)));
+        state = Some(merge_now(state, &step(90, 4)));
         assert_eq!(state, Some(shared(81, 4)));
     }
 }

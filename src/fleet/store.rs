@@ -18,7 +18,8 @@ use crate::config::RedisUrl;
 
 /// The script: KEYS[1] the lane's hash; ARGV: member, demand, proposed interval (µs,
 /// empty for none), epoch, epoch raised from (empty for none), member TTL (ms), key
-/// TTL (ms). Returns the interval and epoch (empty while there is no state), then the
+/// TTL (ms), hold (ms: how long after a raise another counts as the same burst); the
+/// hash's `r` is when the last raise landed. Returns the interval and epoch (empty while there is no state), then the
 /// other members' demands.
 const SYNC: &str = r"
 local key = KEYS[1]
@@ -26,7 +27,7 @@ local me = 'm:' .. ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fields = redis.call('HGETALL', key)
-local i, e = nil, nil
+local i, e, r = nil, nil, nil
 local others = {}
 for k = 1, #fields, 2 do
   local f, v = fields[k], fields[k + 1]
@@ -34,6 +35,8 @@ for k = 1, #fields, 2 do
     i = tonumber(v)
   elseif f == 'e' then
     e = tonumber(v)
+  elseif f == 'r' then
+    r = tonumber(v)
   elseif f ~= me and string.sub(f, 1, 2) == 'm:' then
     local sp = string.find(v, ' ', 1, true)
     if sp == nil or tonumber(string.sub(v, 1, sp - 1)) < now then
@@ -48,9 +51,10 @@ if ARGV[3] ~= '' then
   if i == nil or e == nil then
     i, e = pi, pe
   elseif from ~= nil then
-    if from == e then
+    if from == e and (r == nil or now - r >= tonumber(ARGV[8])) then
       i = math.max(i, pi)
       e = math.max(pe, e + 1)
+      redis.call('HSET', key, 'r', string.format('%d', now))
     end
   elseif pe == e then
     i = math.min(i, pi)
@@ -138,6 +142,7 @@ impl Store {
         lanes: &[Report<'_>],
         member_ttl: Duration,
         key_ttl: Duration,
+        hold: Duration,
     ) -> RedisResult<Vec<Answer>> {
         let Some(conn) = self.conn.as_mut() else {
             return Err(not_connected());
@@ -161,7 +166,8 @@ impl Store {
                         .map_or(String::new(), |e| e.to_string()),
                 )
                 .arg(member_ttl.as_millis() as u64)
-                .arg(key_ttl.as_millis() as u64);
+                .arg(key_ttl.as_millis() as u64)
+                .arg(hold.as_millis() as u64);
         }
         let raw: Vec<Vec<String>> = pipe.query_async(conn).await?;
         Ok(raw.iter().map(|fields| answer(fields)).collect())
