@@ -363,7 +363,7 @@ pub async fn request(
     loop {
         let retry = policy.attempts() > 0;
         let wait_until = arrived + policy.begin(clock.now() - arrived);
-        let outcome = match upstream.acquire(wait_until).await {
+        let outcome = match upstream.acquire(wait_until, false).await {
             Err(shed) => attempt::Outcome::Shed {
                 retry_after: shed.retry_after,
             },

@@ -25,7 +25,7 @@ use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
 use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::retry::RetryBudget;
-use crate::shed::Spread;
+use crate::shed::{SDK_HINT_CAP, Spread};
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Preset, Signal, Verdict};
@@ -158,7 +158,7 @@ impl Upstream {
 /// their word.
 fn hint_reach(preset: Preset) -> Duration {
     if preset.is_aws() {
-        Duration::from_secs(5)
+        SDK_HINT_CAP
     } else {
         Duration::from_secs(3600)
     }
@@ -251,9 +251,9 @@ impl Control {
     }
 
     /// Waits for a slot (or is shed at once, told when to come back; see
-    /// [`Spread`]) and counts the wait.
-    pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
-        let slot = match self.pacer.acquire(deadline).await {
+    /// [`Spread`]) and counts the wait; `patient`: see [`Pacer::acquire_with`].
+    pub async fn acquire(&self, deadline: Instant, patient: bool) -> Result<Slot, Shed> {
+        let slot = match self.pacer.acquire_with(deadline, patient).await {
             Ok(slot) => slot,
             Err(shed) => {
                 let now = self.clock.now();
