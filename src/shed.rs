@@ -37,25 +37,17 @@ const SDK_BACKOFF_MAX: Duration = Duration::from_secs(20);
 /// How long a request from an AWS SDK may wait for its slot instead of being shed:
 /// as long as its SDK may wait before its next attempt after a shed (its throttling
 /// backoff for this attempt, up to 1 s doubling per attempt and at most 20 s, plus
-/// the 5 s of a hint it honours). On its last attempt a shed would end the call, so
-/// it may wait the longest the SDK ever waits between attempts (25 s). `None` when
-/// the request does not say which attempt it is (`amz-sdk-request: attempt=N;
-/// max=M`), so it may not come from an SDK that retries.
+/// the 5 s of a hint it honours). `None` when the request does not say which attempt
+/// it is (`amz-sdk-request: attempt=N`), so it may not come from an SDK that retries.
 pub fn sdk_patience(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(SDK_REQUEST_HEADER)?.to_str().ok()?;
-    let field = |name: &str| -> Option<u32> {
-        value
-            .split(';')
-            .find_map(|field| field.trim().strip_prefix(name)?.strip_prefix('='))?
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n >= 1)
-    };
-    let attempt = field("attempt")?;
-    if field("max").is_some_and(|max| attempt >= max) {
-        return Some(SDK_BACKOFF_MAX + SDK_HINT_CAP);
-    }
+    let attempt: u32 = value
+        .split(';')
+        .find_map(|field| field.trim().strip_prefix("attempt="))?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1)?;
     let doubled = 1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX);
     let backoff = SDK_BACKOFF_BASE
         .saturating_mul(doubled)
@@ -143,7 +135,7 @@ mod tests {
         let patience = |value| sdk_patience(&sdk_request(value));
         assert_eq!(patience("attempt=1; max=3"), Some(Duration::from_secs(6)));
         assert_eq!(patience("attempt=2; max=3"), Some(Duration::from_secs(7)));
-        assert_eq!(patience("attempt=3; max=4"), Some(Duration::from_secs(9)));
+        assert_eq!(patience("attempt=3; max=3"), Some(Duration::from_secs(9)));
         // botocore puts a ttl first on some services.
         assert_eq!(
             patience("ttl=20261124T010203Z; attempt=2; max=5"),
@@ -153,15 +145,6 @@ mod tests {
         assert_eq!(patience("attempt=5"), Some(Duration::from_secs(21)));
         assert_eq!(patience("attempt=6"), Some(Duration::from_secs(25)));
         assert_eq!(patience("attempt=40"), Some(Duration::from_secs(25)));
-    }
-
-    #[test]
-    fn an_sdk_on_its_last_attempt_is_held_as_long_as_it_ever_waits() {
-        let patience = |value| sdk_patience(&sdk_request(value));
-        assert_eq!(patience("attempt=3; max=3"), Some(Duration::from_secs(25)));
-        assert_eq!(patience("attempt=1; max=1"), Some(Duration::from_secs(25)));
-        // A max it cannot read leaves the attempt's own patience.
-        assert_eq!(patience("attempt=3; max=x"), Some(Duration::from_secs(9)));
     }
 
     #[test]
