@@ -38,16 +38,21 @@ const SDK_BACKOFF_MAX: Duration = Duration::from_secs(20);
 /// as long as its SDK may wait before its next attempt after a shed (its throttling
 /// backoff for this attempt, up to 1 s doubling per attempt and at most 20 s, plus
 /// the 5 s of a hint it honours). `None` when the request does not say which attempt
-/// it is (`amz-sdk-request: attempt=N`), so it may not come from an SDK that retries.
+/// it is (`amz-sdk-request: attempt=N`), so it may not come from an SDK, or when its
+/// SDK makes one attempt only (`max=1`): retries off, it asked to hear of a
+/// throttle at once.
 pub fn sdk_patience(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(SDK_REQUEST_HEADER)?.to_str().ok()?;
-    let attempt: u32 = value
-        .split(';')
-        .find_map(|field| field.trim().strip_prefix("attempt="))?
-        .trim()
-        .parse()
-        .ok()
-        .filter(|n| *n >= 1)?;
+    let field = |name: &str| -> Option<u32> {
+        let value = value
+            .split(';')
+            .find_map(|field| field.trim().strip_prefix(name)?.strip_prefix('='))?;
+        value.trim().parse().ok()
+    };
+    let attempt = field("attempt").filter(|n| *n >= 1)?;
+    if field("max") == Some(1) {
+        return None;
+    }
     let doubled = 1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX);
     let backoff = SDK_BACKOFF_BASE
         .saturating_mul(doubled)
@@ -150,6 +155,8 @@ mod tests {
     #[test]
     fn a_request_that_does_not_name_its_attempt_is_not_held() {
         assert_eq!(sdk_patience(&HeaderMap::new()), None);
+        // Nor one whose SDK will not retry: it asked to hear of a throttle at once.
+        assert_eq!(sdk_patience(&sdk_request("attempt=1; max=1")), None);
         for value in [
             "max=3",
             "attempt=; max=3",
