@@ -21,7 +21,8 @@
 //!
 //! State that applies the decisions, without network I/O:
 //! - [`pacer`]: spacing, queueing and pauses per upstream;
-//! - [`shed`]: when each shed request is told to come back, so a burst spreads out;
+//! - [`shed`]: when each shed request is told to come back, so a burst spreads out,
+//!   and how long an AWS SDK's request may wait rather than be shed;
 //! - [`upstream`]: [`upstream::Control`], one upstream's controller, pacer, budget and
 //!   connection backoff, where verdicts reach the controller; [`upstream::Upstream`]
 //!   adds its client and signer.

@@ -219,7 +219,13 @@ impl MockUpstream {
         let arrived = Instant::now();
         let style = self.inner.options.style;
         let path = req.uri().path();
-        if self.inner.options.throttle_paths.iter().any(|p| path.starts_with(p.as_str())) {
+        if self
+            .inner
+            .options
+            .throttle_paths
+            .iter()
+            .any(|p| path.starts_with(p.as_str()))
+        {
             self.inner.throttled.fetch_add(1, Ordering::Relaxed);
             return throttle(style, Duration::from_secs(1));
         }

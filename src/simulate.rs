@@ -366,7 +366,7 @@ pub async fn request(
     loop {
         let retry = policy.attempts() > 0;
         let wait_until = arrived + policy.begin(clock.now() - arrived);
-        let outcome = match upstream.acquire_route(route, wait_until).await {
+        let outcome = match upstream.acquire_route(route, wait_until, false).await {
             Err((shed, _)) => attempt::Outcome::Shed {
                 retry_after: shed.retry_after,
             },
