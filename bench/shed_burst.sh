@@ -12,6 +12,8 @@
 # .ci/run installs it.
 # Needs the e2e venv with boto3 (EASEOFF_E2E_VENV, else ~/.cache/easeoff-e2e) and a
 # built target/debug/easeoff (EASEOFF_BIN overrides).
+# MOCK_BURST sets the mock's bucket size (its default at 5/s is 1: then a dispatch
+# that comes a fraction of a millisecond early, as timers allow, is throttled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -31,7 +33,7 @@ wait_port() { for _ in $(seq 100); do port_busy "$1" && return; sleep 0.05; done
 for mode in "${modes[@]}"; do
   mock=$(free_port)
   proxy=$(free_port)
-  "$bin" mock-upstream --listen "127.0.0.1:$mock" --rate 5 --style dynamodb --log-level warn >"$dir/mock.log" 2>&1 &
+  "$bin" mock-upstream --listen "127.0.0.1:$mock" --rate 5 ${MOCK_BURST:+--burst "$MOCK_BURST"} --style dynamodb --log-level warn >"$dir/mock.log" 2>&1 &
   pids+=($!)
   cat >"$dir/easeoff.toml" <<TOML
 [server]

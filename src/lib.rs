@@ -14,16 +14,19 @@
 //! - [`connect_backoff`]: gRPC's connection backoff in front of an unreachable upstream;
 //! - [`config`]: the TOML file turned into validated settings;
 //! - [`window`]: lock-free counts over a sliding window (dispatch rate, retry budget);
-//! - [`deadline`]: instants plus configured durations, saturating.
+//! - [`deadline`]: instants plus configured durations, saturating;
+//! - [`route`]: which lanes a request takes and which lanes an answer names.
 //!
 //! Time: [`clock`] is the one source of it: tokio's clock in the proxy (paused in
 //! tests), a manual virtual clock in `simulate` and in tests without a network.
 //!
 //! State that applies the decisions, without network I/O:
-//! - [`pacer`]: spacing, queueing and pauses per upstream;
-//! - [`shed`]: when each shed request is told to come back, so a burst spreads out;
-//! - [`upstream`]: [`upstream::Control`], one upstream's controller, pacer, budget and
-//!   connection backoff, where verdicts reach the controller; [`upstream::Upstream`]
+//! - [`pacer`]: spacing, queueing and pauses per lane;
+//! - [`lane`]: an upstream's lanes, each with its own controller and pacer;
+//! - [`shed`]: when each shed request is told to come back, so a burst spreads out,
+//!   and how long an AWS SDK's request may wait rather than be shed;
+//! - [`upstream`]: [`upstream::Control`], one upstream's lanes, budget and connection
+//!   backoff, where verdicts reach the lanes' controllers; [`upstream::Upstream`]
 //!   adds its client and signer.
 //!
 //! I/O:

@@ -85,6 +85,11 @@ impl ShedReason {
     }
 }
 
+/// How many requests may wait at once when the requests past `max_waiting` are
+/// patient ones (see [`Pacer::acquire_with`]): their deadlines bound them, this bounds
+/// the memory they hold.
+pub const PATIENT_WAITING: usize = 1000;
+
 /// Bounds on waiting (config `[upstream.queue]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -190,7 +195,13 @@ impl Pacer {
     /// Waits for this request's slot, or sheds it when the slot lies past `deadline`
     /// or `max_waiting` requests already wait. Dropping the future gives up the place
     /// in the queue without using a slot.
-    pub async fn acquire(&self, deadline: Instant) -> Result<Slot, Shed> {
+    pub fn acquire(&self, deadline: Instant) -> impl Future<Output = Result<Slot, Shed>> + '_ {
+        self.acquire_with(deadline, false)
+    }
+
+    /// [`Pacer::acquire`]; a `patient` request is kept waiting though `max_waiting`
+    /// already wait (up to [`PATIENT_WAITING`]), so only its deadline sheds it.
+    pub async fn acquire_with(&self, deadline: Instant, patient: bool) -> Result<Slot, Shed> {
         let s = &*self.shared;
         let now = s.clock.now();
         if s.interval_ns.load(Ordering::Relaxed) == 0
@@ -204,7 +215,7 @@ impl Pacer {
         let deadline = s.limit(deadline);
         match s.mode {
             Mode::Delay => {
-                let _waiting = s.enter()?;
+                let _waiting = s.enter(patient)?;
                 let until = now + s.spacing(now);
                 let until = until.max(s.pause_end(now).unwrap_or(now));
                 if until > deadline {
@@ -228,7 +239,7 @@ impl Pacer {
                             return Ok(s.dispatch(now, now, at));
                         }
                     }
-                    let waiting = s.enter()?;
+                    let waiting = s.enter(patient)?;
                     // Its slot if nothing changes: after everyone already waiting.
                     let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);
                     let expected = s.release_at(now) + s.spacing(now) * count(ahead);
@@ -384,17 +395,20 @@ impl Shared {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts a new waiter, or sheds it when `max_waiting` already wait.
-    fn enter(&self) -> Result<WaitingGuard<'_>, Shed> {
-        if self.waiting.load(Ordering::Relaxed) >= self.limits.max_waiting {
+    /// Counts a new waiter, or sheds it when `max_waiting` (for a patient one
+    /// [`PATIENT_WAITING`], if more) already wait.
+    fn enter(&self, patient: bool) -> Result<WaitingGuard<'_>, Shed> {
+        let bound = if patient {
+            self.limits.max_waiting.max(PATIENT_WAITING)
+        } else {
+            self.limits.max_waiting
+        };
+        if self.waiting.load(Ordering::Relaxed) >= bound {
             let now = self.clock.now();
             let wait = self
                 .release_at(now)
                 .saturating_duration_since(now)
-                .saturating_add(
-                    self.spacing(now)
-                        .saturating_mul(count(self.limits.max_waiting)),
-                );
+                .saturating_add(self.spacing(now).saturating_mul(count(bound)));
             return Err(Shed {
                 retry_after: wait,
                 reason: ShedReason::QueueFull,

@@ -6,15 +6,59 @@
 //! only as far ahead as clients honour a hint (`reach`: the AWS SDKs wait at most
 //! their own backoff + 5 s); a request shed beyond that is told `reach` without
 //! taking a place (and jittered over a further `reach`, so each client's own backoff
-//! spreads it), keeping the places free for it when it comes back and is shed again. Lock-free; randomness is a seed, so tests and
-//! `simulate` are reproducible.
+//! spreads it), keeping the places free for it when it comes back and is shed again.
+//! Lock-free; randomness is a seed, so tests and `simulate` are reproducible.
+//!
+//! Also how long an AWS SDK's request is worth holding rather than shedding
+//! ([`sdk_patience`]): a shed would only make the SDK wait about as long, and spend one
+//! of its attempts and its retry quota on the way.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use http::HeaderMap;
 use tokio::time::Instant;
 
 use crate::clock::nanos;
+
+/// The most of a hint the AWS SDKs honour beyond their own backoff (botocore's and
+/// the JS SDK's standard mode wait `max(backoff, min(hint, backoff + 5 s))`).
+pub const SDK_HINT_CAP: Duration = Duration::from_secs(5);
+
+/// The header in which the AWS SDKs say which attempt a request is
+/// (`attempt=2; max=3`).
+pub const SDK_REQUEST_HEADER: &str = "amz-sdk-request";
+
+/// The SDKs' throttling backoff: up to 1 s before the first retry, doubling per
+/// attempt, at most 20 s.
+const SDK_BACKOFF_BASE: Duration = Duration::from_secs(1);
+const SDK_BACKOFF_MAX: Duration = Duration::from_secs(20);
+
+/// How long a request from an AWS SDK may wait for its slot instead of being shed:
+/// as long as its SDK may wait before its next attempt after a shed (its throttling
+/// backoff for this attempt, up to 1 s doubling per attempt and at most 20 s, plus
+/// the 5 s of a hint it honours). `None` when the request does not say which attempt
+/// it is (`amz-sdk-request: attempt=N`), so it may not come from an SDK, or when its
+/// SDK makes one attempt only (`max=1`): retries off, it asked to hear of a
+/// throttle at once.
+pub fn sdk_patience(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(SDK_REQUEST_HEADER)?.to_str().ok()?;
+    let field = |name: &str| -> Option<u32> {
+        let value = value
+            .split(';')
+            .find_map(|field| field.trim().strip_prefix(name)?.strip_prefix('='))?;
+        value.trim().parse().ok()
+    };
+    let attempt = field("attempt").filter(|n| *n >= 1)?;
+    if field("max") == Some(1) {
+        return None;
+    }
+    let doubled = 1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX);
+    let backoff = SDK_BACKOFF_BASE
+        .saturating_mul(doubled)
+        .min(SDK_BACKOFF_MAX);
+    Some(backoff + SDK_HINT_CAP)
+}
 
 /// One upstream's shed places.
 #[derive(Debug)]
@@ -84,6 +128,45 @@ impl Spread {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sdk_request(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(SDK_REQUEST_HEADER, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn an_sdk_is_worth_holding_for_its_backoff_and_the_hint_it_honours() {
+        let patience = |value| sdk_patience(&sdk_request(value));
+        assert_eq!(patience("attempt=1; max=3"), Some(Duration::from_secs(6)));
+        assert_eq!(patience("attempt=2; max=3"), Some(Duration::from_secs(7)));
+        assert_eq!(patience("attempt=3; max=3"), Some(Duration::from_secs(9)));
+        // botocore puts a ttl first on some services.
+        assert_eq!(
+            patience("ttl=20261124T010203Z; attempt=2; max=5"),
+            Some(Duration::from_secs(7))
+        );
+        // The backoff stops doubling at 20 s.
+        assert_eq!(patience("attempt=5"), Some(Duration::from_secs(21)));
+        assert_eq!(patience("attempt=6"), Some(Duration::from_secs(25)));
+        assert_eq!(patience("attempt=40"), Some(Duration::from_secs(25)));
+    }
+
+    #[test]
+    fn a_request_that_does_not_name_its_attempt_is_not_held() {
+        assert_eq!(sdk_patience(&HeaderMap::new()), None);
+        // Nor one whose SDK will not retry: it asked to hear of a throttle at once.
+        assert_eq!(sdk_patience(&sdk_request("attempt=1; max=1")), None);
+        for value in [
+            "max=3",
+            "attempt=; max=3",
+            "attempt=0",
+            "attempt=two",
+            "attempts=1",
+        ] {
+            assert_eq!(sdk_patience(&sdk_request(value)), None, "{value}");
+        }
+    }
 
     const MS: Duration = Duration::from_millis(1);
     const FAR: Duration = Duration::from_secs(3600);

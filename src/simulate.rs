@@ -44,6 +44,10 @@ pub enum Scenario {
     Autoscale,
     /// Steady capacity shared by several sidecars (2 unless `--sidecars` says).
     Shared,
+    /// Two DynamoDB tables behind one sidecar, `slow` at a fifth of the capacity and
+    /// `fast` at all of it, half the clients writing to each; each table is paced in
+    /// its own lane.
+    Tables,
 }
 
 impl Scenario {
@@ -55,6 +59,7 @@ impl Scenario {
             Scenario::StepUp => "step-up",
             Scenario::Autoscale => "autoscale",
             Scenario::Shared => "shared",
+            Scenario::Tables => "tables",
         }
     }
 }
@@ -114,7 +119,7 @@ impl SimOptions {
         let c = self.capacity;
         let third = self.duration / 3;
         match self.scenario {
-            Scenario::Steady | Scenario::Shared => (c, Vec::new()),
+            Scenario::Steady | Scenario::Shared | Scenario::Tables => (c, Vec::new()),
             Scenario::StepDown => (c, vec![(third, c / 2.0)]),
             Scenario::StepUp => (c / 2.0, vec![(third, c)]),
             Scenario::Autoscale => (c / 2.0, Vec::new()),
@@ -206,6 +211,8 @@ pub fn run(options: &SimOptions) -> Result<Trace, SimError> {
 struct World {
     start: Instant,
     bucket: Bucket,
+    /// `tables`: one bucket per table, by the index the trace's `sidecar` holds.
+    tables: Vec<Bucket>,
     burst: u32,
     rate: f64,
     trace: Trace,
@@ -225,7 +232,11 @@ impl World {
 
     /// The upstream sees one attempt: takes a token or throttles it.
     fn attempt(&mut self, sidecar: usize, slot: &Slot, retry: bool) -> bool {
-        let throttled = self.bucket.take(slot.dispatched_at.into_std()).is_err();
+        let bucket = match self.tables.get_mut(sidecar) {
+            Some(table) => table,
+            None => &mut self.bucket,
+        };
+        let throttled = bucket.take(slot.dispatched_at.into_std()).is_err();
         let at = self.since_start(slot.dispatched_at);
         if self.bucket.rate() != self.rate {
             self.rate = self.bucket.rate();
@@ -263,6 +274,17 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
             options.autoscale(),
             start.into_std(),
         ),
+        tables: if options.scenario == Scenario::Tables {
+            TABLES
+                .iter()
+                .map(|(_, share)| {
+                    let burst = ((options.burst as f64 * share).ceil() as u32).max(1);
+                    Bucket::new(initial * share, burst, None, start.into_std())
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         burst: options.burst,
         rate: initial,
         trace: Trace {
@@ -272,23 +294,38 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     }));
 
     let mut rng = fastrand::Rng::with_seed(options.seed);
+    let tables = options.scenario == Scenario::Tables;
+    let mut shared: Option<Arc<Control>> = None;
     for sidecar in 0..options.sidecars {
-        // Each sidecar is its own process with its own metrics.
-        let metrics = Metrics::new()?;
-        let upstream = Arc::new(Control::new(
-            options.settings.clone(),
-            &metrics,
-            None,
-            rng.fork(),
-            clock.clone(),
-        ));
+        // Each sidecar is its own process with its own metrics; `tables` has one
+        // sidecar, whose lanes the trace tells apart as sidecars.
+        let upstream = match &shared {
+            Some(upstream) => Arc::clone(upstream),
+            None => {
+                let metrics = Metrics::new()?;
+                Arc::new(Control::new(
+                    options.settings.clone(),
+                    &metrics,
+                    None,
+                    rng.fork(),
+                    clock.clone(),
+                ))
+            }
+        };
+        if tables {
+            shared = Some(Arc::clone(&upstream));
+        }
+        let route = match TABLES.get(sidecar).filter(|_| tables) {
+            Some((table, _)) => Route::one(upstream.lanes.get(&format!("{table}:write"))),
+            None => Route::one(Arc::clone(upstream.lanes.default_lane())),
+        };
         for _ in 0..options.clients {
             // Clients start spread over one latency, so no sidecar wins every tie of
             // the first instant by the order its tasks were spawned in.
             let first = options.latency.mul_f64(rng.f64());
             tokio::spawn(client(
                 Arc::clone(&upstream),
-                sidecar,
+                (sidecar, route.clone()),
                 Arc::clone(&world),
                 options.latency,
                 first,
@@ -307,14 +344,13 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
 /// A client with unbounded demand: sends, waits for the answer, sends again.
 async fn client(
     upstream: Arc<Control>,
-    sidecar: usize,
+    (sidecar, route): (usize, Route),
     world: Shared,
     latency: Duration,
     first: Duration,
 ) {
     let clock = upstream.clock();
     clock.sleep(first).await;
-    let route = Route::one(Arc::clone(upstream.lanes.default_lane()));
     loop {
         let sent = clock.now();
         let (ending, hold_off) = request(&upstream, &route, latency, |slot, retry| {
@@ -342,6 +378,9 @@ async fn client(
     }
 }
 
+/// The tables of the `tables` scenario and their share of the capacity.
+pub const TABLES: [(&str, f64); 2] = [("slow", 0.2), ("fast", 1.0)];
+
 /// The least a turned-away client waits: a shed is answered at once, and in virtual
 /// time a client that asked again at once would never let the clock move.
 const MIN_HOLD_OFF: Duration = Duration::from_millis(1);
@@ -366,7 +405,7 @@ pub async fn request(
     loop {
         let retry = policy.attempts() > 0;
         let wait_until = arrived + policy.begin(clock.now() - arrived);
-        let outcome = match upstream.acquire_route(route, wait_until).await {
+        let outcome = match upstream.acquire_route(route, wait_until, false).await {
             Err((shed, _)) => attempt::Outcome::Shed {
                 retry_after: shed.retry_after,
             },

@@ -27,6 +27,7 @@ use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
 use crate::pacer::{Shed, Slot};
 use crate::retry::RetryBudget;
+use crate::shed::SDK_HINT_CAP;
 use crate::sigv4::Signer;
 use crate::sleeper::Step;
 use crate::throttle::{Classifier, Preset, Signal, Verdict};
@@ -155,7 +156,7 @@ impl Upstream {
 /// their word.
 fn hint_reach(preset: Preset) -> Duration {
     if preset.is_aws() {
-        Duration::from_secs(5)
+        SDK_HINT_CAP
     } else {
         Duration::from_secs(3600)
     }
@@ -252,16 +253,22 @@ impl Control {
     }
 
     /// Waits for a slot in `lane` (or is shed at once, told when to come back; see
-    /// [`crate::shed::Spread`]) and counts the wait. A lane that left a slot unused
-    /// for `idle_decay` first forgets its throttles.
-    pub async fn acquire(&self, lane: &Lane, deadline: Instant) -> Result<Slot, Shed> {
+    /// [`crate::shed::Spread`]) and counts the wait; `patient`: see
+    /// [`crate::pacer::Pacer::acquire_with`]. A lane that left a slot unused for
+    /// `idle_decay` first forgets its throttles.
+    pub async fn acquire(
+        &self,
+        lane: &Lane,
+        deadline: Instant,
+        patient: bool,
+    ) -> Result<Slot, Shed> {
         if let Some(link) = lane.fleet() {
             link.arrived();
         }
         if !lane.pacer.interval().is_zero() {
             self.forget_if_idle(lane, self.clock.now());
         }
-        let slot = match lane.pacer.acquire(deadline).await {
+        let slot = match lane.pacer.acquire_with(deadline, patient).await {
             Ok(slot) => slot,
             Err(shed) => {
                 let now = self.clock.now();
@@ -529,21 +536,22 @@ impl Control {
         }
     }
 
-    /// Waits for a slot in each lane of `route`, in order; a shed names the lane that
-    /// shed the request.
+    /// Waits for a slot in each lane of `route`, in order (`patient`: see
+    /// [`Control::acquire`]); a shed names the lane that shed the request.
     pub async fn acquire_route<'r>(
         &self,
         route: &'r Route,
         deadline: Instant,
+        patient: bool,
     ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
         let slot = self
-            .acquire(&route.first, deadline)
+            .acquire(&route.first, deadline, patient)
             .await
             .map_err(|shed| (shed, &route.first))?;
         let mut pass = Pass::one(Arc::clone(&route.first), slot);
         for lane in &route.more {
             let slot = self
-                .acquire(lane, deadline)
+                .acquire(lane, deadline, patient)
                 .await
                 .map_err(|shed| (shed, lane))?;
             pass.add(Arc::clone(lane), slot);

@@ -41,7 +41,9 @@ async fn provisioned_throughput_exceeded_in_the_body_raises_the_interval() {
         PTEE.as_bytes(),
         "the throttle reaches the client unchanged"
     );
-    assert_eq!(interval_ms(proxy.admin).await, 10.0);
+    // The table's lane is raised; the upstream's default lane is not.
+    assert_eq!(lane_interval_ms(proxy.admin, "t:write").await, Some(10.0));
+    assert_eq!(interval_ms(proxy.admin).await, 0.0);
     let a = proxy.admin;
     assert_eq!(
         metric(
@@ -76,7 +78,9 @@ async fn provisioned_throughput_exceeded_in_the_header_raises_the_interval() {
     .await;
     let proxy = proxy(up.addr, PRESET).await;
     assert_eq!(put_item(&proxy).await.status, 400);
-    assert_eq!(interval_ms(proxy.admin).await, 10.0);
+    // The table's lane is raised; the upstream's default lane is not.
+    assert_eq!(lane_interval_ms(proxy.admin, "t:write").await, Some(10.0));
+    assert_eq!(interval_ms(proxy.admin).await, 0.0);
     assert_eq!(
         metric(
             proxy.admin,

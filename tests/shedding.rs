@@ -100,6 +100,27 @@ async fn aws_clients_are_shed_with_a_dynamodb_throttling_exception() {
 }
 
 #[tokio::test]
+async fn an_aws_sdk_request_waits_for_a_slot_its_sdk_would_wait_for_after_a_shed() {
+    let up = upstream(|_| async { respond(200, &[], "{}") }).await;
+    let config = format!(
+        "preset = \"dynamodb\"\n{}",
+        one_per_second("max_waiting = 0\nmax_wait = \"100ms\"")
+    );
+    let proxy = proxy(up.addr, &config).await;
+    let url = format!("http://{}/", proxy.addr);
+    let put = [("x-amz-target", "DynamoDB_20120810.PutItem")];
+    assert_eq!(send(&client(), "POST", &url, &put, "{}").await.status, 200);
+    // The next slot is 1 s away: past max_wait, and nobody may wait.
+    let shed = send(&client(), "POST", &url, &put, "{}").await;
+    assert_eq!(shed.headers["x-amzn-errortype"], "ThrottlingException");
+    // An SDK's first attempt, shed, would wait up to 6 s: it waits for the slot instead.
+    let sdk = [put[0], ("amz-sdk-request", "attempt=1; max=3")];
+    let held = send(&client(), "POST", &url, &sdk, "{}").await;
+    assert_eq!(held.status, 200);
+    assert_eq!(up.count(), 2);
+}
+
+#[tokio::test]
 async fn a_slot_beyond_max_wait_is_shed_at_once() {
     let up = upstream(|_| async { ok() }).await;
     let proxy = proxy(up.addr, &one_per_second("max_wait = \"1500ms\"")).await;

@@ -341,3 +341,27 @@ fn the_dynamodb_preset_meets_the_control_targets() {
         }
     }
 }
+
+#[test]
+fn two_tables_in_one_sidecar_are_paced_apart() {
+    let options = SimOptions {
+        sidecars: 2,
+        ..options(Scenario::Tables, 1, Duration::from_secs(60))
+    };
+    let trace = simulate::run(&options).unwrap();
+    let goodput = |table: usize| {
+        let ok = trace
+            .attempts
+            .iter()
+            .filter(|a| a.sidecar == table && !a.throttled)
+            .count();
+        ok as f64 / 60.0
+    };
+    // `slow` takes 20/s, `fast` 100/s: each gets its own, and `fast` is not held to
+    // `slow`'s pace.
+    assert!(goodput(0) >= 0.95 * 20.0, "slow {}", goodput(0));
+    assert!(goodput(1) >= 0.95 * 100.0, "fast {}", goodput(1));
+    let (summary, _, _) = outputs(&options);
+    assert!(summary.contains("table slow (20/s)"), "{summary}");
+    assert!(summary.contains("table fast (100/s)"), "{summary}");
+}

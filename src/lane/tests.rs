@@ -76,7 +76,7 @@ fn attempt(
     let route = control.lanes.route(head, Some(body));
     let far = control.clock().now() + Duration::from_secs(3600);
     let pass = runtime
-        .block_on(control.acquire_route(&route, far))
+        .block_on(control.acquire_route(&route, far, false))
         .unwrap();
     control.settle(&pass, Some(verdict), None);
     *pass.slot()
@@ -162,10 +162,11 @@ fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
         let slot = Slot {
             epoch: lane.pacer.epoch(),
             ..runtime
-                .block_on(
-                    control
-                        .acquire_route(&route, control.clock().now() + Duration::from_secs(86_400)),
-                )
+                .block_on(control.acquire_route(
+                    &route,
+                    control.clock().now() + Duration::from_secs(86_400),
+                    false,
+                ))
                 .unwrap()
                 .slot()
                 .to_owned()
@@ -178,7 +179,7 @@ fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
     let route = control.lanes.route(&head, None);
     let far = control.clock().now() + Duration::from_secs(3600);
     let pass = runtime
-        .block_on(control.acquire_route(&route, far))
+        .block_on(control.acquire_route(&route, far, false))
         .unwrap();
     assert!(pass.slot().waited < Duration::from_millis(10));
     assert!(!pass.slot().held);

@@ -410,3 +410,64 @@ async fn a_shed_says_whether_the_queue_the_deadline_or_the_drain_turned_it_away(
     let drained = pacer.acquire(far()).await.unwrap_err();
     assert_eq!(drained.reason, ShedReason::Draining);
 }
+
+/// Starts a patient request with `deadline` and returns once it is waiting.
+async fn start_patient(
+    pacer: &Pacer,
+    i: usize,
+    deadline: Instant,
+    t0: Instant,
+    grants: &Grants,
+) -> JoinHandle<()> {
+    let before = pacer.waiting();
+    let (p, g) = (pacer.clone(), Arc::clone(grants));
+    let handle = tokio::spawn(async move {
+        let slot = p.acquire_with(deadline, true).await.unwrap();
+        g.lock().unwrap().push((i, slot.dispatched_at - t0));
+    });
+    while pacer.waiting() == before {
+        tokio::task::yield_now().await;
+    }
+    handle
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_patient_request_waits_past_max_waiting_and_only_its_deadline_sheds_it() {
+    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 1 });
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let grants = Grants::default();
+    let mut handles = vec![start(&pacer, 0, t0, &grants).await];
+    let full = pacer.acquire(far()).await.unwrap_err();
+    assert_eq!(full.reason, ShedReason::QueueFull);
+    // The queue is full, yet a patient request whose slot (200 ms) comes before its
+    // deadline waits for it.
+    handles.push(start_patient(&pacer, 1, t0 + 250 * MS, t0, &grants).await);
+    assert_eq!(pacer.waiting(), 2);
+    // The next slot (300 ms) lies past this one's deadline.
+    let late = pacer.acquire_with(t0 + 250 * MS, true).await.unwrap_err();
+    assert_eq!(late.reason, ShedReason::Deadline);
+    assert_eq!(late.retry_after, 300 * MS);
+    finish(handles).await;
+    assert_eq!(grants_of(&grants), [(0, 100 * MS), (1, 200 * MS)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn patient_requests_are_still_bounded_in_number() {
+    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 1 });
+    pacer.set_interval(1000 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let grants = Grants::default();
+    let mut handles = Vec::new();
+    for i in 0..PATIENT_WAITING {
+        handles.push(start_patient(&pacer, i, far(), t0, &grants).await);
+    }
+    let full = pacer.acquire_with(far(), true).await.unwrap_err();
+    assert_eq!(full.reason, ShedReason::QueueFull);
+    assert_eq!(full.retry_after, 1001 * 1000 * MS);
+    for h in handles {
+        h.abort();
+    }
+}

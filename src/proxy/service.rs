@@ -28,6 +28,7 @@ use crate::lane::{Lane, Pass, Route};
 use crate::metrics::Outcome;
 use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
+use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::transport::{
@@ -99,7 +100,10 @@ async fn serve(
     let settings = &upstream.settings;
     let mut policy = Attempts::new(
         &settings.retry,
-        settings.queue.max_wait,
+        settings
+            .queue
+            .max_wait
+            .max(ctx.patience.unwrap_or_default()),
         template.is_some(),
         ctx.grpc_timeout,
     )
@@ -169,6 +173,8 @@ struct Ctx<'a> {
     dialect: Dialect,
     /// A gRPC client's own deadline, which bounds every wait, from arrival.
     grpc_timeout: Option<Duration>,
+    /// How long an AWS SDK's request may wait for its slot rather than be shed.
+    patience: Option<Duration>,
     watch_batch: bool,
     record: &'a Record,
 }
@@ -191,6 +197,11 @@ impl<'a> Ctx<'a> {
             arrived,
             dialect,
             grpc_timeout: dialect.grpc.then(|| hints::grpc_timeout(headers)).flatten(),
+            patience: settings
+                .preset
+                .is_aws()
+                .then(|| sdk_patience(headers))
+                .flatten(),
             watch_batch: settings.preset.is_aws() && is_batch(headers),
             record,
         }
@@ -262,7 +273,10 @@ impl<'a> Ctx<'a> {
     ) -> Turn {
         let upstream = self.upstream;
         let asked = self.clock.now();
-        let pass = match upstream.acquire_route(route, wait_until).await {
+        let pass = match upstream
+            .acquire_route(route, wait_until, self.patience.is_some())
+            .await
+        {
             Ok(pass) => {
                 let waited = pass.slot().dispatched_at.saturating_duration_since(asked);
                 self.record.queued_for(waited);

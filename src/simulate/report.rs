@@ -11,7 +11,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{Ending, SimOptions, Trace};
+use super::{Ending, Scenario, SimOptions, TABLES, Trace};
 
 /// The CSV's and the convergence windows' resolution.
 pub const BIN: Duration = Duration::from_millis(100);
@@ -238,11 +238,14 @@ fn header_lines(out: &mut String, options: &SimOptions) {
         options.latency.as_secs_f64() * 1e3,
         options.capacity,
         match options.scenario {
-            super::Scenario::Autoscale => format!(
+            Scenario::Autoscale => format!(
                 " at most (starts at half; x{} after {} s of throttling)",
                 options.scale_factor,
                 options.scale_after.as_secs_f64()
             ),
+            Scenario::Tables =>
+                " for `fast`, a fifth for `slow`; one sidecar, each \"sidecar\" a table's clients"
+                    .to_string(),
             _ => String::new(),
         },
         options.burst
@@ -356,9 +359,16 @@ fn sidecar_lines(out: &mut String, options: &SimOptions, trace: &Trace, bins: &[
             .filter_map(|b| b.intervals_ms.get(sidecar))
             .sum::<f64>()
             / bins.len().max(1) as f64;
+        let who = match TABLES
+            .get(sidecar)
+            .filter(|_| options.scenario == Scenario::Tables)
+        {
+            Some((table, share)) => format!("table {table} ({}/s)", options.capacity * share),
+            None => format!("sidecar {sidecar}"),
+        };
         let _ = writeln!(
             out,
-            "  sidecar {sidecar}: goodput {:.1}/s, {:.1}% of its attempts throttled, {errors} client errors, mean interval {interval:.1} ms",
+            "  {who}: goodput {:.1}/s, {:.1}% of its attempts throttled, {errors} client errors, mean interval {interval:.1} ms",
             (attempts - throttles) as f64 / secs,
             percent(throttles as f64, attempts as f64),
         );

@@ -28,6 +28,11 @@ const MIN_GROWTH: f64 = 0.001;
 /// estimated far too low reaches the capacity in seconds, not in a cubic's slow climb.
 const START_DOUBLINGS: f64 = 3.0;
 
+/// The fewest requests between the curve's return to the rate of the last throttle and
+/// the decrease before it, so probing past it costs at most about one throttle in this
+/// many at a low rate.
+const PROBE_REQUESTS: f64 = 100.0;
+
 /// The rate multiplier for a throttle with no success since the last decrease: that
 /// decrease did not reach the capacity (the start-up ramp from full speed, a capacity
 /// drop), so the rate halves instead of creeping down by `beta` per round trip while
@@ -38,8 +43,10 @@ const OVERSHOOT: f64 = 0.5;
 #[derive(Clone, Debug)]
 pub struct Cubic {
     beta: f64,
-    /// Relative growth per second cubed.
+    /// Relative growth per second cubed, for the probe period in force.
     c: f64,
+    /// `recovery`: the least time from a decrease back to `w_max`.
+    recovery: f64,
     min_rate: f64,
     /// Above this rate the interval would be below the floor: back to 0.
     max_rate: f64,
@@ -73,6 +80,7 @@ impl Cubic {
         Cubic {
             beta: settings.beta,
             c: (1.0 - settings.beta) / recovery.powi(3),
+            recovery,
             min_rate: 1.0 / settings.max_interval.as_secs_f64(),
             max_rate: if floor > 0.0 { 1.0 / floor } else { f64::MAX },
             max: settings.max_interval,
@@ -196,6 +204,13 @@ impl Cubic {
         self.base = self.rate;
         // Signed: if `max_interval` held the rate above `w_max`, the curve starts in
         // its convex half.
+        // At a low rate a probe every `recovery` would be a large share of the
+        // requests (at 20/s, one in 60): the curve returns to `w_max` over at least
+        // `PROBE_REQUESTS` requests instead.
+        let period = self
+            .recovery
+            .max(PROBE_REQUESTS / self.w_max.max(f64::MIN_POSITIVE));
+        self.c = (1.0 - self.beta) / period.powi(3);
         self.k = ((self.w_max - self.rate) / (self.c * self.w_max)).cbrt();
         self.since = now;
         self.succeeded = false;
