@@ -53,7 +53,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// buffers and the room for a request in flight (about 25 KiB): ten thousand clients
 /// that keep a connection open between rare requests then cost little more than their
 /// sockets. A connection busier than this never pays for rebuilding them.
-pub const PARK_AFTER: Duration = Duration::from_millis(100);
+pub const PARK_AFTER: Duration = Duration::from_millis(50);
 
 /// A connection builder for HTTP/1.1 and h2c with `limits` applied.
 pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
@@ -462,7 +462,12 @@ impl ParkIo {
     ) -> Option<Closed> {
         let tracker = &self.tracker;
         tracker.parking.store(false, Ordering::Relaxed);
-        self.prefix = unread;
+        // A copy: `unread` is a view of hyper's whole read buffer.
+        self.prefix = if unread.is_empty() {
+            Bytes::new()
+        } else {
+            Bytes::copy_from_slice(&unread)
+        };
         let deadline = tracker.idle_deadline(limits)?;
         tokio::select! {
             biased;
