@@ -244,8 +244,8 @@ pub enum Closed {
 /// when it idles past its deadline, when its client cancels too many streams, or when
 /// `drain` turns true; drops it if it has not finished within a second of a reset
 /// close. A connection without a first request head by its deadline is dropped. With
-/// `park`, an HTTP/1 connection idle for [`PARK_AFTER`] ends as [`Closed::Parked`] with
-/// its socket open (see [`ParkIo`]).
+/// `park`, an HTTP/1 connection idle for `PARK_AFTER` ends as [`Closed::Parked`] with
+/// its socket open (see `ParkIo`).
 pub async fn drive<C>(
     mut conn: Pin<&mut C>,
     tracker: &Tracker,
