@@ -141,18 +141,19 @@ async fn idle_keep_alive_is_announced_and_closed_after_its_own_timeout() {
 }
 
 /// A kept-alive HTTP/1 connection that idles gives back hyper's buffers (it is parked
-/// after 50 ms) and serves its next requests as before, also when the idle time falls
-/// inside a request head: the part already read is kept.
+/// 50 ms after its latest answer) and serves its next requests as before, also when
+/// the start of the next head had already arrived: the part hyper had read is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_serves_its_next_requests_after_parking() {
     let (up, proxy) = one_upstream("keepalive_timeout = \"10s\"").await;
     let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
     // The idle gaps are the scenario, well past the 50 ms after which a connection parks.
     let idle = Duration::from_millis(300);
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     for request in 1..=3 {
-        socket.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
-        tokio::time::sleep(idle).await;
-        socket.write_all(b"st: x\r\n\r\n").await.unwrap();
         let answer = tokio::time::timeout(5 * SECOND, read_answer(&mut socket))
             .await
             .expect("no answer on the parked connection");
@@ -164,9 +165,16 @@ async fn an_idle_connection_serves_its_next_requests_after_parking() {
             answer.ends_with("\r\n\r\nok"),
             "request {request}: {answer}"
         );
+        // The next head begins before the idle time and ends after it.
+        socket.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
         tokio::time::sleep(idle).await;
+        socket.write_all(b"st: x\r\n\r\n").await.unwrap();
     }
-    assert_eq!(up.count(), 3);
+    let answer = tokio::time::timeout(5 * SECOND, read_answer(&mut socket))
+        .await
+        .expect("no answer on the parked connection");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(up.count(), 4);
 }
 
 /// One answer with a `content-length` body, read off a kept-alive connection.

@@ -259,10 +259,10 @@ where
     // Never asleep longer than the keep-alive timeout: a request may begin and end in
     // between and move the deadline earlier.
     let first = tracker.accepted + limits.header_read_timeout.min(limits.keepalive_timeout);
-    let first = match tracker.park_at().filter(|_| park) {
-        Some(at) => first.min(at),
-        None => first,
-    };
+    // Parked again only after a request of its own: a head that arrives in pieces
+    // after an idle time is read by one connection, not one per piece.
+    let begun = tracker.started.load(Ordering::Relaxed);
+    let may_park = || park && tracker.started.load(Ordering::Relaxed) > begun;
     let watchdog = tokio::time::sleep_until(first);
     tokio::pin!(watchdog);
     // Pinned once, so a busy connection does not re-register them on every poll.
@@ -280,9 +280,9 @@ where
                 return Poll::Ready(Event::Ended(ended));
             }
             // A request just ended: the watchdog comes back when it is time to park.
-            if park
-                && !armed
+            if !armed
                 && closing.is_none()
+                && may_park()
                 && let Some(at) = tracker.park_at()
             {
                 watchdog.as_mut().reset(at);
@@ -332,7 +332,7 @@ where
                     armed = false;
                     let now = Instant::now();
                     let next = now + limits.keepalive_timeout;
-                    let park_at = tracker.park_at().filter(|_| park);
+                    let park_at = tracker.park_at().filter(|_| may_park());
                     let idle_at = tracker.idle_deadline(limits);
                     // hyper closes an idle connection at once; the socket stays.
                     if park_at.is_some_and(|at| at <= now) && idle_at.is_some_and(|at| now < at) {
