@@ -350,7 +350,10 @@ pub async fn serve(
             let connection = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .into_owned();
-            let _ = drive(connection, &tracker, &limits.connection, draining).await;
+            tokio::pin!(connection);
+            let mut draining = draining;
+            let limits = &limits.connection;
+            let _ = drive(connection, &tracker, limits, &mut draining, false).await;
             open.fetch_sub(1, Ordering::Relaxed);
         });
     }

@@ -140,6 +140,67 @@ async fn idle_keep_alive_is_announced_and_closed_after_its_own_timeout() {
     println!("idle keep-alive closed {after:?} after the request (keepalive_timeout 2s)");
 }
 
+/// A kept-alive HTTP/1 connection that idles gives back hyper's buffers (it is parked
+/// 50 ms after its latest answer) and serves its next requests as before, also when
+/// the start of the next head had already arrived: the part hyper had read is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_serves_its_next_requests_after_parking() {
+    let (up, proxy) = one_upstream("keepalive_timeout = \"10s\"").await;
+    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
+    // The idle gaps are the scenario, well past the 50 ms after which a connection parks.
+    let idle = Duration::from_millis(300);
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    for request in 1..=3 {
+        let answer = tokio::time::timeout(5 * SECOND, read_answer(&mut socket))
+            .await
+            .expect("no answer on the parked connection");
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "request {request}: {answer}"
+        );
+        assert!(
+            answer.ends_with("\r\n\r\nok"),
+            "request {request}: {answer}"
+        );
+        // The next head begins before the idle time and ends after it.
+        socket.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+        tokio::time::sleep(idle).await;
+        socket.write_all(b"st: x\r\n\r\n").await.unwrap();
+    }
+    let answer = tokio::time::timeout(5 * SECOND, read_answer(&mut socket))
+        .await
+        .expect("no answer on the parked connection");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(up.count(), 4);
+}
+
+/// One answer with a `content-length` body, read off a kept-alive connection.
+async fn read_answer(socket: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = tokio::io::AsyncReadExt::read(socket, &mut buf)
+            .await
+            .unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if seen.len() >= end + 4 + length {
+                return text;
+            }
+        }
+    }
+}
+
 /// Finding 2: an HTTP/2 connection with no stream open is sent a GOAWAY and closed
 /// after `keepalive_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,11 +312,13 @@ async fn ten_thousand_idle_connections() {
         );
         figures.push(above);
     }
-    // Silent connections are within the 64 MiB target; a connection that has served a
-    // request keeps hyper's read and write buffers, so the bound for those is wider.
+    // Both are within the 64 MiB target on a quiet machine. An idle keep-alive
+    // connection gives back hyper's buffers once parked, but those that served a request
+    // within the last 50 ms still hold them, so the bound leaves room for a busy host
+    // (without parking: about 210 MiB).
     assert!(figures[0] <= 64, "silent: {} MiB above idle", figures[0]);
     assert!(
-        figures[1] <= 320,
+        figures[1] <= 96,
         "keep-alive: {} MiB above idle",
         figures[1]
     );

@@ -5,11 +5,16 @@
 //! streams it had started gets a GOAWAY. Also the accept loop's backoff when accepting
 //! fails (out of descriptors). What a request does is the service's business.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use bytes::Bytes;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
@@ -43,6 +48,12 @@ const LOCAL_ERROR_RESETS: usize = 1024;
 /// How long a connection told to close for too many cancelled streams may take to
 /// send its GOAWAY and finish what it has open before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long an HTTP/1 connection idles before it gives back hyper's read and write
+/// buffers and the room for a request in flight (about 25 KiB): ten thousand clients
+/// that keep a connection open between rare requests then cost little more than their
+/// sockets. A connection busier than this never pays for rebuilding them.
+pub const PARK_AFTER: Duration = Duration::from_millis(50);
 
 /// A connection builder for HTTP/1.1 and h2c with `limits` applied.
 pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
@@ -82,6 +93,8 @@ pub struct Tracker {
     too_many_resets: Notify,
     max_resets: u32,
     reset_window: Duration,
+    /// Set while an idle HTTP/1 connection is being parked: its socket must stay open.
+    parking: AtomicBool,
 }
 
 #[derive(Default)]
@@ -103,6 +116,7 @@ impl Tracker {
             too_many_resets: Notify::new(),
             max_resets: limits.http2_max_resets,
             reset_window: limits.http2_reset_window,
+            parking: AtomicBool::new(false),
         })
     }
 
@@ -115,6 +129,11 @@ impl Tracker {
             tracker: Arc::clone(self),
             done: false,
         }
+    }
+
+    /// When the connection was accepted.
+    pub fn accepted(&self) -> Instant {
+        self.accepted
     }
 
     fn millis_since_accept(&self) -> u64 {
@@ -162,6 +181,18 @@ impl Tracker {
     }
 }
 
+impl Tracker {
+    /// When an idle connection may give back hyper's buffers, or `None` while a
+    /// request is open or before the first one.
+    fn park_at(&self) -> Option<Instant> {
+        if self.active.load(Ordering::Relaxed) > 0 || self.started.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let ended = Duration::from_millis(self.last_end_ms.load(Ordering::Relaxed));
+        Some(self.accepted + ended + PARK_AFTER)
+    }
+}
+
 /// One request in progress on a tracked connection.
 pub struct RequestGuard {
     tracker: Arc<Tracker>,
@@ -205,25 +236,33 @@ pub enum Closed {
     TooManyResets,
     /// The listener is draining.
     Drained,
+    /// Idle, and handed back without its HTTP/1 state to wait for the next request.
+    Parked,
 }
 
 /// Runs `conn` under `limits` until it ends: closes it gracefully (HTTP/2: GOAWAY)
 /// when it idles past its deadline, when its client cancels too many streams, or when
 /// `drain` turns true; drops it if it has not finished within a second of a reset
-/// close. A connection without a first request head by its deadline is dropped.
+/// close. A connection without a first request head by its deadline is dropped. With
+/// `park`, an HTTP/1 connection idle for `PARK_AFTER` ends as [`Closed::Parked`] with
+/// its socket open (see `ParkIo`).
 pub async fn drive<C>(
-    conn: C,
+    mut conn: Pin<&mut C>,
     tracker: &Tracker,
     limits: &Limits,
-    mut drain: watch::Receiver<bool>,
+    drain: &mut watch::Receiver<bool>,
+    park: bool,
 ) -> (Closed, Result<(), C::Error>)
 where
     C: GracefulConnection,
 {
-    tokio::pin!(conn);
     // Never asleep longer than the keep-alive timeout: a request may begin and end in
     // between and move the deadline earlier.
     let first = tracker.accepted + limits.header_read_timeout.min(limits.keepalive_timeout);
+    // Parked again only after a request of its own: a head that arrives in pieces
+    // after an idle time is read by one connection, not one per piece.
+    let begun = tracker.started.load(Ordering::Relaxed);
+    let may_park = || park && tracker.started.load(Ordering::Relaxed) > begun;
     let watchdog = tokio::time::sleep_until(first);
     tokio::pin!(watchdog);
     // Pinned once, so a busy connection does not re-register them on every poll.
@@ -231,27 +270,79 @@ where
     tokio::pin!(resets);
     let drained = drain.wait_for(|stop| *stop);
     tokio::pin!(drained);
+    let sides = Sides::new();
     let mut closing: Option<Closed> = None;
+    // Whether the watchdog fires by the time an idle connection should park.
+    let mut armed = false;
     loop {
-        tokio::select! {
-            biased;
-            ended = &mut conn => return (closing.unwrap_or(Closed::ByPeer), ended),
-            _ = &mut drained, if closing.is_none() => {
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Event::Ended(ended));
+            }
+            // A request just ended: the watchdog comes back when it is time to park.
+            if !armed
+                && closing.is_none()
+                && may_park()
+                && let Some(at) = tracker.park_at()
+            {
+                watchdog.as_mut().reset(at);
+                armed = true;
+                sides.rearm();
+            }
+            // The connection wakes its task for every read and answer; the deadline,
+            // the reset signal and the drain flag are looked at only when one of them
+            // woke it.
+            let Some(waker) = sides.waker_for(cx) else {
+                return Poll::Pending;
+            };
+            let mut side = Context::from_waker(waker);
+            if closing.is_none() {
+                if drained.as_mut().poll(&mut side).is_ready() {
+                    return Poll::Ready(Event::Drained);
+                }
+                if resets.as_mut().poll(&mut side).is_ready() {
+                    return Poll::Ready(Event::TooManyResets);
+                }
+            }
+            match watchdog.as_mut().poll(&mut side) {
+                Poll::Ready(()) => Poll::Ready(Event::Watchdog),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        // Whatever happened, the next pass looks at every signal again.
+        sides.rearm();
+        match event {
+            Event::Ended(ended) => return (closing.unwrap_or(Closed::ByPeer), ended),
+            Event::Drained => {
                 closing = Some(Closed::Drained);
                 conn.as_mut().graceful_shutdown();
             }
-            () = &mut resets, if closing.is_none() => {
+            Event::TooManyResets => {
                 closing = Some(Closed::TooManyResets);
                 conn.as_mut().graceful_shutdown();
                 watchdog.as_mut().reset(Instant::now() + CLOSE_GRACE);
             }
-            () = &mut watchdog => match closing {
-                Some(Closed::Drained | Closed::Idle) => watchdog.as_mut().reset(far_future()),
+            Event::Watchdog => match closing {
+                Some(Closed::Drained | Closed::Idle | Closed::Parked) => {
+                    watchdog.as_mut().reset(far_future());
+                }
                 Some(reason) => return (reason, Ok(())),
                 None => {
+                    armed = false;
                     let now = Instant::now();
                     let next = now + limits.keepalive_timeout;
-                    match tracker.idle_deadline(limits) {
+                    let park_at = tracker.park_at().filter(|_| may_park());
+                    let idle_at = tracker.idle_deadline(limits);
+                    // hyper closes an idle connection at once; the socket stays.
+                    if park_at.is_some_and(|at| at <= now) && idle_at.is_some_and(|at| now < at) {
+                        tracker.parking.store(true, Ordering::Relaxed);
+                        closing = Some(Closed::Parked);
+                        conn.as_mut().graceful_shutdown();
+                        watchdog.as_mut().reset(far_future());
+                        continue;
+                    }
+                    match idle_at {
                         // No request head yet: nothing to finish.
                         Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == 0 => {
                             return (Closed::Idle, Ok(()));
@@ -263,7 +354,11 @@ where
                             conn.as_mut().graceful_shutdown();
                             watchdog.as_mut().reset(far_future());
                         }
-                        Some(at) => watchdog.as_mut().reset(at.min(next)),
+                        Some(at) => {
+                            armed = park_at.is_some();
+                            let at = park_at.map_or(at, |park| park.min(at));
+                            watchdog.as_mut().reset(at.min(next));
+                        }
                         // A request is open: look again once it could have become idle.
                         None => watchdog.as_mut().reset(next),
                     }
@@ -271,6 +366,200 @@ where
             },
         }
     }
+}
+
+/// What woke a connection's `drive`.
+enum Event<E> {
+    Ended(Result<(), E>),
+    Drained,
+    TooManyResets,
+    Watchdog,
+}
+
+/// The waker `drive` gives its deadline, reset signal and drain flag: it notes that one
+/// of them fired before waking the connection's task, so a task woken by its socket
+/// does not poll (and re-register) all three.
+struct Sides {
+    shared: Arc<SideFlag>,
+    waker: Waker,
+}
+
+struct SideFlag {
+    woken: AtomicBool,
+    /// The task's waker, kept from the first poll.
+    task: OnceLock<Waker>,
+}
+
+impl Wake for SideFlag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        if let Some(task) = self.task.get() {
+            task.wake_by_ref();
+        }
+    }
+}
+
+impl Sides {
+    fn new() -> Sides {
+        let shared = Arc::new(SideFlag {
+            woken: AtomicBool::new(true),
+            task: OnceLock::new(),
+        });
+        let waker = Waker::from(Arc::clone(&shared));
+        Sides { shared, waker }
+    }
+
+    /// The waker to poll the side signals with, or `None` when none of them fired since
+    /// they were last polled. A task whose waker changed (not tokio's) polls them with
+    /// its own every time.
+    fn waker_for<'a>(&'a self, cx: &'a Context<'_>) -> Option<&'a Waker> {
+        let task = self.shared.task.get_or_init(|| cx.waker().clone());
+        if !task.will_wake(cx.waker()) {
+            return Some(cx.waker());
+        }
+        self.shared
+            .woken
+            .swap(false, Ordering::Acquire)
+            .then_some(&self.waker)
+    }
+
+    fn rearm(&self) {
+        self.shared.woken.store(true, Ordering::Release);
+    }
+}
+
+/// A client socket as hyper sees it: the bytes a parked connection had already read
+/// come first, and hyper's shutdown at the end of a parked connection leaves the
+/// socket open.
+pub struct ParkIo {
+    io: TokioIo<TcpStream>,
+    prefix: Bytes,
+    tracker: Arc<Tracker>,
+}
+
+impl ParkIo {
+    /// `stream`, parked through `tracker`'s flag.
+    pub fn new(stream: TcpStream, tracker: Arc<Tracker>) -> ParkIo {
+        ParkIo {
+            io: TokioIo::new(stream),
+            prefix: Bytes::new(),
+            tracker,
+        }
+    }
+
+    /// Waits without hyper's state until the client sends more, with `unread` (what
+    /// hyper had read of it already) to come first. `None` to serve it, or why the
+    /// connection closes instead: idle past `keepalive_timeout`, or draining.
+    pub async fn parked(
+        &mut self,
+        unread: Bytes,
+        limits: &Limits,
+        drain: &mut watch::Receiver<bool>,
+    ) -> Option<Closed> {
+        let tracker = &self.tracker;
+        tracker.parking.store(false, Ordering::Relaxed);
+        // A copy: `unread` is a view of hyper's whole read buffer.
+        self.prefix = if unread.is_empty() {
+            Bytes::new()
+        } else {
+            Bytes::copy_from_slice(&unread)
+        };
+        let deadline = tracker.idle_deadline(limits)?;
+        tokio::select! {
+            biased;
+            _ = drain.wait_for(|stop| *stop) => Some(Closed::Drained),
+            ready = self.io.inner().readable() => ready.err().map(|_| Closed::ByPeer),
+            () = tokio::time::sleep_until(deadline) => Some(Closed::Idle),
+        }
+    }
+}
+
+impl hyper::rt::Read for ParkIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.prefix.is_empty() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let n = this.prefix.len().min(buf.remaining());
+        buf.put_slice(&this.prefix.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl hyper::rt::Write for ParkIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.tracker.parking.load(Ordering::Relaxed) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+/// What a new connection speaks, from its first bytes, read without taking them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sniffed {
+    /// HTTP/1: hyper's HTTP/1 connection, parked when idle.
+    Http1,
+    /// The HTTP/2 preface, or too few bytes to tell: hyper's detection decides.
+    Other,
+    /// Closed before sending anything.
+    Gone,
+}
+
+/// The HTTP/2 client preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Peeks at the first bytes of `stream` once some have arrived.
+pub async fn sniff(stream: &TcpStream) -> Sniffed {
+    let mut first = [0u8; 24];
+    match stream.peek(&mut first).await {
+        Ok(0) | Err(_) => Sniffed::Gone,
+        Ok(n) if first[..n] != H2_PREFACE[..n] => Sniffed::Http1,
+        Ok(_) => Sniffed::Other,
+    }
+}
+
+/// An HTTP/1.1 connection builder with `limits` applied, the same as [`builder`]'s.
+pub fn http1_builder(limits: &Limits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.keepalive_timeout.max(limits.header_read_timeout))
+        .keep_alive(true);
+    builder
 }
 
 fn far_future() -> Instant {

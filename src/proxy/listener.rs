@@ -15,15 +15,17 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, Version};
+use http::{HeaderName, HeaderValue, Method, Request, Response, Version};
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
-use super::connection::{self, Acceptor, Closed, Limits, Tracker};
+use super::connection::{self, Acceptor, Closed, Limits, ParkIo, Sniffed, Tracker};
 use super::idle::IdleBody;
 use super::reply::{Dialect, Reason, reply};
 use super::service::handle;
@@ -48,6 +50,9 @@ pub struct ListenerContext {
     /// Turns true when this listener must stop accepting and drain.
     pub stop: watch::Receiver<bool>,
 }
+
+/// Announced on HTTP/1 answers with the keep-alive timeout.
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// The upstream a listener serves; a reload may replace it.
 pub type Current = Arc<ArcSwap<Upstream>>;
@@ -76,7 +81,10 @@ async fn accept(
     ctx: &mut ListenerContext,
     draining: &watch::Receiver<bool>,
 ) {
-    let builder = Arc::new(connection::builder(&ctx.limits));
+    let builders = Arc::new(Builders {
+        http1: connection::http1_builder(&ctx.limits),
+        auto: connection::builder(&ctx.limits),
+    });
     // Announced so that clients retire a connection before easeoff closes it.
     let keep_alive = HeaderValue::from_str(&format!(
         "timeout={}",
@@ -109,37 +117,34 @@ async fn accept(
             service_fn(move |req: Request<Incoming>| {
                 let guard = tracker.begin();
                 let upstream = current.load_full();
-                let keep_alive = keep_alive.clone();
+                let keep_alive = keep_alive
+                    .as_ref()
+                    .filter(|_| matches!(req.version(), Version::HTTP_10 | Version::HTTP_11));
+                let keep_alive = keep_alive.cloned();
                 async move {
-                    let version = req.version();
-                    let (mut response, first) = if req.method() == Method::CONNECT {
-                        (refuse_connect(&upstream, &req), None)
+                    let mut first = None;
+                    let mut response = if req.method() == Method::CONNECT {
+                        refuse_connect(&upstream, &req)
                     } else if guard.is_refusing() {
-                        (refuse_closing(&upstream), None)
+                        refuse_closing(&upstream)
                     } else {
-                        let response = handle(Arc::clone(&upstream), req, body_idle).await;
-                        first_frame(&upstream, response, body_idle).await
+                        let mut response = handle(Arc::clone(&upstream), req, body_idle).await;
+                        first = first_frame(&upstream, &mut response, body_idle).await;
+                        response
                     };
                     guard.done();
-                    if let Some(keep_alive) = keep_alive
-                        && matches!(version, Version::HTTP_10 | Version::HTTP_11)
-                    {
-                        response.headers_mut().insert(
-                            http::header::HeaderName::from_static("keep-alive"),
-                            keep_alive,
-                        );
+                    if let Some(keep_alive) = keep_alive {
+                        response.headers_mut().insert(KEEP_ALIVE, keep_alive);
                     }
                     Ok::<_, Infallible>(response.map(|body| IdleBody::new(first, body, body_idle)))
                 }
             })
         };
-        let builder = Arc::clone(&builder);
-        let draining = draining.clone();
+        let builders = Arc::clone(&builders);
+        let mut draining = draining.clone();
         tokio::spawn(async move {
-            let connection = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            let (closed, ended) = connection::drive(connection, &tracker, &limits, draining).await;
+            let (closed, ended) =
+                serve_client(stream, service, &builders, &tracker, &limits, &mut draining).await;
             match (closed, ended) {
                 (Closed::TooManyResets, _) => {
                     tracing::debug!("client connection closed: too many cancelled streams");
@@ -149,6 +154,74 @@ async fn accept(
             }
             drop(permit);
         });
+    }
+}
+
+/// The connection builders of one listener: HTTP/1.1 alone, and with h2c detection.
+struct Builders {
+    http1: http1::Builder,
+    auto: auto::Builder<TokioExecutor>,
+}
+
+type ConnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves one client connection until it ends. HTTP/1 connections (nearly all) are
+/// hyper's HTTP/1 connection directly, parked between requests once idle; h2c and
+/// anything unclear goes through hyper's protocol detection.
+async fn serve_client<S>(
+    stream: TcpStream,
+    service: S,
+    builders: &Builders,
+    tracker: &Arc<Tracker>,
+    limits: &Limits,
+    drain: &mut watch::Receiver<bool>,
+) -> (Closed, Result<(), ConnError>)
+where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<IdleBody<ProxyBody>>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    // A silent connection is closed by the first head's deadline, as hyper's would be.
+    let first_head = tracker.accepted() + limits.header_read_timeout;
+    let sniffed = tokio::select! {
+        biased;
+        _ = drain.wait_for(|stop| *stop) => return (Closed::Drained, Ok(())),
+        sniffed = tokio::time::timeout_at(first_head, connection::sniff(&stream)) => sniffed,
+    };
+    match sniffed {
+        Err(_) => return (Closed::Idle, Ok(())),
+        Ok(Sniffed::Gone) => return (Closed::ByPeer, Ok(())),
+        Ok(Sniffed::Other) => {
+            // Boxed: the task of every connection would otherwise have room for it.
+            let connection = builders
+                .auto
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            let mut connection = Box::pin(connection);
+            return connection::drive(connection.as_mut(), tracker, limits, drain, false).await;
+        }
+        Ok(Sniffed::Http1) => {}
+    }
+    let mut io = ParkIo::new(stream, Arc::clone(tracker));
+    let mut service = service;
+    loop {
+        // Boxed so a parked connection holds none of it.
+        let mut connection = Box::pin(builders.http1.serve_connection(io, service));
+        let (closed, ended) =
+            connection::drive(connection.as_mut(), tracker, limits, drain, true).await;
+        if closed != Closed::Parked || ended.is_err() {
+            return (closed, ended.map_err(Into::into));
+        }
+        let parts = Pin::into_inner(connection).into_parts();
+        (io, service) = (parts.io, parts.service);
+        if let Some(closed) = io.parked(parts.read_buf, limits, drain).await {
+            return (closed, Ok(()));
+        }
     }
 }
 
@@ -196,49 +269,44 @@ fn local(
 
 /// Waits for the first frame of an upstream's body before the head goes out, so a body
 /// that breaks at once (an invalid chunk size) becomes a 502 and one that does not come
-/// within `idle` a 504, instead of an empty reply. Streaming answers (server-sent
-/// events, gRPC) go out at once: their first frame may be long in coming.
+/// within `idle` a 504, instead of an empty reply; `response` becomes that answer.
+/// Streaming answers (server-sent events, gRPC) go out at once: their first frame may be
+/// long in coming.
 async fn first_frame(
     upstream: &Upstream,
-    response: Response<ProxyBody>,
+    response: &mut Response<ProxyBody>,
     idle: Duration,
-) -> (Response<ProxyBody>, Option<Frame<Bytes>>) {
-    if matches!(response.body(), ProxyBody::Full { .. })
-        || response.body().is_end_stream()
-        || is_streaming(response.headers())
-    {
-        return (response, None);
+) -> Option<Frame<Bytes>> {
+    if matches!(response.body(), ProxyBody::Full { .. }) || response.body().is_end_stream() {
+        return None;
     }
-    let (parts, mut body) = response.into_parts();
-    // The frame is usually one hop away (the upstream connection's task, on this
-    // thread with per-core runtimes): a yield fetches it without arming a timer.
-    let mut polled = None;
-    for _ in 0..2 {
-        let once = std::future::poll_fn(|cx| {
-            Poll::Ready(match Pin::new(&mut body).poll_frame(cx) {
-                Poll::Ready(frame) => Some(frame),
-                Poll::Pending => None,
-            })
-        });
-        if let Some(frame) = once.await {
-            polled = Some(Ok(frame));
-            break;
+    // The frame is usually there already, or one hop away (the upstream connection's
+    // task, on this thread with per-core runtimes): a yield fetches it without arming a
+    // timer.
+    let mut polled = poll_once(response.body_mut()).await;
+    if polled.is_none() {
+        if is_streaming(response.headers()) {
+            return None;
         }
         tokio::task::yield_now().await;
+        polled = poll_once(response.body_mut()).await;
     }
     let polled = match polled {
-        Some(polled) => polled,
+        Some(polled) => Ok(polled),
         None => {
+            let body = response.body_mut();
             tokio::time::timeout(
                 idle,
-                std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)),
+                std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)),
             )
             .await
         }
     };
     let (reason, outcome, message) = match polled {
-        Ok(Some(Ok(frame))) => return (Response::from_parts(parts, body), Some(frame)),
-        Ok(None) => return (Response::from_parts(parts, body), None),
+        Ok(Some(Ok(frame))) => return Some(frame),
+        Ok(None) => return None,
+        // A streaming answer whose body broke before its first frame: the client gets
+        // the error below rather than a head and then nothing.
         Ok(Some(Err(error))) => (
             Reason::UpstreamUnavailable,
             Outcome::Error,
@@ -250,7 +318,19 @@ async fn first_frame(
             format!("the upstream sent a head and then no body for {idle:?}"),
         ),
     };
-    (local(upstream, reason, outcome, &message), None)
+    *response = local(upstream, reason, outcome, &message);
+    None
+}
+
+/// The body's next frame if it is ready now.
+async fn poll_once(body: &mut ProxyBody) -> Option<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Ready(frame) => Some(frame),
+            Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 fn is_streaming(headers: &http::HeaderMap) -> bool {
