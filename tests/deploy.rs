@@ -280,14 +280,7 @@ fn label_matchers(text: &str) -> BTreeSet<String> {
 /// Families on a live `/metrics`, by name, with their type.
 async fn exported_families() -> (BTreeMap<String, String>, String) {
     let up = upstream(|_| async { ok() }).await;
-    // With a fleet (whose Redis never answers), so its families are exported too.
-    let redis = dead_port().await;
-    let proxy = proxy_config(&format!(
-        "[fleet]\nredis = \"redis://{redis}/0\"\n\n[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
-         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
-        up.addr
-    ))
-    .await;
+    let proxy = proxy_with_absent_fleet(up.addr).await;
     let text = metrics(proxy.admin).await;
     let families = text
         .lines()

@@ -21,14 +21,7 @@ async fn readme_metric_table_matches_the_exported_families() {
     );
 
     let up = throttles_first(1, || respond(429, &[], "")).await;
-    // With a fleet (whose Redis never answers), so its families are exported too.
-    let redis = dead_port().await;
-    let proxy = proxy_config(&format!(
-        "[fleet]\nredis = \"redis://{redis}/0\"\n\n[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
-         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
-        up.addr
-    ))
-    .await;
+    let proxy = proxy_with_absent_fleet(up.addr).await;
     // One request, so label sets made on first use are exported too.
     get(&format!("http://{}/", proxy.addr)).await;
     let exported = scraped(&metrics(proxy.admin).await);

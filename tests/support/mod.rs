@@ -173,6 +173,17 @@ pub async fn proxy(target: SocketAddr, extra: &str) -> Proxy {
     proxy_config(&one_upstream(target, extra)).await
 }
 
+/// Starts easeoff with one upstream named "up" pointing at `target` and a `[fleet]`
+/// whose Redis never answers, so the fleet's metric families are exported too.
+pub async fn proxy_with_absent_fleet(target: SocketAddr) -> Proxy {
+    let redis = dead_port().await;
+    proxy_config(&format!(
+        "[fleet]\nredis = \"redis://{redis}/0\"\n\n{}",
+        one_upstream(target, "")
+    ))
+    .await
+}
+
 /// The config text of [`proxy`].
 fn one_upstream(target: SocketAddr, extra: &str) -> String {
     format!(
