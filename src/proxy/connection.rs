@@ -256,20 +256,16 @@ pub async fn drive<C>(
 where
     C: GracefulConnection,
 {
-    // Never asleep longer than the keep-alive timeout: a request may begin and end in
-    // between and move the deadline earlier.
+    // See `idle_step` for why it never sleeps past the keep-alive timeout.
     let first = tracker.accepted + limits.header_read_timeout.min(limits.keepalive_timeout);
     // Parked again only after a request of its own: a head that arrives in pieces
     // after an idle time is read by one connection, not one per piece.
     let begun = tracker.started.load(Ordering::Relaxed);
     let may_park = || park && tracker.started.load(Ordering::Relaxed) > begun;
-    let watchdog = tokio::time::sleep_until(first);
-    tokio::pin!(watchdog);
+    let mut watchdog = std::pin::pin!(tokio::time::sleep_until(first));
     // Pinned once, so a busy connection does not re-register them on every poll.
-    let resets = tracker.too_many_resets.notified();
-    tokio::pin!(resets);
-    let drained = drain.wait_for(|stop| *stop);
-    tokio::pin!(drained);
+    let mut resets = std::pin::pin!(tracker.too_many_resets.notified());
+    let mut drained = std::pin::pin!(drain.wait_for(|stop| *stop));
     let sides = Sides::new();
     let mut closing: Option<Closed> = None;
     // Whether the watchdog fires by the time an idle connection should park.
@@ -328,43 +324,64 @@ where
                     watchdog.as_mut().reset(far_future());
                 }
                 Some(reason) => return (reason, Ok(())),
-                None => {
-                    armed = false;
-                    let now = Instant::now();
-                    let next = now + limits.keepalive_timeout;
-                    let park_at = tracker.park_at().filter(|_| may_park());
-                    let idle_at = tracker.idle_deadline(limits);
-                    // hyper closes an idle connection at once; the socket stays.
-                    if park_at.is_some_and(|at| at <= now) && idle_at.is_some_and(|at| now < at) {
-                        tracker.parking.store(true, Ordering::Relaxed);
-                        closing = Some(Closed::Parked);
+                None => match idle_step(tracker, limits, may_park()) {
+                    Idle::Drop => return (Closed::Idle, Ok(())),
+                    Idle::Wait { at, park } => {
+                        armed = park;
+                        watchdog.as_mut().reset(at);
+                    }
+                    step => {
+                        armed = false;
+                        let parked = matches!(step, Idle::Park);
+                        if parked {
+                            tracker.parking.store(true, Ordering::Relaxed);
+                        }
+                        closing = Some(if parked { Closed::Parked } else { Closed::Idle });
                         conn.as_mut().graceful_shutdown();
                         watchdog.as_mut().reset(far_future());
-                        continue;
                     }
-                    match idle_at {
-                        // No request head yet: nothing to finish.
-                        Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == 0 => {
-                            return (Closed::Idle, Ok(()));
-                        }
-                        // An answer may still be streaming (a download, a gRPC
-                        // stream): it finishes, bounded by `body_idle_timeout`.
-                        Some(at) if at <= now => {
-                            closing = Some(Closed::Idle);
-                            conn.as_mut().graceful_shutdown();
-                            watchdog.as_mut().reset(far_future());
-                        }
-                        Some(at) => {
-                            armed = park_at.is_some();
-                            let at = park_at.map_or(at, |park| park.min(at));
-                            watchdog.as_mut().reset(at.min(next));
-                        }
-                        // A request is open: look again once it could have become idle.
-                        None => watchdog.as_mut().reset(next),
-                    }
-                }
+                },
             },
         }
+    }
+}
+
+/// What the watchdog finds on a connection that is not closing yet.
+enum Idle {
+    /// Idle past `PARK_AFTER` and not past its deadline: park it (hyper closes an idle
+    /// connection at once; the socket stays).
+    Park,
+    /// No request head by the deadline: nothing to finish, drop it.
+    Drop,
+    /// Idle past its deadline after requests: close it gracefully, so an answer still
+    /// streaming (a download, a gRPC stream) finishes, bounded by `body_idle_timeout`.
+    Close,
+    /// Look again at `at`; `park` when that is the time to park.
+    Wait { at: Instant, park: bool },
+}
+
+/// What to do with an open connection when its watchdog fires; never sleeps past the
+/// keep-alive timeout, so a request that begins and ends in between is seen.
+fn idle_step(tracker: &Tracker, limits: &Limits, may_park: bool) -> Idle {
+    let now = Instant::now();
+    let next = now + limits.keepalive_timeout;
+    let park_at = tracker.park_at().filter(|_| may_park);
+    let idle_at = tracker.idle_deadline(limits);
+    if park_at.is_some_and(|at| at <= now) && idle_at.is_some_and(|at| now < at) {
+        return Idle::Park;
+    }
+    match idle_at {
+        Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == 0 => Idle::Drop,
+        Some(at) if at <= now => Idle::Close,
+        Some(at) => Idle::Wait {
+            at: park_at.map_or(at, |park| park.min(at)).min(next),
+            park: park_at.is_some(),
+        },
+        // A request is open: look again once it could have become idle.
+        None => Idle::Wait {
+            at: next,
+            park: false,
+        },
     }
 }
 
