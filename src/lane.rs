@@ -25,6 +25,9 @@ use crate::shed::Spread;
 use crate::sleeper::Step;
 use crate::upstream::CappedHint;
 
+mod slow_start;
+pub use slow_start::SlowStart;
+
 /// The last throttle a lane was told of, for `/status`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LastThrottle {
@@ -54,6 +57,8 @@ pub struct Lane {
     last_throttle: Mutex<Option<LastThrottle>>,
     /// The lane's link to the fleet, with `[fleet]`.
     fleet: OnceLock<LaneLink>,
+    /// How many requests may go at once before the lane has learned anything.
+    pub(crate) start: SlowStart,
 }
 
 impl std::fmt::Debug for Lane {
@@ -80,6 +85,10 @@ impl Lane {
         // `constant` starts at its interval.
         pacer.set_interval(controller.interval(), controller.epoch());
         metrics.interval.set(controller.interval().as_secs_f64());
+        let start = SlowStart::new(clock.now());
+        if !controller.interval().is_zero() {
+            start.end();
+        }
         Lane {
             name: name.into(),
             pacer,
@@ -90,6 +99,7 @@ impl Lane {
             capped: Mutex::new(None),
             last_throttle: Mutex::new(None),
             fleet: OnceLock::new(),
+            start,
         }
     }
 

@@ -268,8 +268,21 @@ impl Control {
         if !lane.pacer.interval().is_zero() {
             self.forget_if_idle(lane, self.clock.now());
         }
+        let started = if lane.start.is_over() {
+            Duration::ZERO
+        } else if lane.pacer.interval().is_zero() {
+            lane.start.enter(&self.clock, deadline).await
+        } else {
+            lane.start.end();
+            Duration::ZERO
+        };
         let slot = match lane.pacer.acquire_with(deadline, patient).await {
-            Ok(slot) => slot,
+            Ok(slot) if started.is_zero() => slot,
+            // Counted as waiting, not as a sleep: the sleeper did not hold it.
+            Ok(slot) => Slot {
+                waited: slot.waited + started,
+                ..slot
+            },
             Err(shed) => {
                 let now = self.clock.now();
                 let spacing = lane.pacer.spacing();
@@ -520,8 +533,11 @@ impl Control {
                 let at = now.saturating_duration_since(self.origin);
                 let step = controller.on_throttle(slot.epoch, spacing, at);
                 self.apply(lane, &controller, step);
+                // After the raise, so the requests it lets go meet the new interval.
+                lane.start.answered(true, false);
             }
             Some(Verdict::Success) => {
+                lane.start.answered(false, true);
                 // Successes at interval 0 change nothing: no lock on the fast path.
                 if lane.pacer.interval().is_zero() {
                     self.metrics.invocations.inc();
@@ -532,7 +548,7 @@ impl Control {
                 let step = controller.on_success(slot.epoch, at);
                 self.apply(lane, &controller, step);
             }
-            Some(Verdict::Failure) | None => {}
+            Some(Verdict::Failure) | None => lane.start.answered(false, false),
         }
     }
 

@@ -65,9 +65,13 @@ impl WindowedCount {
         )
     }
 
-    /// The mean spacing of the events in the window, if there were any.
+    /// The mean spacing of the events in the window, if there were any. A window that
+    /// has run for less than a tenth of its span (just after start-up) counts as a tenth:
+    /// a few events in the first milliseconds are a burst, not a rate, and a spacing
+    /// taken from them would be far too short.
     pub fn spacing(&self, now_ns: u64) -> Option<Duration> {
         let (count, span) = self.count(now_ns);
+        let span = span.max(Duration::from_nanos(self.bucket_ns));
         (count > 0).then(|| span / u32::try_from(count).unwrap_or(u32::MAX))
     }
 }
@@ -105,6 +109,19 @@ mod tests {
         }
         assert_eq!(r.spacing(6000 * MS), Some(Duration::from_millis(100)));
         assert_eq!(r.spacing(60_000 * MS), None);
+    }
+
+    #[test]
+    fn a_burst_in_a_fresh_window_is_spread_over_a_tenth_of_it() {
+        let r = one_second();
+        for i in 0..8 {
+            r.add(5_000_000 + i * 1000); // 8 events within 8 µs, 5 ms after start-up
+        }
+        // Not 8 events in 5 ms (625 µs apart): a tenth of the window, 100 ms.
+        assert_eq!(
+            r.spacing(5 * MS + 10_000),
+            Some(Duration::from_micros(12_500))
+        );
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! `cubic`: TCP CUBIC (RFC 8312) in the rate domain, as the AWS SDKs' adaptive retry
 //! mode uses it, adapted to one precise pacer.
 //!
-//! A throttle remembers the rate in force (`w_max`) and multiplies the rate by `beta`.
+//! A throttle multiplies the rate by `beta` and sets the rate the curve returns to
+//! (`w_max`).
 //! Between throttles the rate follows `w_max × (1 + c × (t − k)³)`: a concave return
 //! to `w_max` that flattens out near it, then convex probing beyond it. `c` is relative
 //! (`(1 − beta) / recovery³`), so the return takes `recovery` at any scale and a 5/s
 //! table behaves like a 5000/s one. Growth depends on time, not on counted successes,
 //! so a lucky run of successes does not push the rate past the capacity faster.
 //!
-//! A throttle below the previous `w_max` lowers `w_max` further (CUBIC's fast
-//! convergence): a sidecar whose share shrank gives some of it up, so sidecars sharing
-//! one upstream converge instead of one starving. After a raise from 0, whose `w_max`
+//! Every throttle sets `w_max` halfway between the decrease and the rate in force
+//! (CUBIC's fast convergence, taken every time): a throttle comes late, once the
+//! upstream's burst is spent, so the rate in force lies above the capacity; and a
+//! sidecar whose share shrank gives some of it up, so sidecars sharing one upstream
+//! converge instead of one starving. After a raise from 0, whose `w_max`
 //! is only an estimate, the rate also doubles every `recovery / 3` until the next
 //! throttle. The time comes in as an argument.
 
@@ -31,7 +34,7 @@ const START_DOUBLINGS: f64 = 3.0;
 /// The fewest requests between the curve's return to the rate of the last throttle and
 /// the decrease before it, so probing past it costs at most about one throttle in this
 /// many at a low rate.
-const PROBE_REQUESTS: f64 = 100.0;
+const PROBE_REQUESTS: f64 = 150.0;
 
 /// The rate multiplier for a throttle with no success since the last decrease: that
 /// decrease did not reach the capacity (the start-up ramp from full speed, a capacity
@@ -55,8 +58,6 @@ pub struct Cubic {
     rate: f64,
     /// The rate the curve returns to.
     w_max: f64,
-    /// The rate at the last throttle, for fast convergence.
-    last_max: f64,
     /// Seconds from the last decrease until the curve is back at `w_max`.
     k: f64,
     /// When the last decrease happened.
@@ -86,7 +87,6 @@ impl Cubic {
             max: settings.max_interval,
             rate: 0.0,
             w_max: 0.0,
-            last_max: 0.0,
             k: 0.0,
             since: Duration::ZERO,
             succeeded: false,
@@ -107,20 +107,18 @@ impl Cubic {
     pub fn on_throttle(&mut self, start: Duration, now: Duration) -> Step {
         if self.rate == 0.0 {
             let rate = 1.0 / start.min(self.max).as_secs_f64().max(1e-9);
-            self.last_max = rate / self.beta;
-            self.w_max = self.last_max;
+            self.w_max = rate / self.beta;
             self.decrease_to(rate, now);
             self.from_start = true;
             return Step::Up;
         }
         self.from_start = false;
         let w = self.rate;
-        if w < self.last_max {
-            self.w_max = w * (1.0 + self.beta) / 2.0;
-        } else {
-            self.w_max = w;
-        }
-        self.last_max = w;
+        // A throttle comes late: the upstream's burst hides the overshoot until it is
+        // spent, so `w` lies above the capacity. Returning to `w` would throttle again
+        // on the way up; the curve returns to halfway between the decrease and `w`
+        // (CUBIC's fast convergence, taken every time), and probes past it from there.
+        self.w_max = w * (1.0 + self.beta) / 2.0;
         let factor = if self.succeeded { self.beta } else { OVERSHOOT };
         self.decrease_to(w * factor, now);
         Step::Up
@@ -166,7 +164,6 @@ impl Cubic {
         } else {
             self.rate.max(rate)
         };
-        self.last_max = self.w_max;
         self.decrease_to(rate, now);
     }
 
@@ -177,7 +174,6 @@ impl Cubic {
             return;
         }
         self.w_max /= factor;
-        self.last_max /= factor;
         self.base /= factor;
         self.set_rate(self.rate / factor);
     }
@@ -274,8 +270,8 @@ mod tests {
         c.on_success(secs(3.0));
         c.on_throttle(Duration::ZERO, secs(3.0));
         c.on_success(secs(4.0));
-        // 203.647 × (1 + 0.0125 × (1 − 2)³)
-        assert_eq!(rate(&c), 201.101);
+        // Back toward 203.647 × 0.95 = 193.465 from 183.282, reached after 1.615 s.
+        assert_eq!(rate(&c), 192.903);
     }
 
     #[test]
@@ -312,23 +308,23 @@ mod tests {
         c.on_success(secs(4.0)); // 110/s
         assert_eq!(c.on_throttle(Duration::from_secs(1), secs(4.0)), Step::Up);
         assert_eq!(rate(&c), 99.0);
-        assert!((c.w_max - 110.0).abs() < 1e-4);
-        assert!((c.k - 2.0).abs() < 1e-4);
-        c.on_success(secs(6.0));
-        assert_eq!(rate(&c), 110.0);
+        // The return is to halfway between 99 and 110 (fast convergence).
+        assert!((c.w_max - 104.5).abs() < 1e-4);
+        assert!((c.k - 1.6148).abs() < 1e-4);
+        c.on_success(secs(4.0 + c.k));
+        assert_eq!(rate(&c), 104.5);
     }
 
     #[test]
-    fn a_throttle_below_the_last_max_lowers_w_max_further() {
+    fn a_throttle_returns_halfway_so_a_late_one_does_not_throttle_again_on_the_way_up() {
         let mut c = Cubic::new(&settings());
         c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0)); // 90/s, w_max 100
         c.on_success(secs(0.0));
-        // Throttled again at 90/s, below the 100/s of the last throttle: w_max is
-        // 90 × (1 + 0.9) / 2 = 85.5, the rate 81, and the next return is to 85.5.
+        // Throttled again at 90/s: w_max is 90 × (1 + 0.9) / 2 = 85.5, the rate 81,
+        // and the next return is to 85.5.
         c.on_throttle(Duration::from_secs(1), secs(0.1));
         assert_eq!(rate(&c), 81.0);
         assert!((c.w_max - 85.5).abs() < 1e-4);
-        assert!((c.last_max - 90.0).abs() < 1e-4);
         c.on_success(secs(0.1 + c.k));
         assert_eq!(rate(&c), 85.5);
     }
