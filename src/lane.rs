@@ -433,13 +433,26 @@ impl Lanes {
         route.more = rest.iter().map(|name| self.get(name)).collect();
         if self.rule == Rule::DynamoDb && rest.is_empty() {
             route.hot = route::hot_key(first, head, body);
-            if self.has_hot_keys()
-                && let Some(lane) = route.hot.as_deref().and_then(|hot| self.find(hot))
-            {
-                route.more.push(lane);
-            }
+            self.refresh(&mut route);
         }
         route
+    }
+
+    /// Takes in the lanes answers made since `route` was taken (a hot key's lane, the
+    /// bucket the upstream named), so a retry waits in the lane that was throttled.
+    pub fn refresh(&self, route: &mut Route) {
+        if let Some(key) = route.key.as_deref()
+            && Arc::ptr_eq(&route.first, &self.default)
+            && let Some(lane) = self.learned(key)
+        {
+            route.first = lane;
+        }
+        if route.more.is_empty()
+            && self.has_hot_keys()
+            && let Some(lane) = route.hot.as_deref().and_then(|hot| self.find(hot))
+        {
+            route.more.push(lane);
+        }
     }
 
     /// Whether any hot-key lane is alive.

@@ -126,6 +126,8 @@ struct Shared {
     floor_ns: AtomicU64,
     floor_until_ns: AtomicU64,
     epoch: AtomicU64,
+    /// Nanoseconds from `origin` of the last change of `epoch`.
+    epoch_since_ns: AtomicU64,
     waiting: AtomicUsize,
     /// Nanoseconds from `origin` of the last dispatch's place in the schedule, or `NEVER`.
     last_dispatch_ns: AtomicU64,
@@ -175,6 +177,7 @@ impl Pacer {
             floor_ns: AtomicU64::new(0),
             floor_until_ns: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            epoch_since_ns: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             last_dispatch_ns: AtomicU64::new(NEVER),
             rate: WindowedCount::new(Duration::from_secs(1)),
@@ -273,6 +276,10 @@ impl Pacer {
     pub fn set_interval(&self, interval: Duration, epoch: u64) {
         let s = &*self.shared;
         s.interval_ns.store(nanos(interval), Ordering::Relaxed);
+        if s.epoch.load(Ordering::Relaxed) != epoch {
+            s.epoch_since_ns
+                .store(s.ns(s.clock.now()), Ordering::Relaxed);
+        }
         s.epoch.store(epoch, Ordering::Release);
         s.changed.notify_one();
     }
@@ -312,6 +319,19 @@ impl Pacer {
     /// The controller epoch dispatches are stamped with now.
     pub fn epoch(&self) -> u64 {
         self.shared.epoch.load(Ordering::Acquire)
+    }
+
+    /// The epoch a dispatch at `at` was in, for an attempt that held no slot here (a
+    /// lane made or named after it went): the current one, or an earlier one if the
+    /// epoch has moved since, so one burst of such attempts raises once.
+    pub fn epoch_at(&self, at: Instant) -> u64 {
+        let s = &*self.shared;
+        let epoch = s.epoch.load(Ordering::Acquire);
+        if s.ns(at) < s.epoch_since_ns.load(Ordering::Relaxed) {
+            epoch.saturating_sub(1)
+        } else {
+            epoch
+        }
     }
 
     /// The interval in force (the controller's, without floors).

@@ -576,15 +576,15 @@ impl Control {
     }
 
     /// A pass for `lane` standing in for `pass` when the answer named a lane the
-    /// attempt did not hold (the upstream's own bucket): it counts as dispatched in
-    /// that lane's current epoch.
+    /// attempt did not hold (the upstream's own bucket, a hot key's lane made after it
+    /// went): it counts as dispatched in the epoch that lane had when it went.
     pub fn pass_for(&self, lane: Arc<Lane>, pass: &Pass) -> Pass {
         if let Some(slot) = pass.slot_in(&lane) {
             let slot = *slot;
             return Pass::one(lane, slot);
         }
         let slot = Slot {
-            epoch: lane.pacer.epoch(),
+            epoch: lane.pacer.epoch_at(pass.slot().dispatched_at),
             ..*pass.slot()
         };
         Pass::one(lane, slot)

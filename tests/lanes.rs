@@ -394,3 +394,43 @@ async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
     }
     assert_eq!(sleeps(proxy.admin).await, held, "other keys did not wait");
 }
+
+#[tokio::test]
+async fn a_retry_after_a_hot_key_throttle_waits_in_the_hot_key_lane() {
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let body = String::from_utf8_lossy(&req.into_body().collect().await.unwrap().to_bytes())
+            .into_owned();
+        if body.contains("\"hot\"") {
+            respond(
+                400,
+                &[("content-type", "application/x-amz-json-1.0")],
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{"reason":"TableWriteKeyRangeThroughputExceeded","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/t"}]}"#,
+            )
+        } else {
+            respond(200, &[], "{}")
+        }
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 3\n",
+    )
+    .await;
+    let hot = r#"{"TableName":"t","Item":{"pk":{"S":"hot"}}}"#;
+    let answer = call(proxy.addr, "DynamoDB_20120810.PutItem", hot).await;
+    assert_eq!(answer.status, 400);
+    let lanes = status(proxy.admin).await["lanes"].clone();
+    let hot_lane = lanes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"].as_str().unwrap().starts_with("t:write:key="))
+        .unwrap_or_else(|| panic!("no hot-key lane in {lanes}"))
+        .clone();
+    // The first attempt made the lane; both retries took a slot in it, so each
+    // throttle came from a dispatch the lane paced (one raise per attempt, not a
+    // raise for every attempt of every request that went before the lane existed).
+    assert_eq!(hot_lane["dispatches"], 2, "{hot_lane}");
+    assert_eq!(hot_lane["throttles"]["body"], 3, "{hot_lane}");
+}

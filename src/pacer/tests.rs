@@ -184,6 +184,21 @@ async fn slots_carry_the_epoch_in_force_at_release() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_attempt_that_went_before_the_epoch_moved_is_placed_in_the_earlier_one() {
+    let pacer = pacer(Mode::Pace);
+    let before = Instant::now();
+    assert_eq!(pacer.epoch_at(before), 0);
+    tokio::time::advance(5 * MS).await;
+    pacer.set_interval(10 * MS, 1);
+    assert_eq!(pacer.epoch_at(before), 0);
+    assert_eq!(pacer.epoch_at(Instant::now()), 1);
+    // Only a new epoch moves the time: a lower interval in the same one does not.
+    tokio::time::advance(5 * MS).await;
+    pacer.set_interval(5 * MS, 1);
+    assert_eq!(pacer.epoch_at(Instant::now() - 2 * MS), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn only_requests_the_spacing_delays_count_as_held() {
     let pacer = pacer(Mode::Pace);
     pacer.set_interval(10 * MS, 1);

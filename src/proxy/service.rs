@@ -96,7 +96,7 @@ async fn serve(
         Ok(held) => held,
         Err(answer) => return answer,
     };
-    let route = upstream.lanes.route(&head, body.held());
+    let mut route = upstream.lanes.route(&head, body.held());
     let settings = &upstream.settings;
     let mut policy = Attempts::new(
         &settings.retry,
@@ -128,6 +128,7 @@ async fn serve(
         match next {
             Next::Retry { after, cause } => {
                 upstream.retried(cause);
+                upstream.lanes.refresh(&mut route);
                 if answer.is_some() {
                     kept = answer;
                 }
