@@ -15,6 +15,14 @@ fn throttled_body() -> &'static str {
     r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow down"}"#
 }
 
+/// A DynamoDB throttle whose ThrottlingReasons name `reason` on `table` (a table name
+/// or `TABLE/index/NAME`).
+fn throttling_reason(reason: &str, table: &str) -> String {
+    format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{{"reason":"{reason}","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/{table}"}}]}}"#
+    )
+}
+
 /// An upstream where table `slow` always throttles and every other table succeeds.
 async fn two_tables() -> TestUpstream {
     upstream(|req: http::Request<hyper::body::Incoming>| async move {
@@ -46,6 +54,18 @@ async fn put(addr: std::net::SocketAddr, table: &str) -> Answer {
         Bytes::from(body),
     )
     .await
+}
+
+/// Table `t`'s hot-key lane as `/status` shows it.
+async fn hot_lane(admin: std::net::SocketAddr) -> serde_json::Value {
+    let lanes = status(admin).await["lanes"].clone();
+    lanes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"].as_str().unwrap().starts_with("t:write:key="))
+        .unwrap_or_else(|| panic!("no hot-key lane in {lanes}"))
+        .clone()
 }
 
 async fn sleeps(admin: std::net::SocketAddr) -> f64 {
@@ -318,9 +338,7 @@ async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
             respond(
                 400,
                 &[("content-type", "application/x-amz-json-1.0")],
-                format!(
-                    r#"{{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{{"reason":"{reason}","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/{table}"}}]}}"#
-                ),
+                throttling_reason(reason, table),
             )
         };
         if body.contains("TransactItems") {
@@ -369,14 +387,7 @@ async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
             .status,
         400
     );
-    let lanes = status(proxy.admin).await["lanes"].clone();
-    let hot_lane = lanes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"].as_str().unwrap().starts_with("t:write:key="))
-        .unwrap_or_else(|| panic!("no hot-key lane in {lanes}"))
-        .clone();
+    let hot_lane = hot_lane(proxy.admin).await;
     assert!(
         hot_lane["interval_ms"].as_f64().unwrap() > 0.0,
         "{hot_lane}"
@@ -405,7 +416,7 @@ async fn a_retry_after_a_hot_key_throttle_waits_in_the_hot_key_lane() {
             respond(
                 400,
                 &[("content-type", "application/x-amz-json-1.0")],
-                r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{"reason":"TableWriteKeyRangeThroughputExceeded","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/t"}]}"#,
+                throttling_reason("TableWriteKeyRangeThroughputExceeded", "t"),
             )
         } else {
             respond(200, &[], "{}")
@@ -420,14 +431,7 @@ async fn a_retry_after_a_hot_key_throttle_waits_in_the_hot_key_lane() {
     let hot = r#"{"TableName":"t","Item":{"pk":{"S":"hot"}}}"#;
     let answer = call(proxy.addr, "DynamoDB_20120810.PutItem", hot).await;
     assert_eq!(answer.status, 400);
-    let lanes = status(proxy.admin).await["lanes"].clone();
-    let hot_lane = lanes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"].as_str().unwrap().starts_with("t:write:key="))
-        .unwrap_or_else(|| panic!("no hot-key lane in {lanes}"))
-        .clone();
+    let hot_lane = hot_lane(proxy.admin).await;
     // The first attempt made the lane; both retries took a slot in it, so each
     // throttle came from a dispatch the lane paced (one raise per attempt, not a
     // raise for every attempt of every request that went before the lane existed).
