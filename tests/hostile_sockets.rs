@@ -19,7 +19,7 @@ fn server(extra: &str) -> String {
 }
 
 /// An upstream answering 200 and a config file for the binary in front of it.
-async fn config_for_binary(server_keys: &str) -> (TestUpstream, std::path::PathBuf) {
+async fn config_for_binary(server_keys: &str) -> (TestUpstream, ConfigFile) {
     let up = upstream(|_| async { ok() }).await;
     let config = config_file(&format!(
         "{}\n{}",

@@ -66,6 +66,11 @@ fn discard_request(request: Request<ProxyBody>) {
 
 /// Serves one request for `upstream`; every path ends in a response. A request body
 /// held in memory may go silent for at most `body_idle`.
+///
+/// hyper moves this future (the service's, around it) on every request, so whatever
+/// only a rare path awaits (a body read to classify or keep a throttle, a signature,
+/// a retry's sleep) is boxed where it is awaited: the common path pays neither the
+/// copying of room it never uses nor an allocation.
 pub async fn handle(
     upstream: Arc<Upstream>,
     req: Request<Incoming>,
@@ -132,7 +137,7 @@ async fn serve(
                     kept = answer;
                 }
                 if !after.is_zero() {
-                    clock.sleep(after).await;
+                    Box::pin(clock.sleep(after)).await;
                 }
             }
             Next::GiveBack(_) | Next::ReadThrottle => return ctx.give_up(kept, answer),
@@ -312,7 +317,7 @@ impl<'a> Ctx<'a> {
         // Signed at dispatch: a retry minutes later needs a signature of its own.
         let mut request = request;
         if let Some(signer) = &upstream.signer
-            && let Err(error) = signer.sign(&mut request).await
+            && let Err(error) = Box::pin(signer.sign(&mut request)).await
         {
             upstream.metrics.signing_failures.inc();
             upstream.settle(&pass, None, None);
@@ -426,11 +431,8 @@ impl<'a> Ctx<'a> {
             let answer = Some(Response::from_parts(parts, body));
             return Turn::Next(next, answer, Cow::Borrowed(""));
         }
-        let Some(Some(body)) = self
-            .clock
-            .timeout_at(deadline, read_error_body_of(body))
-            .await
-        else {
+        let reading = self.clock.timeout_at(deadline, read_error_body_of(body));
+        let Some(Some(body)) = Box::pin(reading).await else {
             let message = "the upstream's throttle answer broke off";
             let reason = Reason::UpstreamUnavailable;
             return Turn::Answer(self.local(reason, Outcome::Error, message, None));
@@ -461,7 +463,8 @@ impl<'a> Ctx<'a> {
             Head::Decided(verdict) => return Ok((verdict, ProxyBody::Stream(body), None)),
             Head::NeedsBody => {}
         }
-        match self.clock.timeout_at(deadline, read_error_body(body)).await {
+        let reading = self.clock.timeout_at(deadline, read_error_body(body));
+        match Box::pin(reading).await {
             Some(Ok((body, Some(bytes)))) => Ok((
                 upstream.classifier.classify_body(status, headers, &bytes),
                 body,

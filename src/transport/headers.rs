@@ -78,6 +78,11 @@ fn remove_connection_named(headers: &mut HeaderMap) {
         }
         return;
     };
+    // `keep-alive` names only a header removed with the other hop-by-hop ones, and
+    // it is what nearly every HTTP/1.1 answer carries: nothing to parse.
+    if first.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
+        return;
+    }
     let first = first.clone();
     for token in first.to_str().unwrap_or_default().split(',') {
         let token = token.trim();
