@@ -79,86 +79,82 @@ pub async fn handle(
     let mode = upstream.settings.access_log;
     let line = access::wants(mode, &upstream.access_seen, req.method(), req.uri());
     let record = Record::default();
-    let response = serve(&upstream, req, body_idle, &record).await;
+    // One block rather than an inner async fn: a future nested in this one would be
+    // one more copy of the request, and one more move of its room, per request.
+    let response = 'served: {
+        let upstream = &upstream;
+        let clock = upstream.clock();
+        let ctx = Ctx::new(upstream, req.headers(), clock.now(), &record);
+        upstream.deposit(ctx.arrived);
+        let (mut head, body) = req.into_parts();
+        upstream.client.rewrite(&mut head);
+        let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
+            Ok(held) => held,
+            Err(answer) => break 'served answer,
+        };
+        let route = upstream.lanes.route(&head, body.held());
+        let settings = &upstream.settings;
+        let mut policy = Attempts::new(
+            &settings.retry,
+            settings
+                .queue
+                .max_wait
+                .max(ctx.patience.unwrap_or_default()),
+            template.is_some(),
+            ctx.grpc_timeout,
+        )
+        .with_client_retries(settings.preset.is_aws());
+        let mut first = Some(Request::from_parts(head, body));
+        // The latest throttle, kept for the client in case the next attempt cannot go.
+        let mut kept: Option<Response<ProxyBody>> = None;
+        loop {
+            let Some(request) = first
+                .take()
+                .or_else(|| template.as_ref().map(Template::request))
+            else {
+                break 'served ctx.give_up(kept, None);
+            };
+            let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
+            let (next, answer, message, shed) =
+                match ctx.attempt(request, wait_until, &mut policy, &route).await {
+                    Turn::Answer(response) => break 'served response,
+                    Turn::Next(next, answer, message) => (next, answer, message, None),
+                    Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
+                };
+            match next {
+                Next::Retry { after, cause } => {
+                    upstream.retried(cause);
+                    if answer.is_some() {
+                        kept = answer;
+                    }
+                    if !after.is_zero() {
+                        Box::pin(clock.sleep(after)).await;
+                    }
+                }
+                Next::GiveBack(_) | Next::ReadThrottle => break 'served ctx.give_up(kept, answer),
+                Next::Shed { retry_after } => {
+                    let mut why = shed.unwrap_or(ShedReason::Deadline);
+                    // A retry's deadline is the retry time, not the queue's.
+                    if why == ShedReason::Deadline && policy.attempts() > 1 {
+                        why = ShedReason::Budget;
+                    }
+                    break 'served ctx.shed(why, Some(retry_after));
+                }
+                Next::Unreachable { retry_after, .. } => {
+                    let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
+                    let answer = ctx.local(reason, outcome, &message, Some(retry_after));
+                    break 'served match upstream.connect_cause() {
+                        Some(cause) => with_cause(answer, &cause),
+                        None => answer,
+                    };
+                }
+            }
+        }
+    };
     if let Some(line) = line {
         access::write(upstream.name(), &line, &record, &response);
     }
     response
-}
-
-async fn serve(
-    upstream: &Arc<Upstream>,
-    req: Request<Incoming>,
-    body_idle: Duration,
-    record: &Record,
-) -> Response<ProxyBody> {
-    let clock = upstream.clock();
-    let ctx = Ctx::new(upstream, req.headers(), clock.now(), record);
-    upstream.deposit(ctx.arrived);
-    let (mut head, body) = req.into_parts();
-    upstream.client.rewrite(&mut head);
-    let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
-        Ok(held) => held,
-        Err(answer) => return answer,
-    };
-    let route = upstream.lanes.route(&head, body.held());
-    let settings = &upstream.settings;
-    let mut policy = Attempts::new(
-        &settings.retry,
-        settings
-            .queue
-            .max_wait
-            .max(ctx.patience.unwrap_or_default()),
-        template.is_some(),
-        ctx.grpc_timeout,
-    )
-    .with_client_retries(settings.preset.is_aws());
-    let mut first = Some(Request::from_parts(head, body));
-    // The latest throttle, kept for the client in case the next attempt cannot go.
-    let mut kept: Option<Response<ProxyBody>> = None;
-    loop {
-        let Some(request) = first
-            .take()
-            .or_else(|| template.as_ref().map(Template::request))
-        else {
-            return ctx.give_up(kept, None);
-        };
-        let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
-        let (next, answer, message, shed) =
-            match ctx.attempt(request, wait_until, &mut policy, &route).await {
-                Turn::Answer(response) => return response,
-                Turn::Next(next, answer, message) => (next, answer, message, None),
-                Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
-            };
-        match next {
-            Next::Retry { after, cause } => {
-                upstream.retried(cause);
-                if answer.is_some() {
-                    kept = answer;
-                }
-                if !after.is_zero() {
-                    Box::pin(clock.sleep(after)).await;
-                }
-            }
-            Next::GiveBack(_) | Next::ReadThrottle => return ctx.give_up(kept, answer),
-            Next::Shed { retry_after } => {
-                let mut why = shed.unwrap_or(ShedReason::Deadline);
-                // A retry's deadline is the retry time, not the queue's.
-                if why == ShedReason::Deadline && policy.attempts() > 1 {
-                    why = ShedReason::Budget;
-                }
-                return ctx.shed(why, Some(retry_after));
-            }
-            Next::Unreachable { retry_after, .. } => {
-                let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
-                let answer = ctx.local(reason, outcome, &message, Some(retry_after));
-                return match upstream.connect_cause() {
-                    Some(cause) => with_cause(answer, &cause),
-                    None => answer,
-                };
-            }
-        }
-    }
 }
 
 /// What one attempt left to do: the request's answer, or the policy's decision with
