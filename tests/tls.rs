@@ -157,7 +157,9 @@ async fn each_tls_failure_is_answered_at_once_with_its_cause() {
     let plain = upstream(|_| async { ok() }).await;
     let dead = dead_port().await;
 
-    let dir = config_file("").parent().unwrap().to_path_buf();
+    // Kept to the end: its directory (with the files written below) goes with it.
+    let scratch = config_file("");
+    let dir = scratch.parent().unwrap().to_path_buf();
     let ca = write(&dir, "ca.pem", &pki.ca_pem);
     let cert = write(&dir, "client.pem", &client.cert);
     let key = write(&dir, "client.key", &client.key);
@@ -281,7 +283,9 @@ async fn each_tls_failure_is_answered_at_once_with_its_cause() {
 fn check_and_run_refuse_a_client_identity_that_cannot_work_with_exit_2() {
     let pki = Pki::new();
     let (one, two) = (pki.leaf("a", false), pki.leaf("b", false));
-    let dir = config_file("").parent().unwrap().to_path_buf();
+    // Kept to the end: its directory (with the files written below) goes with it.
+    let scratch = config_file("");
+    let dir = scratch.parent().unwrap().to_path_buf();
     let cert = write(&dir, "a.pem", &one.cert);
     let wrong_key = write(&dir, "b.key", &two.key);
     let no_key = write(&dir, "empty.key", "");

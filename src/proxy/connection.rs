@@ -485,6 +485,9 @@ impl ParkIo {
         } else {
             Bytes::copy_from_slice(&unread)
         };
+        // Even empty, the view keeps that whole buffer (8 KiB or more) alive: let it go
+        // now, not when the wait below ends.
+        drop(unread);
         let deadline = tracker.idle_deadline(limits)?;
         tokio::select! {
             biased;

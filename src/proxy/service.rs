@@ -66,6 +66,11 @@ fn discard_request(request: Request<ProxyBody>) {
 
 /// Serves one request for `upstream`; every path ends in a response. A request body
 /// held in memory may go silent for at most `body_idle`.
+///
+/// hyper moves this future (the service's, around it) on every request, so whatever
+/// only a rare path awaits (a body read to classify or keep a throttle, a signature,
+/// a retry's sleep) is boxed where it is awaited: the common path pays neither the
+/// copying of room it never uses nor an allocation.
 pub async fn handle(
     upstream: Arc<Upstream>,
     req: Request<Incoming>,
@@ -74,87 +79,81 @@ pub async fn handle(
     let mode = upstream.settings.access_log;
     let line = access::wants(mode, &upstream.access_seen, req.method(), req.uri());
     let record = Record::default();
-    let response = serve(&upstream, req, body_idle, &record).await;
+    // One block rather than an inner async fn: a future nested in this one would be
+    // one more copy of the request, and one more move of its room, per request.
+    let response = 'served: {
+        let upstream = &upstream;
+        let clock = upstream.clock();
+        let ctx = Ctx::new(upstream, req.headers(), clock.now(), &record);
+        upstream.deposit(ctx.arrived);
+        let (mut head, body) = req.into_parts();
+        upstream.client.rewrite(&mut head);
+        let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
+            Ok(held) => held,
+            Err(answer) => break 'served answer,
+        };
+        let mut route = upstream.lanes.route(&head, body.held());
+        let settings = &upstream.settings;
+        let mut policy = Attempts::new(
+            &settings.retry,
+            settings
+                .queue
+                .max_wait
+                .max(ctx.patience.unwrap_or_default()),
+            template.is_some(),
+            ctx.grpc_timeout,
+        )
+        .with_client_retries(settings.preset.is_aws());
+        let mut first = Some(Request::from_parts(head, body));
+        // The latest throttle, kept for the client in case the next attempt cannot go.
+        let mut kept: Option<Response<ProxyBody>> = None;
+        loop {
+            let Some(request) = first
+                .take()
+                .or_else(|| template.as_ref().map(Template::request))
+            else {
+                break 'served ctx.give_up(kept, None);
+            };
+            let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
+            let (next, answer, message, shed) =
+                match ctx.attempt(request, wait_until, &mut policy, &route).await {
+                    Turn::Answer(response) => break 'served response,
+                    Turn::Next(next, answer, message) => (next, answer, message, None),
+                    Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
+                };
+            let Next::Retry { after, cause } = next else {
+                let ending = Ending {
+                    kept,
+                    answer,
+                    message,
+                    shed,
+                };
+                break 'served ctx.conclude(next, ending, policy.attempts());
+            };
+            upstream.retried(cause);
+            upstream.lanes.refresh(&mut route);
+            if answer.is_some() {
+                kept = answer;
+            }
+            if !after.is_zero() {
+                Box::pin(clock.sleep(after)).await;
+            }
+        }
+    };
     if let Some(line) = line {
         access::write(upstream.name(), &line, &record, &response);
     }
     response
 }
 
-async fn serve(
-    upstream: &Arc<Upstream>,
-    req: Request<Incoming>,
-    body_idle: Duration,
-    record: &Record,
-) -> Response<ProxyBody> {
-    let clock = upstream.clock();
-    let ctx = Ctx::new(upstream, req.headers(), clock.now(), record);
-    upstream.deposit(ctx.arrived);
-    let (mut head, body) = req.into_parts();
-    upstream.client.rewrite(&mut head);
-    let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
-        Ok(held) => held,
-        Err(answer) => return answer,
-    };
-    let mut route = upstream.lanes.route(&head, body.held());
-    let settings = &upstream.settings;
-    let mut policy = Attempts::new(
-        &settings.retry,
-        settings
-            .queue
-            .max_wait
-            .max(ctx.patience.unwrap_or_default()),
-        template.is_some(),
-        ctx.grpc_timeout,
-    )
-    .with_client_retries(settings.preset.is_aws());
-    let mut first = Some(Request::from_parts(head, body));
-    // The latest throttle, kept for the client in case the next attempt cannot go.
-    let mut kept: Option<Response<ProxyBody>> = None;
-    loop {
-        let Some(request) = first
-            .take()
-            .or_else(|| template.as_ref().map(Template::request))
-        else {
-            return ctx.give_up(kept, None);
-        };
-        let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
-        let (next, answer, message, shed) =
-            match ctx.attempt(request, wait_until, &mut policy, &route).await {
-                Turn::Answer(response) => return response,
-                Turn::Next(next, answer, message) => (next, answer, message, None),
-                Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
-            };
-        match next {
-            Next::Retry { after, cause } => {
-                upstream.retried(cause);
-                upstream.lanes.refresh(&mut route);
-                if answer.is_some() {
-                    kept = answer;
-                }
-                if !after.is_zero() {
-                    clock.sleep(after).await;
-                }
-            }
-            Next::GiveBack(_) | Next::ReadThrottle => return ctx.give_up(kept, answer),
-            Next::Shed { retry_after } => {
-                let mut why = shed.unwrap_or(ShedReason::Deadline);
-                // A retry's deadline is the retry time, not the queue's.
-                if why == ShedReason::Deadline && policy.attempts() > 1 {
-                    why = ShedReason::Budget;
-                }
-                return ctx.shed(why, Some(retry_after));
-            }
-            Next::Unreachable { retry_after, .. } => {
-                let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
-                let answer = ctx.local(reason, outcome, &message, Some(retry_after));
-                return match upstream.connect_cause() {
-                    Some(cause) => with_cause(answer, &cause),
-                    None => answer,
-                };
-            }
-        }
-    }
+/// What a request that ends without an upstream answer of its own has to go on: the
+/// latest throttle kept for the client, the last attempt's answer, the words for the
+/// client and why the last slot was refused, if it was.
+struct Ending {
+    kept: Option<Response<ProxyBody>>,
+    answer: Option<Response<ProxyBody>>,
+    message: Cow<'static, str>,
+    shed: Option<ShedReason>,
 }
 
 /// What one attempt left to do: the request's answer, or the policy's decision with
@@ -313,7 +312,7 @@ impl<'a> Ctx<'a> {
         // Signed at dispatch: a retry minutes later needs a signature of its own.
         let mut request = request;
         if let Some(signer) = &upstream.signer
-            && let Err(error) = signer.sign(&mut request).await
+            && let Err(error) = Box::pin(signer.sign(&mut request)).await
         {
             upstream.metrics.signing_failures.inc();
             upstream.settle(&pass, None, None);
@@ -427,11 +426,8 @@ impl<'a> Ctx<'a> {
             let answer = Some(Response::from_parts(parts, body));
             return Turn::Next(next, answer, Cow::Borrowed(""));
         }
-        let Some(Some(body)) = self
-            .clock
-            .timeout_at(deadline, read_error_body_of(body))
-            .await
-        else {
+        let reading = self.clock.timeout_at(deadline, read_error_body_of(body));
+        let Some(Some(body)) = Box::pin(reading).await else {
             let message = "the upstream's throttle answer broke off";
             let reason = Reason::UpstreamUnavailable;
             return Turn::Answer(self.local(reason, Outcome::Error, message, None));
@@ -462,7 +458,8 @@ impl<'a> Ctx<'a> {
             Head::Decided(verdict) => return Ok((verdict, ProxyBody::Stream(body), None)),
             Head::NeedsBody => {}
         }
-        match self.clock.timeout_at(deadline, read_error_body(body)).await {
+        let reading = self.clock.timeout_at(deadline, read_error_body(body));
+        match Box::pin(reading).await {
             Some(Ok((body, Some(bytes)))) => Ok((
                 upstream.classifier.classify_body(status, headers, &bytes),
                 body,
@@ -520,6 +517,32 @@ impl<'a> Ctx<'a> {
         });
         self.count(Outcome::Throttled);
         answer
+    }
+
+    /// The answer for a decision that ends the request: the throttle given back, a
+    /// shed, or the upstream unreachable; `attempts` so far.
+    fn conclude(&self, next: Next, ending: Ending, attempts: u32) -> Response<ProxyBody> {
+        match next {
+            Next::Shed { retry_after } => {
+                let mut why = ending.shed.unwrap_or(ShedReason::Deadline);
+                // A retry's deadline is the retry time, not the queue's.
+                if why == ShedReason::Deadline && attempts > 1 {
+                    why = ShedReason::Budget;
+                }
+                self.shed(why, Some(retry_after))
+            }
+            Next::Unreachable { retry_after, .. } => {
+                let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
+                let answer = self.local(reason, outcome, &ending.message, Some(retry_after));
+                match self.upstream.connect_cause() {
+                    Some(cause) => with_cause(answer, &cause),
+                    None => answer,
+                }
+            }
+            Next::Retry { .. } | Next::GiveBack(_) | Next::ReadThrottle => {
+                self.give_up(ending.kept, ending.answer)
+            }
+        }
     }
 
     /// A shed answer, counted by its reason.

@@ -27,7 +27,8 @@ pub enum ProxyBody {
     /// easeoff's own reply.
     Full {
         data: Option<Bytes>,
-        trailers: Option<HeaderMap>,
+        /// Boxed: rare, and every request and answer is moved about with room for it.
+        trailers: Option<Box<HeaderMap>>,
     },
     /// The part read before deciding, then the rest of the stream.
     Prefixed {
@@ -86,7 +87,7 @@ impl Body for ProxyBody {
             ProxyBody::Full { data, trailers } => Poll::Ready(
                 data.take()
                     .map(Frame::data)
-                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .or_else(|| trailers.take().map(|t| Frame::trailers(*t)))
                     .map(Ok),
             ),
             ProxyBody::Prefixed { prefix, rest } => match prefix.take() {
@@ -182,7 +183,7 @@ pub async fn read_up_to(
                     });
                 }
             }
-            Err(frame) => trailers = frame.into_trailers().ok(),
+            Err(frame) => trailers = frame.into_trailers().ok().map(Box::new),
         }
     }
     let data = data.freeze();

@@ -136,8 +136,9 @@ impl Drop for Process {
     }
 }
 
-/// A config file in a fresh temporary directory.
-pub fn config_file(text: &str) -> PathBuf {
+/// A config file in a fresh temporary directory, removed with everything in it when
+/// dropped (declare it before the [`Process`] that reads it, so the process goes first).
+pub fn config_file(text: &str) -> ConfigFile {
     let dir = std::env::temp_dir().join(format!(
         "easeoff-lifecycle-{}-{}",
         std::process::id(),
@@ -146,7 +147,41 @@ pub fn config_file(text: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("easeoff.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    ConfigFile { path }
+}
+
+/// The path of a config file written by [`config_file`]; its directory goes when this
+/// is dropped, so test runs leave nothing in the temporary directory.
+pub struct ConfigFile {
+    path: PathBuf,
+}
+
+impl std::ops::Deref for ConfigFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for ConfigFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for ConfigFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
