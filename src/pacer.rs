@@ -1,8 +1,8 @@
 //! Spacing of one upstream's dispatches: the fast path, the bounded FIFO queue,
 //! deadlines and shedding, pauses and rate-limit floors.
 //!
-//! `pace` mode: dispatches are spaced at least the current interval apart, first come
-//! first served. One release task per upstream owns the queue; the head waiter is
+//! `pace` mode: dispatches are spaced at least the current interval apart, counted
+//! from each actual release, first come first served. One release task per upstream owns the queue; the head waiter is
 //! released against the interval in force at release, so a raise slows the waiting
 //! queue at once. A request whose slot lies beyond its deadline is answered with
 //! [`Shed`] as soon as that is known: on arrival, or when a raise or pause pushes its
