@@ -12,8 +12,9 @@
 # .ci/run installs it.
 # Needs the e2e venv with boto3 (EASEOFF_E2E_VENV, else ~/.cache/easeoff-e2e) and a
 # built target/debug/easeoff (EASEOFF_BIN overrides).
-# MOCK_BURST sets the mock's bucket size (its default at 5/s is 1: then a dispatch
-# that comes a fraction of a millisecond early, as timers allow, is throttled).
+# MOCK_BURST sets the mock's bucket size (its default at 5/s is 1: then a request
+# that reaches it a fraction of a millisecond early, as the way there varies, is
+# throttled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh

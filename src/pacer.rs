@@ -1,8 +1,8 @@
 //! Spacing of one upstream's dispatches: the fast path, the bounded FIFO queue,
 //! deadlines and shedding, pauses and rate-limit floors.
 //!
-//! `pace` mode: dispatches are spaced at least the current interval apart, first come
-//! first served. One release task per upstream owns the queue; the head waiter is
+//! `pace` mode: dispatches are spaced at least the current interval apart, counted
+//! from each actual release, first come first served. One release task per upstream owns the queue; the head waiter is
 //! released against the interval in force at release, so a raise slows the waiting
 //! queue at once. A request whose slot lies beyond its deadline is answered with
 //! [`Shed`] as soon as that is known: on arrival, or when a raise or pause pushes its
@@ -129,7 +129,7 @@ struct Shared {
     /// Nanoseconds from `origin` of the last change of `epoch`.
     epoch_since_ns: AtomicU64,
     waiting: AtomicUsize,
-    /// Nanoseconds from `origin` of the last dispatch's place in the schedule, or `NEVER`.
+    /// Nanoseconds from `origin` of the last dispatch, or `NEVER`.
     last_dispatch_ns: AtomicU64,
     /// Dispatches over the last second.
     rate: WindowedCount,
@@ -146,11 +146,6 @@ struct Shared {
 
 /// `last_dispatch_ns` before the first dispatch.
 const NEVER: u64 = u64::MAX;
-
-/// tokio's timer fires on millisecond ticks, up to a tick after the deadline. A waiter
-/// released that late keeps its scheduled place, so the lateness does not add up over
-/// a queue (a 20 ms interval would otherwise run at 21 ms).
-const TIMER_TICK: Duration = Duration::from_millis(1);
 
 struct Waiter {
     arrived: Instant,
@@ -212,7 +207,7 @@ impl Pacer {
             && s.floor_until_ns.load(Ordering::Relaxed) == 0
             && s.waiting.load(Ordering::Relaxed) == 0
         {
-            return Ok(s.dispatch_now(now));
+            return Ok(s.dispatch(now, now, now));
         }
         let deadline_in = deadline;
         let deadline = s.limit(deadline);
@@ -367,7 +362,7 @@ impl Pacer {
         self.shared.waiting.load(Ordering::Relaxed)
     }
 
-    /// The last dispatch's place in the schedule, or when the pacer was made.
+    /// When the last dispatch went, or when the pacer was made.
     pub fn last_active(&self) -> Instant {
         let s = &*self.shared;
         match s.last_dispatch_ns.load(Ordering::Relaxed) {
@@ -438,31 +433,15 @@ impl Shared {
         Ok(WaitingGuard(&self.waiting))
     }
 
-    /// Releases a request that waited for nothing: `dispatch(now, now, now)` with the
-    /// clock read and converted once (the fast path; see benches/hot_path.rs).
-    fn dispatch_now(&self, now: Instant) -> Slot {
+    /// Releases a request that arrived at `arrived` and was due at `scheduled`.
+    fn dispatch(&self, now: Instant, arrived: Instant, scheduled: Instant) -> Slot {
+        // The next slot counts from this release, not from where it was due: a release
+        // a timer let go late must not let the next one go less than the spacing after
+        // it. An upstream's token bucket at the paced rate throttles such a pair; the
+        // cost is that each late wake-up (tens of microseconds) slows the rate as much.
         let ns = self.ns(now);
         self.last_dispatch_ns.store(ns, Ordering::Relaxed);
         self.rate.add(ns);
-        Slot {
-            epoch: self.epoch.load(Ordering::Acquire),
-            dispatched_at: now,
-            waited: Duration::ZERO,
-            held: false,
-            interval: Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed)),
-        }
-    }
-
-    /// Releases a request that arrived at `arrived` and was due at `scheduled`.
-    fn dispatch(&self, now: Instant, arrived: Instant, scheduled: Instant) -> Slot {
-        let place = if arrived <= scheduled {
-            scheduled.max(now.checked_sub(TIMER_TICK).unwrap_or(now))
-        } else {
-            now
-        };
-        self.last_dispatch_ns
-            .store(self.ns(place), Ordering::Relaxed);
-        self.rate.add(self.ns(now));
         Slot {
             epoch: self.epoch.load(Ordering::Acquire),
             dispatched_at: now,

@@ -1,19 +1,33 @@
 //! Sleeps that end on time. tokio's timer fires on millisecond ticks, up to a tick
 //! and a bit late, so a pacer at 5 ms would be spaced 5–6.5 ms apart and run slow. On
 //! Linux a timerfd registered with the reactor wakes it within tens of microseconds.
-//! tokio's own sleep always runs alongside: it is the fallback where a timerfd cannot
-//! be had (other systems) and it is what tokio's paused time (the tests) advances. On
-//! a manual clock (`easeoff simulate`) the clock's own sleep is the only timer.
+//! The pacer never lets a release catch up on a late one (the next slot counts from
+//! the actual release), so those microseconds would still slow it: the timerfd is
+//! armed early by about as much as its wake-ups have lately come late, and the last
+//! few microseconds are waited out by yielding. tokio's own sleep always runs
+//! alongside: it is the fallback where a timerfd cannot be had (other systems) and it
+//! is what tokio's paused time (the tests) advances. On a manual clock (`easeoff
+//! simulate`) the clock's own sleep is the only timer.
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+
+/// The most the timerfd is armed early. A wake-up later than this is a stall of the
+/// host, not the timer's habit; the spin after an early wake-up stays this short.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const MAX_LEAD: Duration = Duration::from_micros(300);
 
 /// The release task's timer; one per pacer, reused for every wait.
 pub struct PreciseSleep {
     clock: Clock,
     #[cfg(target_os = "linux")]
     fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    /// How early the timerfd is armed: about how late it has lately woken.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    lead: Duration,
 }
 
 impl PreciseSleep {
@@ -26,10 +40,11 @@ impl PreciseSleep {
             #[cfg(target_os = "linux")]
             fd: clock.is_tokio().then(linux::timer_fd).flatten(),
             clock,
+            lead: Duration::ZERO,
         }
     }
 
-    /// Returns at `at` on its clock, or very soon after.
+    /// Returns at `at` on its clock, or very soon after; never before.
     pub async fn until(&mut self, at: Instant) {
         #[cfg(target_os = "linux")]
         if let Some(fd) = &self.fd {
@@ -37,7 +52,12 @@ impl PreciseSleep {
             if left.is_zero() {
                 return;
             }
-            if linux::arm(fd.get_ref(), left).is_ok() {
+            let early = left.saturating_sub(self.lead);
+            if early.is_zero() {
+                return self.spin_until(at).await;
+            }
+            let armed = at.checked_sub(self.lead).unwrap_or(at);
+            if linux::arm(fd.get_ref(), early).is_ok() {
                 let sleep = tokio::time::sleep_until(at);
                 tokio::pin!(sleep);
                 loop {
@@ -47,10 +67,12 @@ impl PreciseSleep {
                             let Ok(mut guard) = ready else { break };
                             let fired = linux::expired(guard.get_inner());
                             guard.clear_ready();
+                            let now = self.clock.now();
                             // A paused clock can lag the real one the timerfd follows:
                             // then only tokio's sleep may end the wait.
-                            if fired && self.clock.now() >= at {
-                                return;
+                            if fired && now >= armed {
+                                self.lead = next_lead(self.lead, now - armed);
+                                return self.spin_until(at).await;
                             }
                         }
                     }
@@ -59,6 +81,30 @@ impl PreciseSleep {
         }
         self.clock.sleep_until(at).await;
     }
+
+    /// Waits out the last stretch before `at`, at most [`MAX_LEAD`], by yielding:
+    /// shorter than any timer. Bounded by the real clock, so a paused one (which only
+    /// moves while every task waits) ends it in its own sleep instead.
+    #[cfg(target_os = "linux")]
+    async fn spin_until(&self, at: Instant) {
+        let give_up = std::time::Instant::now() + MAX_LEAD;
+        while self.clock.now() < at {
+            if std::time::Instant::now() >= give_up {
+                return self.clock.sleep_until(at).await;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// The lead after a wake-up `late` past the time the timerfd was armed for: an
+/// average that follows the timer's habit over the last few dozen wake-ups. A
+/// lateness past [`MAX_LEAD`] counts as `MAX_LEAD`, so a stall of the host does not
+/// make it spin.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn next_lead(lead: Duration, late: Duration) -> Duration {
+    let late = late.min(MAX_LEAD);
+    (lead * 15 + late) / 16
 }
 
 #[cfg(target_os = "linux")]
@@ -117,7 +163,29 @@ mod linux {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn the_lead_follows_how_late_the_timer_wakes() {
+        let mut lead = Duration::ZERO;
+        for _ in 0..200 {
+            lead = next_lead(lead, 60 * US);
+        }
+        assert!(lead > 59 * US && lead <= 60 * US, "{lead:?}");
+        // A wake-up 16 µs less late than the lead moves it a sixteenth of that.
+        assert_eq!(next_lead(64 * US, 48 * US), 63 * US);
+    }
+
+    #[test]
+    fn a_stalled_wake_up_counts_only_up_to_the_most_lead() {
+        let mut lead = Duration::ZERO;
+        for _ in 0..200 {
+            lead = next_lead(lead, Duration::from_millis(50));
+        }
+        assert!(lead <= MAX_LEAD, "{lead:?}");
+        assert_eq!(next_lead(MAX_LEAD, Duration::from_secs(1)), MAX_LEAD);
+    }
 
     // How soon after the deadline it wakes is a matter for the pacing benchmark
     // (`bench/pacing.sh`); a test can only hold it to never waking early.

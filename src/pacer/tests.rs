@@ -78,6 +78,31 @@ async fn dispatches_are_spaced_by_the_interval_in_arrival_order() {
     );
 }
 
+/// A timer that wakes the release task late lets that release go late, and the next
+/// one still waits the whole interval after it: two dispatches closer than the
+/// interval would be throttled by an upstream's token bucket at the paced rate.
+#[test]
+fn a_late_release_keeps_the_next_a_whole_interval_after_it() {
+    let (clock, manual) = Clock::manual(std::time::SystemTime::UNIX_EPOCH);
+    let runtime = manual.runtime().unwrap();
+    runtime.block_on(async {
+        let pacer = Pacer::with_clock(Mode::Pace, OPEN, clock);
+        pacer.set_interval(100 * MS, 1);
+        let (t0, grants) = (manual.now(), Grants::default());
+        let mut handles = Vec::new();
+        for i in 0..3 {
+            handles.push(start(&pacer, i, t0, &grants).await);
+        }
+        // The release task sleeps toward 100 ms and is woken 3 ms after it.
+        manual.advance(103 * MS);
+        finish(handles).await;
+        assert_eq!(
+            grants_of(&grants),
+            [(0, Duration::ZERO), (1, 103 * MS), (2, 203 * MS)]
+        );
+    });
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_raise_slows_the_waiting_queue_at_once() {
     let pacer = pacer(Mode::Pace);
