@@ -35,12 +35,14 @@ const SDK_BACKOFF_BASE: Duration = Duration::from_secs(1);
 const SDK_BACKOFF_MAX: Duration = Duration::from_secs(20);
 
 /// How long a request from an AWS SDK may wait for its slot instead of being shed:
-/// as long as its SDK may wait before its next attempt after a shed (its throttling
-/// backoff for this attempt, up to 1 s doubling per attempt and at most 20 s, plus
-/// the 5 s of a hint it honours). `None` when the request does not say which attempt
-/// it is (`amz-sdk-request: attempt=N`), so it may not come from an SDK, or when its
-/// SDK makes one attempt only (`max=1`): retries off, it asked to hear of a
-/// throttle at once.
+/// as long as its SDK would go on retrying after a shed, at most 25 s. Each retry
+/// left waits its throttling backoff (1 s doubling per attempt, at most 20 s) plus
+/// the 5 s of a hint it honours; without `max`, only this attempt's wait counts. The
+/// last attempt (`attempt=max`) gets the 25 s: a shed there is the call's failure,
+/// with no later attempt to come back in. `None` when the request does not say which attempt it is
+/// (`amz-sdk-request: attempt=N`), so it may not come from an SDK, or when its SDK
+/// makes one attempt only (`max=1`): retries off, it asked to hear of a throttle at
+/// once.
 pub fn sdk_patience(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(SDK_REQUEST_HEADER)?.to_str().ok()?;
     let field = |name: &str| -> Option<u32> {
@@ -50,14 +52,32 @@ pub fn sdk_patience(headers: &HeaderMap) -> Option<Duration> {
         value.trim().parse().ok()
     };
     let attempt = field("attempt").filter(|n| *n >= 1)?;
-    if field("max") == Some(1) {
+    let max = field("max");
+    if max == Some(1) {
         return None;
     }
+    let most = SDK_BACKOFF_MAX + SDK_HINT_CAP;
+    let Some(max) = max else {
+        return Some(retry_wait(attempt));
+    };
+    if attempt >= max {
+        return Some(most);
+    }
+    // Every retry the SDK has left would wait about this long anyway.
+    let left = (attempt..max)
+        .map(retry_wait)
+        .fold(Duration::ZERO, |a, b| a + b);
+    Some(left.min(most))
+}
+
+/// How long an SDK waits after a shed of attempt `attempt`: its throttling backoff
+/// (1 s doubling per attempt, at most 20 s) plus the 5 s of a hint it honours.
+fn retry_wait(attempt: u32) -> Duration {
     let doubled = 1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX);
-    let backoff = SDK_BACKOFF_BASE
+    SDK_BACKOFF_BASE
         .saturating_mul(doubled)
-        .min(SDK_BACKOFF_MAX);
-    Some(backoff + SDK_HINT_CAP)
+        .min(SDK_BACKOFF_MAX)
+        + SDK_HINT_CAP
 }
 
 /// One upstream's shed places.
@@ -138,15 +158,18 @@ mod tests {
     #[test]
     fn an_sdk_is_worth_holding_for_its_backoff_and_the_hint_it_honours() {
         let patience = |value| sdk_patience(&sdk_request(value));
-        assert_eq!(patience("attempt=1; max=3"), Some(Duration::from_secs(6)));
+        // The waits of every retry left: 1 + 5 s and 2 + 5 s.
+        assert_eq!(patience("attempt=1; max=3"), Some(Duration::from_secs(13)));
         assert_eq!(patience("attempt=2; max=3"), Some(Duration::from_secs(7)));
-        assert_eq!(patience("attempt=3; max=3"), Some(Duration::from_secs(9)));
-        // botocore puts a ttl first on some services.
+        assert_eq!(patience("attempt=3; max=4"), Some(Duration::from_secs(9)));
+        // The last attempt: a shed would end the call.
+        assert_eq!(patience("attempt=3; max=3"), Some(Duration::from_secs(25)));
+        // botocore puts a ttl first on some services; 7 + 9 + 13 s is capped at 25.
         assert_eq!(
             patience("ttl=20261124T010203Z; attempt=2; max=5"),
-            Some(Duration::from_secs(7))
+            Some(Duration::from_secs(25))
         );
-        // The backoff stops doubling at 20 s.
+        // Without `max`, this attempt's wait; the backoff stops doubling at 20 s.
         assert_eq!(patience("attempt=5"), Some(Duration::from_secs(21)));
         assert_eq!(patience("attempt=6"), Some(Duration::from_secs(25)));
         assert_eq!(patience("attempt=40"), Some(Duration::from_secs(25)));
