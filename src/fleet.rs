@@ -38,9 +38,10 @@ use store::{Answer, Report, Store};
 
 /// Syncs that fail in a row before the lanes go on alone.
 const FAILURES_TO_LOCAL: u32 = 2;
-/// The longest wait between reconnection attempts: short, so a member is back in the
-/// fleet within seconds of Redis returning.
-const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(3);
+/// The longest wait between reconnection attempts (before gRPC's ±20 % jitter): not
+/// gRPC's 120 s, so a member is back in the fleet within 5 s of Redis returning (at
+/// most 2.4 s to the next attempt, then one connect and one sync).
+const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(2);
 /// A raise within this many sync intervals of the last one belongs to the same
 /// fleet-wide burst: the others take a raise at their next sync, one interval later at
 /// most, and the throttles their old rate caused take a round trip more to come back.
@@ -302,12 +303,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             return;
         }
     };
-    let mut backoff = ConnectBackoff::new(&ConnectBackoffSettings {
-        initial: settings.sync_interval,
-        max: MAX_RECONNECT_WAIT,
-        min_connect_timeout: settings.sync_interval * 4,
-        ..ConnectBackoffSettings::default()
-    });
+    let mut backoff = ConnectBackoff::new(&reconnect_backoff(settings.sync_interval));
     let mut rng = fastrand::Rng::new();
     let mut tick = tokio::time::interval(settings.sync_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -382,6 +378,17 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     }
     inner.connected.store(false, Ordering::Relaxed);
     metrics.connected.set(0);
+}
+
+/// gRPC's backoff between attempts to reach Redis, from one `sync_interval` up to
+/// [`MAX_RECONNECT_WAIT`].
+fn reconnect_backoff(sync_interval: Duration) -> ConnectBackoffSettings {
+    ConnectBackoffSettings {
+        initial: sync_interval,
+        max: MAX_RECONNECT_WAIT,
+        min_connect_timeout: sync_interval * 4,
+        ..ConnectBackoffSettings::default()
+    }
 }
 
 /// The lanes still linked; the ones whose link was dropped are taken out of the
@@ -577,6 +584,22 @@ mod tests {
             interval: Duration::from_millis(ms),
             epoch: 2,
         }
+    }
+
+    #[test]
+    fn reconnection_attempts_never_wait_longer_than_two_and_a_half_seconds() {
+        let mut backoff = ConnectBackoff::new(&reconnect_backoff(Duration::from_millis(250)));
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut now = std::time::Instant::now();
+        let mut longest = Duration::ZERO;
+        for _ in 0..40 {
+            let wait = backoff.on_failure(now, &mut rng).unwrap_or_default();
+            longest = longest.max(wait);
+            now += wait;
+            assert_eq!(backoff.admit(now), Admission::Probe);
+        }
+        assert!(longest > Duration::from_millis(1500), "{longest:?}");
+        assert!(longest <= Duration::from_millis(2400), "{longest:?}");
     }
 
     #[test]

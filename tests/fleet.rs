@@ -153,11 +153,13 @@ impl Member {
     }
 
     fn connected(&self) -> f64 {
+        self.sample("easeoff_fleet_connected")
+    }
+
+    /// A sample from this member's metrics, -1 when absent.
+    fn sample(&self, name: &str) -> f64 {
         let text = self.metrics.render().expect("metrics render");
-        text.lines()
-            .find_map(|l| l.strip_prefix("easeoff_fleet_connected "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(-1.0)
+        support::sample_value(&text, name).unwrap_or(-1.0)
     }
 }
 
@@ -249,17 +251,7 @@ async fn shares_converge_for_equal_and_unequal_demand() {
 async fn redis_killed_lanes_go_local_and_restarted_empty_the_state_is_rebuilt() {
     let Some(redis) = Redis::start() else { return };
     let url = redis.url();
-    let members: Vec<Member> = (0..2).map(|_| Member::join(&url, "default")).collect();
-    members[0].link.learned(ms(10), 3, None);
-    for m in &members {
-        m.link.waiting(1000);
-    }
-    wait_for("both members in the fleet", || {
-        members
-            .iter()
-            .all(|m| m.connected() == 1.0 && m.last().is_some_and(|d| d.members == 2 && !d.local))
-    })
-    .await;
+    let members = two_members(&url).await;
 
     let killed = Instant::now();
     let port = redis.kill();
@@ -289,6 +281,28 @@ async fn redis_killed_lanes_go_local_and_restarted_empty_the_state_is_rebuilt() 
     );
 
     let restarted = Redis::on(port);
+    back_and_rebuilt(&members, &restarted).await;
+}
+
+/// Two members sharing 100/s (10 ms, epoch 3), each with a long queue, once both are
+/// in the fleet.
+async fn two_members(url: &str) -> Vec<Member> {
+    let members: Vec<Member> = (0..2).map(|_| Member::join(url, "default")).collect();
+    members[0].link.learned(ms(10), 3, None);
+    for m in &members {
+        m.link.waiting(1000);
+    }
+    wait_for("both members in the fleet", || {
+        members
+            .iter()
+            .all(|m| m.connected() == 1.0 && m.last().is_some_and(|d| d.members == 2 && !d.local))
+    })
+    .await;
+    members
+}
+
+/// Waits for [`two_members`] to be back in the fleet after `restarted` came up empty.
+async fn back_and_rebuilt(members: &[Member], restarted: &Redis) {
     wait_for("the fleet back, its state rebuilt", || {
         members
             .iter()
@@ -504,4 +518,112 @@ async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
             .all(|m| m.last().is_some_and(|d| (d.share - 0.25).abs() < 1e-9))
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_outage_the_fleet_is_back_within_five_seconds_of_redis_returning() {
+    let Some(redis) = Redis::start() else { return };
+    let members = two_members(&redis.url()).await;
+    let port = redis.kill();
+    wait_for("every member on its own", || {
+        members.iter().all(|m| m.connected() == 0.0)
+    })
+    .await;
+    // Ten more failed attempts: the backoff, stepping by 1.6 from one sync (50 ms),
+    // would now wait over 7 s without its cap; with it, 2.4 s at most.
+    let errors = "easeoff_fleet_sync_errors_total";
+    let floor: Vec<f64> = members.iter().map(|m| m.sample(errors) + 10.0).collect();
+    let deadline = Instant::now() + PATIENCE * 3;
+    while !members
+        .iter()
+        .zip(&floor)
+        .all(|(m, f)| m.sample(errors) >= *f)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for ten failed attempts"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+
+    let returned = Instant::now();
+    let restarted = Redis::on(port);
+    back_and_rebuilt(&members, &restarted).await;
+    let back = returned.elapsed();
+    eprintln!("back in the fleet {back:?} after redis returned");
+    assert!(back < Duration::from_secs(5), "{back:?}");
+}
+
+/// A sample from a sidecar process's `/metrics`, -1 when absent.
+async fn process_sample(admin: std::net::SocketAddr, sample: &str) -> f64 {
+    support::sample_value(&support::metrics(admin).await, sample).unwrap_or(-1.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_killed_with_sigkill_is_forgotten_within_member_ttl_and_its_share_goes_to_the_others()
+ {
+    let Some(redis) = Redis::start() else { return };
+    let up = support::throttles_first(1, || support::respond(429, &[], "")).await;
+    let sync = ms(100);
+    let config = support::config_file(&format!(
+        "[fleet]\nredis = \"{}\"\ngroup = \"sigkill\"\nsync_interval = \"100ms\"\nmember_ttl = \"1s\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}\n[upstream.retry]\nmax_attempts = 1\n",
+        redis.url(),
+        support::upstream_table("up", up.addr, "")
+    ));
+    let mut sidecars: Vec<support::Process> =
+        (0..3).map(|_| support::Process::start(&config)).collect();
+    let members = r#"easeoff_fleet_members{lane="default",upstream="up"}"#;
+    let share = r#"easeoff_fleet_share_ratio{lane="default",upstream="up"}"#;
+    let admins: Vec<_> = sidecars.iter().map(|p| p.admin).collect();
+    support::wait_until(PATIENCE, "three members", || async {
+        for admin in &admins {
+            if process_sample(*admin, members).await != 3.0 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // One throttle paces the fleet, so the shares mean something: about a third each
+    // (the sidecar that forwarded the request still shows a little demand).
+    assert_eq!(support::get(&sidecars[0].url("up")).await.status, 429);
+    support::wait_until(PATIENCE, "a third each", || async {
+        for admin in &admins {
+            if (process_sample(*admin, share).await - 1.0 / 3.0).abs() > 0.02 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+
+    let mut killed = sidecars.remove(1);
+    killed.child.kill().expect("SIGKILL");
+    let died = Instant::now();
+    killed.wait();
+    let survivors = [sidecars[0].admin, sidecars[1].admin];
+    support::wait_until(
+        PATIENCE,
+        "the survivors to split the fleet rate",
+        || async {
+            for admin in &survivors {
+                let halves = process_sample(*admin, members).await == 2.0
+                    && (process_sample(*admin, share).await - 0.5).abs() < 0.02;
+                if !halves {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    let forgotten = died.elapsed();
+    eprintln!("the killed sidecar was forgotten {forgotten:?} after SIGKILL");
+    let ttl = Duration::from_secs(1);
+    assert!(
+        forgotten >= ttl - sync,
+        "forgotten too early: {forgotten:?}"
+    );
+    assert!(forgotten <= ttl + sync, "{forgotten:?}");
 }
