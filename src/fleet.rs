@@ -338,11 +338,12 @@ fn member_id() -> String {
 async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>) {
     let settings = &inner.settings;
     let metrics = &inner.metrics;
-    let mut store = match Store::new(&settings.redis) {
+    let mut store = match Store::new(&settings.redis, settings.ca_file.as_deref()) {
         Ok(store) => store,
         Err(error) => {
-            // `check` refuses such URLs; a config built in code may still carry one.
-            tracing::error!(redis = %settings.redis, %error, "fleet: unusable redis url; lanes run on their own");
+            // `check` refuses such URLs and CA files; a config built in code, or a file
+            // removed since, may still get here.
+            tracing::error!(redis = %settings.redis, %error, "fleet: unusable redis url or ca_file; lanes run on their own");
             return;
         }
     };

@@ -7,6 +7,7 @@
 mod support;
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use easeoff::clock::Clock;
 use easeoff::config::{FleetSettings, RedisUrl};
 use easeoff::fleet::{Decision, Fleet, LaneLink};
 use easeoff::metrics::Metrics;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 const SYNC: Duration = Duration::from_millis(50);
 const MEMBER_TTL: Duration = Duration::from_secs(1);
@@ -31,27 +33,70 @@ impl Redis {
     /// Starts one on a free port; `None` (after a notice) if redis-server is missing
     /// and not required.
     fn start() -> Option<Redis> {
-        let probe = Command::new("redis-server").arg("--version").output();
-        if probe.is_err() {
-            assert!(
-                std::env::var("EASEOFF_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "redis-server is not installed and EASEOFF_REQUIRE_REDIS=1"
-            );
-            eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        installed().then(|| Redis::on(free_port()))
+    }
+
+    /// Starts one that also takes TLS on another port, with a server certificate for
+    /// 127.0.0.1 from a fresh CA; returns it, the TLS port and the CA's PEM file.
+    fn start_tls() -> Option<(Redis, u16, PathBuf)> {
+        if !installed() {
             return None;
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        Some(Redis::on(port))
+        let dir = std::env::temp_dir().join(format!(
+            "easeoff-fleet-tls-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "easeoff fleet test CA");
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let ca_file = write("ca.pem", &ca_pem);
+        let tls_port = free_port();
+        let args = [
+            "--tls-port".to_string(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_string(),
+            write("server.pem", &leaf.pem()),
+            "--tls-key-file".to_string(),
+            write("server.key", &key.serialize_pem()),
+            "--tls-ca-cert-file".to_string(),
+            ca_file.clone(),
+            "--tls-auth-clients".to_string(),
+            "no".to_string(),
+        ];
+        Some((
+            Redis::with(free_port(), &args),
+            tls_port,
+            PathBuf::from(ca_file),
+        ))
     }
 
     /// Starts one on `port`, empty, and waits until it answers.
     fn on(port: u16) -> Redis {
+        Redis::with(port, &[])
+    }
+
+    /// Starts one on `port` with `extra` arguments, and waits until it answers there.
+    fn with(port: u16, extra: &[String]) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -101,6 +146,29 @@ impl Redis {
     }
 }
 
+/// Whether redis-server can run; when it cannot, says so, and fails if
+/// `EASEOFF_REQUIRE_REDIS=1`.
+fn installed() -> bool {
+    let probe = Command::new("redis-server").arg("--version").output();
+    if probe.is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("EASEOFF_REQUIRE_REDIS").as_deref() != Ok("1"),
+        "redis-server is not installed and EASEOFF_REQUIRE_REDIS=1"
+    );
+    eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+    false
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -114,6 +182,7 @@ fn settings(url: &str) -> FleetSettings {
         group: "test".to_string(),
         sync_interval: SYNC,
         member_ttl: MEMBER_TTL,
+        ca_file: None,
     }
 }
 
@@ -621,4 +690,59 @@ async fn a_sidecar_killed_with_sigkill_is_forgotten_within_member_ttl_and_its_sh
         assert!(when >= ttl - sync, "forgotten too early: {when:?}");
         assert!(when <= ttl + sync, "{when:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_does_not() {
+    let Some((redis, tls_port, ca_file)) = Redis::start_tls() else {
+        return;
+    };
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let config = |group: &str, ca: &str| {
+        format!(
+            "[fleet]\nredis = \"rediss://127.0.0.1:{tls_port}/0\"\ngroup = \"{group}\"\n\
+             sync_interval = \"50ms\"\n{ca}\n\
+             [server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+             [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
+            up.addr
+        )
+    };
+    let ca = format!("ca_file = \"{}\"", ca_file.display());
+    let trusting = support::proxy_config(&config("tls", &ca)).await;
+    let connected = "easeoff_fleet_connected";
+    support::wait_until(PATIENCE, "connected over TLS", || async {
+        support::metric(trusting.admin, connected).await == 1.0
+    })
+    .await;
+    // A sync happened: the lane's hash holds this sidecar (read on the plain port).
+    let key = "easeoff:tls:up:default:state";
+    let mut members = 0;
+    let deadline = Instant::now() + PATIENCE;
+    while members == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no sync over TLS: {:?}",
+            redis.hash(key)
+        );
+        members = redis
+            .hash(key)
+            .iter()
+            .filter(|(f, _)| f.starts_with("m:"))
+            .count();
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert_eq!(members, 1);
+    let (fleet, up_status) = sidecar(trusting.admin).await;
+    assert_eq!(fleet["connected"], true, "{fleet}");
+    assert_eq!(up_status["fleet"]["members"], 1, "{up_status}");
+
+    // The bundled public roots do not know the test CA: the handshake fails.
+    let doubting = support::proxy_config(&config("untrusted", "")).await;
+    let errors = r#"easeoff_fleet_sync_errors_total"#;
+    support::wait_until(PATIENCE, "failed TLS handshakes", || async {
+        support::metric(doubting.admin, errors).await >= 2.0
+    })
+    .await;
+    assert_eq!(support::metric(doubting.admin, connected).await, 0.0);
+    assert!(redis.hash("easeoff:untrusted:up:default:state").is_empty());
 }

@@ -11,10 +11,11 @@
 //! bound. The merge rule and the liveness rule are `learning.rs`'s, written again in Lua
 //! (the simulator runs the Rust ones): a change to either goes into both.
 
+use std::path::Path;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisResult, Script};
+use redis::{AsyncConnectionConfig, Client, RedisResult, Script, TlsCertificates};
 
 use super::learning::{Proposal, Shared};
 use crate::config::RedisUrl;
@@ -105,10 +106,29 @@ pub struct Store {
 }
 
 impl Store {
-    /// A store for `url`, not yet connected; fails only on a URL `check` would refuse.
-    pub fn new(url: &RedisUrl) -> RedisResult<Store> {
+    /// A store for `url`, not yet connected, trusting the CAs in `ca_file` (PEM) for
+    /// TLS instead of the bundled roots; fails on a URL `check` would refuse or a
+    /// `ca_file` that cannot be read.
+    pub fn new(url: &RedisUrl, ca_file: Option<&Path>) -> RedisResult<Store> {
+        let client = match ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "cannot read ca_file",
+                        format!("{}: {e}", path.display()),
+                    ))
+                })?;
+                let certificates = TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                Client::build_with_tls(url.expose(), certificates)?
+            }
+            None => Client::open(url.expose())?,
+        };
         Ok(Store {
-            client: Client::open(url.expose())?,
+            client,
             script: Script::new(SYNC),
             conn: None,
         })
