@@ -183,4 +183,119 @@ mod tests {
         let back = sync(&mut m, "a", 12_001, report(p(30), 1.0));
         assert_eq!(back.shared.map(|s| s.interval), Some(ms(30)));
     }
+
+    /// The script in Redis and the memory, fed the same random reports, give the same
+    /// answers: the Lua is kept in step with the Rust rules. Needs redis-server (skipped
+    /// without it, unless `EASEOFF_REQUIRE_REDIS=1`).
+    #[tokio::test]
+    async fn the_script_in_redis_answers_as_the_memory_does() {
+        let Some(mut redis) = RedisServer::start() else {
+            return;
+        };
+        let url = crate::config::RedisUrl::parse(&redis.url()).unwrap();
+        let mut store = crate::fleet::store::Store::new(&url, None).unwrap();
+        store.connect(Duration::from_secs(5)).await.unwrap();
+        let mut rng = fastrand::Rng::with_seed(11);
+        // A long TTL and a hold of 0 or of an hour: nothing depends on the two clocks.
+        for hold in [Duration::ZERO, Duration::from_secs(3600)] {
+            let mut memory = Memory::new();
+            let key = format!("easeoff:check:{}:default:state", hold.as_secs());
+            let mut epoch = 1;
+            for step in 0..300 {
+                let member = format!("m{}", rng.usize(0..4));
+                let proposal = (step > 0 || rng.bool()).then(|| {
+                    let raise = rng.u8(0..4) == 0;
+                    let from = if rng.bool() { epoch } else { epoch - 1 };
+                    Proposal {
+                        interval: Duration::from_micros(rng.u64(1_000..50_000)),
+                        epoch: match rng.u8(0..6) {
+                            _ if raise => from + 1,
+                            0 => epoch - 1,
+                            1 => epoch + 1,
+                            _ => epoch,
+                        },
+                        raised_from: raise.then_some(from),
+                    }
+                });
+                let report = Report {
+                    key: &key,
+                    demand: f64::from(rng.u16(0..200)) / 4.0,
+                    proposal,
+                };
+                let ttl = Duration::from_secs(3600);
+                let (key_ttl, reports) = (ttl * 12, std::slice::from_ref(&report));
+                let mut got = store
+                    .sync(&member, reports, ttl, key_ttl, hold)
+                    .await
+                    .unwrap()
+                    .remove(0);
+                let mut want = memory
+                    .sync(&member, reports, Duration::ZERO, ttl, key_ttl, hold)
+                    .remove(0);
+                got.others.sort_by(f64::total_cmp);
+                want.others.sort_by(f64::total_cmp);
+                assert_eq!(got, want, "step {step}, {member}: {report:?}");
+                epoch = want.shared.map_or(epoch, |s| s.epoch);
+            }
+        }
+        redis.stop();
+    }
+
+    /// A `redis-server` on a free loopback port.
+    struct RedisServer {
+        port: u16,
+        child: std::process::Child,
+    }
+
+    impl RedisServer {
+        fn start() -> Option<RedisServer> {
+            if std::process::Command::new("redis-server")
+                .arg("--version")
+                .output()
+                .is_err()
+            {
+                assert!(
+                    std::env::var("EASEOFF_REQUIRE_REDIS").as_deref() != Ok("1"),
+                    "redis-server is not installed and EASEOFF_REQUIRE_REDIS=1"
+                );
+                eprintln!("skipped: redis-server is not installed");
+                return None;
+            }
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .unwrap()
+                .port();
+            let child = std::process::Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let server = RedisServer { port, child };
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "redis-server did not start"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Some(server)
+        }
+
+        fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/0", self.port)
+        }
+
+        fn stop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            self.stop();
+        }
+    }
 }

@@ -9,7 +9,8 @@
 //! (`learning::live`); the script deletes the others' entries as it finds them and
 //! renews the key's TTL, so a lane nobody syncs disappears and nothing grows without
 //! bound. The merge rule and the liveness rule are `learning.rs`'s, written again in Lua
-//! (the simulator runs the Rust ones): a change to either goes into both.
+//! (the simulator runs the Rust ones): a change to either goes into both, and a test
+//! in `memory.rs` feeds both the same reports and compares their answers.
 
 use std::path::Path;
 use std::time::Duration;
