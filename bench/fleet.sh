@@ -9,24 +9,28 @@
 #
 #   bench/fleet.sh [--members "1 4 8 16"] [--modes "independent fleet"] [--rate 100]
 #                  [--clients 4] [--light 0] [--light-rate 5] [--warmup 10]
-#                  [--seconds 20] [--runs 1] [--fault KILL:RESTART]
+#                  [--seconds 20] [--runs 1] [--fault KILL:RESTART] [--svg FILE]
 #
 # --light K: the first K members' writers send LIGHT_RATE requests/s in all instead of
 # as fast as they can (unequal demand). --fault 10:20 kills redis 10 s into the
 # measured window and starts it again, empty, at 20 s (fleet mode only), and reports
-# goodput before, during and after the outage. Needs h2load (nghttp2-client), curl
+# goodput before, during and after the outage; it also samples every member's
+# successes once a second and draws them (bench/fleet_svg.py: one line per member, the
+# outage shaded) into FILE (default target/fleet-fault.svg). For the usual fault run:
+#   bench/fleet.sh --members 16 --modes fleet --seconds 60 --fault 20:40
+# Needs h2load (nghttp2-client), curl
 # and redis-server. Uses target/release/easeoff (EASEOFF_BIN overrides; it is built
 # if missing); every process it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 members_list="1 4 8 16" modes="independent fleet" rate=100 clients=4 light=0 light_rate=5
-warmup=10 seconds=20 runs=1 fault=""
+warmup=10 seconds=20 runs=1 fault="" svg=target/fleet-fault.svg
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members_list=$2 ;; --modes) modes=$2 ;; --rate) rate=$2 ;;
     --clients) clients=$2 ;; --light) light=$2 ;; --light-rate) light_rate=$2 ;;
-    --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;;
+    --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;; --svg) svg=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -66,7 +70,23 @@ start_redis() {
   echo "redis-server did not start" >&2; exit 1
 }
 success='easeoff_requests_total{outcome="success",upstream="mock"}'
-
+# Once a second until killed: seconds since $1, then each member's successes so far, to
+# $2; and whether every member was connected to Redis (seconds, then 1 or 0), to $3.
+sample_members() {
+  local line all page
+  while :; do
+    line=$(awk -v t0="$1" -v now="$(date +%s.%N)" 'BEGIN { printf "%.3f", now - t0 }')
+    all=1
+    for admin in "${admins[@]}"; do
+      page=$(curl -fs "http://127.0.0.1:$admin/metrics" || true)
+      line+=" $(awk -v s="$success" '$1 == s { print $2; found=1 } END { if (!found) print 0 }' <<<"$page")"
+      awk '$1 == "easeoff_fleet_connected" && $2 == 1 { up=1 } END { exit !up }' <<<"$page" || all=0
+    done
+    echo "$line" >>"$2"
+    echo "${line%% *} $all" >>"$3"
+    sleep 1
+  done
+}
 printf '%-4s %-12s %7s %9s %10s %6s %7s  %s\n' run mode members goodput throttled% jain errors "member rates (/s)"
 for run in $(seq "$runs"); do
   for n in $members_list; do
@@ -128,6 +148,11 @@ EOF
       phases=""
       if [ -n "$fault" ] && [ "$mode" = fleet ]; then
         kill_at=${fault%%:*} restart_at=${fault##*:}
+        : >"$work/series.txt"
+        : >"$work/connected.txt"
+        sample_members "$t0" "$work/series.txt" "$work/connected.txt" &
+        sampler=$!
+        pids+=("$sampler")
         sleep "$kill_at"
         okk=$(sample "$mock" 'mock_requests_total{result="ok"}') tk=$(date +%s.%N)
         kill -9 "$redis_pid" 2>/dev/null || true
@@ -135,6 +160,7 @@ EOF
         okr=$(sample "$mock" 'mock_requests_total{result="ok"}') tr=$(date +%s.%N)
         start_redis "$redis_port"
         sleep $((seconds - restart_at))
+        kill "$sampler" 2>/dev/null || true
         phases="$okk $tk $okr $tr"
       else
         sleep "$seconds"
@@ -174,6 +200,12 @@ EOF
           printf "     goodput/capacity before the kill %.3f, redis down %.3f, after the restart %.3f; connected at the end: %s\n",
             (okk - ok0) / ((tk - t0) * rate), (okr - okk) / ((tr - tk) * rate), (ok1 - okr) / ((t1 - tr) * rate), connected
         }'
+        mkdir -p "$(dirname "$svg")"
+        python3 bench/fleet_svg.py "$work/series.txt" "$kill_at" "$restart_at" "$rate" "$svg" &&
+          echo "     per-member rates over time: $svg"
+        restarted=$(awk -v t0="$t0" -v tr="$tr" 'BEGIN { print tr - t0 }')
+        back=$(awk -v r="$restarted" '$1 > r && $2 == 1 { printf "%.1f", $1 - r; exit }' "$work/connected.txt")
+        echo "     every member connected again ${back:-never} s after redis restarted (sampled about once a second)"
       fi
       stop_all
     done

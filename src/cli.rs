@@ -175,7 +175,7 @@ pub struct SimulateArgs {
     /// From dispatch to answer.
     #[arg(long, default_value = "10ms", value_parser = parse_duration)]
     pub latency: Duration,
-    /// easeoff instances sharing the upstream [default: 2 for shared, else 1].
+    /// easeoff instances sharing the upstream [default: 2 for shared, 16 for fleet, else 1].
     #[arg(long)]
     pub sidecars: Option<usize>,
     /// Auto-scaling: raise the capacity after this much sustained throttling.

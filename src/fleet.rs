@@ -13,10 +13,13 @@
 //! the callback it gave to `join`, from the sync task. When Redis does not answer two
 //! syncs in a row (at most `3 × sync_interval` after the last good one), each lane is
 //! told to go on alone from its last allocation, and the task reconnects with gRPC's
-//! backoff; nothing on the request path waits for Redis.
+//! backoff; nothing on the request path waits for Redis. `easeoff simulate --scenario
+//! fleet` runs the same rounds ([`Fleet::sync_in`]) against `memory.rs`, which applies
+//! the same rules as the script.
 
 mod demand;
 pub mod learning;
+pub mod memory;
 pub mod share;
 mod store;
 
@@ -34,13 +37,15 @@ use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
 use demand::Demand;
 use learning::{Proposal, Shared};
+pub use memory::Memory;
 use store::{Answer, Report, Store};
 
 /// Syncs that fail in a row before the lanes go on alone.
 const FAILURES_TO_LOCAL: u32 = 2;
-/// The longest wait between reconnection attempts: short, so a member is back in the
-/// fleet within seconds of Redis returning.
-const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(3);
+/// The longest wait between reconnection attempts (before gRPC's ±20 % jitter): not
+/// gRPC's 120 s, so a member is back in the fleet within 5 s of Redis returning (at
+/// most 2.4 s to the next attempt, then one connect and one sync).
+const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(2);
 /// A raise within this many sync intervals of the last one belongs to the same
 /// fleet-wide burst: the others take a raise at their next sync, one interval later at
 /// most, and the throttles their old rate caused take a round trip more to come back.
@@ -207,6 +212,45 @@ impl Fleet {
         }
     }
 
+    /// A member whose syncs the caller drives with [`Fleet::sync_in`], against a
+    /// [`Memory`] store instead of Redis: no task, no connection. The simulator's
+    /// members, which share what they learn exactly as sidecars do.
+    pub fn driven(settings: FleetSettings, metrics: &Metrics, member: String) -> Fleet {
+        let inner = Arc::new(Inner {
+            member,
+            settings,
+            lanes: Mutex::new(Vec::new()),
+            metrics: metrics.fleet(),
+            connected: AtomicBool::new(true),
+        });
+        inner.metrics.connected.set(1);
+        let (stop, _) = watch::channel(false);
+        Fleet {
+            inner,
+            stop,
+            task: Mutex::new(None),
+        }
+    }
+
+    /// One sync of every lane against `memory`, whose clock reads `now`; `elapsed`
+    /// since this member's last sync. What a sync with Redis does, without the wait.
+    pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Duration) {
+        let inner = &self.inner;
+        let lanes = live_lanes(inner);
+        let round = prepare(&lanes, elapsed);
+        let (member_ttl, key_ttl, hold) = timings(&inner.settings);
+        let answers = memory.sync(
+            &inner.member,
+            &round.reports,
+            now,
+            member_ttl,
+            key_ttl,
+            hold,
+        );
+        // The memory answers every lane, so this cannot fail.
+        let _ = conclude(&lanes, round, Ok(answers));
+    }
+
     /// This member's id in Redis: host, process id and a random part.
     pub fn member(&self) -> &str {
         &self.inner.member
@@ -294,20 +338,16 @@ fn member_id() -> String {
 async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>) {
     let settings = &inner.settings;
     let metrics = &inner.metrics;
-    let mut store = match Store::new(&settings.redis) {
+    let mut store = match Store::new(&settings.redis, settings.ca_file.as_deref()) {
         Ok(store) => store,
         Err(error) => {
-            // `check` refuses such URLs; a config built in code may still carry one.
-            tracing::error!(redis = %settings.redis, %error, "fleet: unusable redis url; lanes run on their own");
+            // `check` refuses such URLs and CA files; a config built in code, or a file
+            // removed since, may still get here.
+            tracing::error!(redis = %settings.redis, %error, "fleet: unusable redis url or ca_file; lanes run on their own");
             return;
         }
     };
-    let mut backoff = ConnectBackoff::new(&ConnectBackoffSettings {
-        initial: settings.sync_interval,
-        max: MAX_RECONNECT_WAIT,
-        min_connect_timeout: settings.sync_interval * 4,
-        ..ConnectBackoffSettings::default()
-    });
+    let mut backoff = ConnectBackoff::new(&reconnect_backoff(settings.sync_interval));
     let mut rng = fastrand::Rng::new();
     let mut tick = tokio::time::interval(settings.sync_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -384,6 +424,17 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     metrics.connected.set(0);
 }
 
+/// gRPC's backoff between attempts to reach Redis, from one `sync_interval` up to
+/// [`MAX_RECONNECT_WAIT`].
+fn reconnect_backoff(sync_interval: Duration) -> ConnectBackoffSettings {
+    ConnectBackoffSettings {
+        initial: sync_interval,
+        max: MAX_RECONNECT_WAIT,
+        min_connect_timeout: sync_interval * 4,
+        ..ConnectBackoffSettings::default()
+    }
+}
+
 /// The lanes still linked; the ones whose link was dropped are taken out of the
 /// registry and their gauges withdrawn (their entries expire after `member_ttl`).
 fn live_lanes(inner: &Inner) -> Vec<Arc<LaneCell>> {
@@ -406,6 +457,41 @@ async fn sync_round(
     elapsed: Duration,
 ) -> Result<(), String> {
     let settings = &inner.settings;
+    let round = prepare(lanes, elapsed);
+    let (member_ttl, key_ttl, hold) = timings(settings);
+    let answers = tokio::time::timeout(
+        settings.sync_interval,
+        store.sync(&inner.member, &round.reports, member_ttl, key_ttl, hold),
+    )
+    .await;
+    let answers = match answers {
+        Ok(Ok(answers)) => Ok(answers),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".to_string()),
+    };
+    conclude(lanes, round, answers)
+}
+
+/// What one sync sends for every lane, and what it keeps to read the answers.
+struct Round<'a> {
+    reports: Vec<Report<'a>>,
+    demands: Vec<f64>,
+    /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
+    raised: Vec<u64>,
+}
+
+/// The member TTL, the lane key's TTL and the hold a sync passes to the store.
+fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
+    let ttl = settings.member_ttl;
+    (
+        ttl,
+        ttl * KEY_TTL_MEMBER_TTLS,
+        settings.sync_interval * HOLD_SYNCS,
+    )
+}
+
+/// Samples every lane's demand and what it learned, `elapsed` after the last sync.
+fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
     let mut demands = Vec::with_capacity(lanes.len());
     let mut raised = Vec::with_capacity(lanes.len());
     let reports: Vec<Report<'_>> = lanes
@@ -437,33 +523,33 @@ async fn sync_round(
             }
         })
         .collect();
-    let ttl = settings.member_ttl;
-    let answers = tokio::time::timeout(
-        settings.sync_interval,
-        store.sync(
-            &inner.member,
-            &reports,
-            ttl,
-            ttl * KEY_TTL_MEMBER_TTLS,
-            settings.sync_interval * HOLD_SYNCS,
-        ),
-    )
-    .await;
+    Round {
+        reports,
+        demands,
+        raised,
+    }
+}
+
+/// Hands each lane its decision from the store's `answers`; when there are none, keeps
+/// the raises to report them again at the next sync.
+fn conclude(
+    lanes: &[Arc<LaneCell>],
+    round: Round<'_>,
+    answers: Result<Vec<Answer>, String>,
+) -> Result<(), String> {
     let answers = match answers {
-        Ok(Ok(answers)) if answers.len() == lanes.len() => answers,
+        Ok(answers) if answers.len() == lanes.len() => answers,
         failed => {
-            // The raises were not heard: report them again next time.
-            for (lane, from) in lanes.iter().zip(&raised) {
+            for (lane, from) in lanes.iter().zip(&round.raised) {
                 lane.raised_from.fetch_min(*from, Ordering::Relaxed);
             }
             return Err(match failed {
-                Err(_) => "timed out".to_string(),
-                Ok(Err(e)) => e.to_string(),
-                Ok(Ok(_)) => "answers do not match the lanes".to_string(),
+                Err(e) => e,
+                Ok(_) => "answers do not match the lanes".to_string(),
             });
         }
     };
-    for ((lane, answer), demand) in lanes.iter().zip(answers).zip(demands) {
+    for ((lane, answer), demand) in lanes.iter().zip(answers).zip(round.demands) {
         apply(lane, &answer, demand);
     }
     Ok(())
@@ -577,6 +663,22 @@ mod tests {
             interval: Duration::from_millis(ms),
             epoch: 2,
         }
+    }
+
+    #[test]
+    fn reconnection_attempts_never_wait_longer_than_two_and_a_half_seconds() {
+        let mut backoff = ConnectBackoff::new(&reconnect_backoff(Duration::from_millis(250)));
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut now = std::time::Instant::now();
+        let mut longest = Duration::ZERO;
+        for _ in 0..40 {
+            let wait = backoff.on_failure(now, &mut rng).unwrap_or_default();
+            longest = longest.max(wait);
+            now += wait;
+            assert_eq!(backoff.admit(now), Admission::Probe);
+        }
+        assert!(longest > Duration::from_millis(1500), "{longest:?}");
+        assert!(longest <= Duration::from_millis(2400), "{longest:?}");
     }
 
     #[test]

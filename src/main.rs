@@ -351,6 +351,7 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
             // One sidecar; its two tables are reported apart.
             Scenario::Tables => 2,
             Scenario::Shared => args.sidecars.unwrap_or(2),
+            Scenario::Fleet => args.sidecars.unwrap_or(16),
             _ => args.sidecars.unwrap_or(1),
         },
         scale_after: args.scale_after,
@@ -380,6 +381,15 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
         }
     }
     print!("{}", simulate::report::summary(&options, &trace, &bins));
+    if options.scenario == Scenario::Fleet {
+        match simulate::compare_fleet(&options, &trace) {
+            Ok(table) => print!("{table}"),
+            Err(error) => {
+                eprintln!("easeoff simulate: {error}");
+                return ExitCode::from(RUNTIME_FAILURE);
+            }
+        }
+    }
     println!("wrote {} and {}", args.out.display(), csv_path.display());
     ExitCode::SUCCESS
 }

@@ -19,8 +19,9 @@ use tokio::time::Instant;
 
 use crate::attempt::{self, Attempts, Next};
 use crate::clock::{Clock, ManualClock};
-use crate::config::UpstreamSettings;
+use crate::config::{FleetSettings, UpstreamSettings};
 use crate::connect_backoff::Admission;
+use crate::fleet::{Fleet, Memory};
 use crate::lane::{Pass, Route};
 use crate::metrics::Metrics;
 use crate::mock_upstream::{AutoScale, Bucket};
@@ -48,6 +49,10 @@ pub enum Scenario {
     /// `fast` at all of it, half the clients writing to each; each table is paced in
     /// its own lane.
     Tables,
+    /// Steady capacity shared by several sidecars (16 unless `--sidecars` says) that
+    /// share what they learn as a `[fleet]` does, through a store in memory; compared
+    /// with the same sidecars on their own.
+    Fleet,
 }
 
 impl Scenario {
@@ -60,6 +65,7 @@ impl Scenario {
             Scenario::Autoscale => "autoscale",
             Scenario::Shared => "shared",
             Scenario::Tables => "tables",
+            Scenario::Fleet => "fleet",
         }
     }
 }
@@ -119,7 +125,9 @@ impl SimOptions {
         let c = self.capacity;
         let third = self.duration / 3;
         match self.scenario {
-            Scenario::Steady | Scenario::Shared | Scenario::Tables => (c, Vec::new()),
+            Scenario::Steady | Scenario::Shared | Scenario::Tables | Scenario::Fleet => {
+                (c, Vec::new())
+            }
             Scenario::StepDown => (c, vec![(third, c / 2.0)]),
             Scenario::StepUp => (c / 2.0, vec![(third, c)]),
             Scenario::Autoscale => (c / 2.0, Vec::new()),
@@ -220,9 +228,9 @@ struct World {
 
 type Shared = Arc<Mutex<World>>;
 
-fn lock(world: &Shared) -> MutexGuard<'_, World> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while holding it; a poisoned trace is still worth reporting.
-    world.lock().unwrap_or_else(PoisonError::into_inner)
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl World {
@@ -295,6 +303,7 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
 
     let mut rng = fastrand::Rng::with_seed(options.seed);
     let tables = options.scenario == Scenario::Tables;
+    let memory = Arc::new(Mutex::new(Memory::new()));
     let mut shared: Option<Arc<Control>> = None;
     for sidecar in 0..options.sidecars {
         // Each sidecar is its own process with its own metrics; `tables` has one
@@ -303,13 +312,25 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
             Some(upstream) => Arc::clone(upstream),
             None => {
                 let metrics = Metrics::new()?;
-                Arc::new(Control::new(
+                let upstream = Arc::new(Control::new(
                     options.settings.clone(),
                     &metrics,
                     None,
                     rng.fork(),
                     clock.clone(),
-                ))
+                ));
+                if options.scenario == Scenario::Fleet {
+                    let settings = FleetSettings::default();
+                    let every = settings.sync_interval;
+                    let member = Fleet::driven(settings, &metrics, format!("sidecar-{sidecar}"));
+                    let member = Arc::new(member);
+                    upstream.join_fleet(Arc::clone(&member));
+                    // Members sync at their own phase, as processes started apart do.
+                    let first = every.mul_f64(rng.f64());
+                    let memory = Arc::clone(&memory);
+                    tokio::spawn(sync(member, memory, clock.clone(), start, (first, every)));
+                }
+                upstream
             }
         };
         if tables {
@@ -339,6 +360,35 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     clock.sleep_until(end).await;
     let trace = std::mem::take(&mut lock(&world).trace);
     Ok(trace)
+}
+
+/// A fleet member's syncs against the shared store: at `first`, then every `every`.
+async fn sync(
+    member: Arc<Fleet>,
+    memory: Arc<Mutex<Memory>>,
+    clock: Clock,
+    start: Instant,
+    (first, every): (Duration, Duration),
+) {
+    clock.sleep(first).await;
+    let mut last = clock.now();
+    loop {
+        let now = clock.now();
+        member.sync_in(&mut lock(&memory), now - start, now - last);
+        last = now;
+        clock.sleep(every).await;
+    }
+}
+
+/// For the fleet scenario: the same sidecars on their own (the `shared` scenario),
+/// then beside `fleet`'s run, as the comparison the summary ends with.
+pub fn compare_fleet(options: &SimOptions, fleet: &Trace) -> Result<String, SimError> {
+    let alone = SimOptions {
+        scenario: Scenario::Shared,
+        ..options.clone()
+    };
+    let independent = run(&alone)?;
+    Ok(report::fleet_comparison(options, &independent, fleet))
 }
 
 /// A client with unbounded demand: sends, waits for the answer, sends again.

@@ -7,6 +7,7 @@
 mod support;
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use easeoff::clock::Clock;
 use easeoff::config::{FleetSettings, RedisUrl};
 use easeoff::fleet::{Decision, Fleet, LaneLink};
 use easeoff::metrics::Metrics;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
 const SYNC: Duration = Duration::from_millis(50);
 const MEMBER_TTL: Duration = Duration::from_secs(1);
@@ -31,27 +33,70 @@ impl Redis {
     /// Starts one on a free port; `None` (after a notice) if redis-server is missing
     /// and not required.
     fn start() -> Option<Redis> {
-        let probe = Command::new("redis-server").arg("--version").output();
-        if probe.is_err() {
-            assert!(
-                std::env::var("EASEOFF_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "redis-server is not installed and EASEOFF_REQUIRE_REDIS=1"
-            );
-            eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        installed().then(|| Redis::on(free_port()))
+    }
+
+    /// Starts one that also takes TLS on another port, with a server certificate for
+    /// 127.0.0.1 from a fresh CA; returns it, the TLS port and the CA's PEM file.
+    fn start_tls() -> Option<(Redis, u16, PathBuf)> {
+        if !installed() {
             return None;
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        Some(Redis::on(port))
+        let dir = std::env::temp_dir().join(format!(
+            "easeoff-fleet-tls-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "easeoff fleet test CA");
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let ca_file = write("ca.pem", &ca_pem);
+        let tls_port = free_port();
+        let args = [
+            "--tls-port".to_string(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_string(),
+            write("server.pem", &leaf.pem()),
+            "--tls-key-file".to_string(),
+            write("server.key", &key.serialize_pem()),
+            "--tls-ca-cert-file".to_string(),
+            ca_file.clone(),
+            "--tls-auth-clients".to_string(),
+            "no".to_string(),
+        ];
+        Some((
+            Redis::with(free_port(), &args),
+            tls_port,
+            PathBuf::from(ca_file),
+        ))
     }
 
     /// Starts one on `port`, empty, and waits until it answers.
     fn on(port: u16) -> Redis {
+        Redis::with(port, &[])
+    }
+
+    /// Starts one on `port` with `extra` arguments, and waits until it answers there.
+    fn with(port: u16, extra: &[String]) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -101,6 +146,29 @@ impl Redis {
     }
 }
 
+/// Whether redis-server can run; when it cannot, says so, and fails if
+/// `EASEOFF_REQUIRE_REDIS=1`.
+fn installed() -> bool {
+    let probe = Command::new("redis-server").arg("--version").output();
+    if probe.is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("EASEOFF_REQUIRE_REDIS").as_deref() != Ok("1"),
+        "redis-server is not installed and EASEOFF_REQUIRE_REDIS=1"
+    );
+    eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+    false
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -114,6 +182,7 @@ fn settings(url: &str) -> FleetSettings {
         group: "test".to_string(),
         sync_interval: SYNC,
         member_ttl: MEMBER_TTL,
+        ca_file: None,
     }
 }
 
@@ -153,11 +222,13 @@ impl Member {
     }
 
     fn connected(&self) -> f64 {
+        self.sample("easeoff_fleet_connected")
+    }
+
+    /// A sample from this member's metrics, -1 when absent.
+    fn sample(&self, name: &str) -> f64 {
         let text = self.metrics.render().expect("metrics render");
-        text.lines()
-            .find_map(|l| l.strip_prefix("easeoff_fleet_connected "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(-1.0)
+        support::sample_value(&text, name).unwrap_or(-1.0)
     }
 }
 
@@ -249,17 +320,7 @@ async fn shares_converge_for_equal_and_unequal_demand() {
 async fn redis_killed_lanes_go_local_and_restarted_empty_the_state_is_rebuilt() {
     let Some(redis) = Redis::start() else { return };
     let url = redis.url();
-    let members: Vec<Member> = (0..2).map(|_| Member::join(&url, "default")).collect();
-    members[0].link.learned(ms(10), 3, None);
-    for m in &members {
-        m.link.waiting(1000);
-    }
-    wait_for("both members in the fleet", || {
-        members
-            .iter()
-            .all(|m| m.connected() == 1.0 && m.last().is_some_and(|d| d.members == 2 && !d.local))
-    })
-    .await;
+    let members = two_members(&url).await;
 
     let killed = Instant::now();
     let port = redis.kill();
@@ -289,6 +350,28 @@ async fn redis_killed_lanes_go_local_and_restarted_empty_the_state_is_rebuilt() 
     );
 
     let restarted = Redis::on(port);
+    back_and_rebuilt(&members, &restarted).await;
+}
+
+/// Two members sharing 100/s (10 ms, epoch 3), each with a long queue, once both are
+/// in the fleet.
+async fn two_members(url: &str) -> Vec<Member> {
+    let members: Vec<Member> = (0..2).map(|_| Member::join(url, "default")).collect();
+    members[0].link.learned(ms(10), 3, None);
+    for m in &members {
+        m.link.waiting(1000);
+    }
+    wait_for("both members in the fleet", || {
+        members
+            .iter()
+            .all(|m| m.connected() == 1.0 && m.last().is_some_and(|d| d.members == 2 && !d.local))
+    })
+    .await;
+    members
+}
+
+/// Waits for [`two_members`] to be back in the fleet after `restarted` came up empty.
+async fn back_and_rebuilt(members: &[Member], restarted: &Redis) {
     wait_for("the fleet back, its state rebuilt", || {
         members
             .iter()
@@ -504,4 +587,162 @@ async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
             .all(|m| m.last().is_some_and(|d| (d.share - 0.25).abs() < 1e-9))
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_outage_the_fleet_is_back_within_five_seconds_of_redis_returning() {
+    let Some(redis) = Redis::start() else { return };
+    let members = two_members(&redis.url()).await;
+    let port = redis.kill();
+    wait_for("every member on its own", || {
+        members.iter().all(|m| m.connected() == 0.0)
+    })
+    .await;
+    // Ten more failed attempts: the backoff, stepping by 1.6 from one sync (50 ms),
+    // would now wait over 7 s without its cap; with it, 2.4 s at most.
+    let errors = "easeoff_fleet_sync_errors_total";
+    let floor: Vec<f64> = members.iter().map(|m| m.sample(errors) + 10.0).collect();
+    let deadline = Instant::now() + PATIENCE * 3;
+    while !members
+        .iter()
+        .zip(&floor)
+        .all(|(m, f)| m.sample(errors) >= *f)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for ten failed attempts"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+
+    let returned = Instant::now();
+    let restarted = Redis::on(port);
+    back_and_rebuilt(&members, &restarted).await;
+    let back = returned.elapsed();
+    eprintln!("back in the fleet {back:?} after redis returned");
+    assert!(back < Duration::from_secs(5), "{back:?}");
+}
+
+/// A sample from a sidecar process's `/metrics`, -1 when absent.
+async fn process_sample(admin: std::net::SocketAddr, sample: &str) -> f64 {
+    support::sample_value(&support::metrics(admin).await, sample).unwrap_or(-1.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_killed_with_sigkill_is_forgotten_within_member_ttl_and_its_share_goes_to_the_others()
+ {
+    let Some(redis) = Redis::start() else { return };
+    let up = support::throttles_first(1, || support::respond(429, &[], "")).await;
+    let sync = ms(250);
+    let config = support::config_file(&format!(
+        "[fleet]\nredis = \"{}\"\ngroup = \"sigkill\"\nsync_interval = \"250ms\"\nmember_ttl = \"1s\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}\n[upstream.retry]\nmax_attempts = 1\n",
+        redis.url(),
+        support::upstream_table("up", up.addr, "")
+    ));
+    let mut sidecars: Vec<support::Process> =
+        (0..3).map(|_| support::Process::start(&config)).collect();
+    let members = r#"easeoff_fleet_members{lane="default",upstream="up"}"#;
+    let share = r#"easeoff_fleet_share_ratio{lane="default",upstream="up"}"#;
+    let admins: Vec<_> = sidecars.iter().map(|p| p.admin).collect();
+    support::wait_until(PATIENCE, "three members", || async {
+        for admin in &admins {
+            if process_sample(*admin, members).await != 3.0 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // One throttle paces the fleet, so the shares mean something: about a third each
+    // (the sidecar that forwarded the request still shows a little demand).
+    assert_eq!(support::get(&sidecars[0].url("up")).await.status, 429);
+    support::wait_until(PATIENCE, "a third each", || async {
+        for admin in &admins {
+            if (process_sample(*admin, share).await - 1.0 / 3.0).abs() > 0.02 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+
+    let mut killed = sidecars.remove(1);
+    killed.child.kill().expect("SIGKILL");
+    let died = Instant::now();
+    killed.wait();
+    // When each survivor first shows two members splitting the fleet rate.
+    let mut forgotten = [None, None];
+    let survivors = [sidecars[0].admin, sidecars[1].admin];
+    while forgotten.iter().any(Option::is_none) {
+        assert!(died.elapsed() < PATIENCE, "not forgotten: {forgotten:?}");
+        for (admin, when) in survivors.iter().zip(&mut forgotten) {
+            let text = support::metrics(*admin).await;
+            let sample = |name| support::sample_value(&text, name).unwrap_or(-1.0);
+            if when.is_none() && sample(members) == 2.0 && (sample(share) - 0.5).abs() < 0.02 {
+                *when = Some(died.elapsed());
+            }
+        }
+    }
+    eprintln!("the killed sidecar was forgotten {forgotten:?} after SIGKILL");
+    let ttl = Duration::from_secs(1);
+    for when in forgotten.into_iter().flatten() {
+        assert!(when >= ttl - sync, "forgotten too early: {when:?}");
+        assert!(when <= ttl + sync, "{when:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_does_not() {
+    let Some((redis, tls_port, ca_file)) = Redis::start_tls() else {
+        return;
+    };
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let config = |group: &str, ca: &str| {
+        format!(
+            "[fleet]\nredis = \"rediss://127.0.0.1:{tls_port}/0\"\ngroup = \"{group}\"\n\
+             sync_interval = \"50ms\"\n{ca}\n\
+             [server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+             [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
+            up.addr
+        )
+    };
+    let ca = format!("ca_file = \"{}\"", ca_file.display());
+    let trusting = support::proxy_config(&config("tls", &ca)).await;
+    let connected = "easeoff_fleet_connected";
+    support::wait_until(PATIENCE, "connected over TLS", || async {
+        support::metric(trusting.admin, connected).await == 1.0
+    })
+    .await;
+    // A sync happened: the lane's hash holds this sidecar (read on the plain port).
+    let key = "easeoff:tls:up:default:state";
+    let mut members = 0;
+    let deadline = Instant::now() + PATIENCE;
+    while members == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no sync over TLS: {:?}",
+            redis.hash(key)
+        );
+        members = redis
+            .hash(key)
+            .iter()
+            .filter(|(f, _)| f.starts_with("m:"))
+            .count();
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert_eq!(members, 1);
+    let (fleet, up_status) = sidecar(trusting.admin).await;
+    assert_eq!(fleet["connected"], true, "{fleet}");
+    assert_eq!(up_status["fleet"]["members"], 1, "{up_status}");
+
+    // The bundled public roots do not know the test CA: the handshake fails.
+    let doubting = support::proxy_config(&config("untrusted", "")).await;
+    let errors = r#"easeoff_fleet_sync_errors_total"#;
+    support::wait_until(PATIENCE, "failed TLS handshakes", || async {
+        support::metric(doubting.admin, errors).await >= 2.0
+    })
+    .await;
+    assert_eq!(support::metric(doubting.admin, connected).await, 0.0);
+    assert!(redis.hash("easeoff:untrusted:up:default:state").is_empty());
 }

@@ -51,6 +51,15 @@ fn outputs(options: &SimOptions) -> (String, String, Trace) {
     )
 }
 
+/// Client requests that did not end in a success.
+fn client_errors(trace: &Trace) -> usize {
+    trace
+        .requests
+        .iter()
+        .filter(|r| r.ending != simulate::Ending::Success)
+        .count()
+}
+
 fn throttled_fraction(trace: &Trace) -> f64 {
     let throttled = trace.attempts.iter().filter(|a| a.throttled).count();
     throttled as f64 / trace.attempts.len() as f64
@@ -289,11 +298,7 @@ fn the_dynamodb_preset_meets_the_control_targets() {
         let trace = simulate::run(&options).unwrap();
         let bins = report::bins(&options, &trace);
         let phases = report::phases(&bins);
-        let errors = trace
-            .requests
-            .iter()
-            .filter(|r| r.ending != simulate::Ending::Success)
-            .count();
+        let errors = client_errors(&trace);
         assert_eq!(errors, 0, "{scenario:?}: client-visible errors");
         let throttled = throttled_fraction(&trace);
         // Far below the 5% target: the real binary throttles 0.3-0.7% (the AWS-SDK
@@ -364,4 +369,35 @@ fn two_tables_in_one_sidecar_are_paced_apart() {
     let (summary, _, _) = outputs(&options);
     assert!(summary.contains("table slow (20/s)"), "{summary}");
     assert!(summary.contains("table fast (100/s)"), "{summary}");
+}
+
+#[test]
+fn sixteen_sidecars_sharing_as_a_fleet_meet_the_fleet_targets_and_share_more_fairly_than_alone() {
+    let options = SimOptions {
+        sidecars: 16,
+        clients: 4,
+        ..options(Scenario::Fleet, 1, Duration::from_secs(120))
+    };
+    let (summary, _, trace) = outputs(&options);
+    let fleet = report::fleet_stats(&options, &trace);
+    assert!(fleet.goodput >= 0.97, "goodput {:.3}", fleet.goodput);
+    assert!(
+        fleet.throttled <= 0.01,
+        "{:.2}% throttled",
+        100.0 * fleet.throttled
+    );
+    assert!(fleet.jain >= 0.98, "Jain {:.3}", fleet.jain);
+    assert_eq!(client_errors(&trace), 0, "client-visible errors");
+    assert_eq!(outputs(&options).0, summary, "the same seed, the same run");
+
+    // The same sidecars on their own share the bucket far less fairly.
+    let alone = SimOptions {
+        scenario: Scenario::Shared,
+        ..options.clone()
+    };
+    let independent = report::fleet_stats(&alone, &simulate::run(&alone).unwrap());
+    assert!(independent.jain < fleet.jain, "{independent:?}");
+    let table = simulate::compare_fleet(&options, &trace).unwrap();
+    assert!(table.contains("independent"), "{table}");
+    assert!(table.contains("fleet"), "{table}");
 }

@@ -143,6 +143,9 @@ pub struct FleetSettings {
     pub sync_interval: Duration,
     /// A member that has not synced for this long is forgotten.
     pub member_ttl: Duration,
+    /// The CA certificates (PEM) trusted for a `rediss://` server, instead of the
+    /// bundled public roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for FleetSettings {
@@ -153,6 +156,7 @@ impl Default for FleetSettings {
             group: String::from("default"),
             sync_interval: Duration::from_millis(250),
             member_ttl: Duration::from_secs(5),
+            ca_file: None,
         }
     }
 }
@@ -165,6 +169,7 @@ pub const FLEET: Schema<FleetSettings> = keys!(
         group: Parsed(parse_group),
         sync_interval: Bounds::new(Duration::from_millis(10), Duration::from_secs(60)),
         member_ttl: Bounds::new(Duration::from_millis(100), Duration::from_secs(3600)),
+        ca_file: CA_FILE,
     }
 );
 
@@ -188,6 +193,11 @@ impl RedisUrl {
         redis::Client::open(text)
             .map(|_| url.clone())
             .map_err(|e| format!("invalid url \"{url}\": {e}"))
+    }
+
+    /// Whether the URL asks for TLS (`rediss://`).
+    pub fn is_tls(&self) -> bool {
+        self.0.starts_with("rediss://")
     }
 
     /// The URL as configured, password included: for connecting only, never for logs.

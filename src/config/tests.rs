@@ -584,3 +584,29 @@ fn a_fleet_needs_a_redis_url_and_never_shows_its_password() {
     ));
     assert!(!bad[0].contains("eu-west-1"), "{bad:?}");
 }
+
+#[test]
+fn a_fleet_ca_file_is_checked_like_an_upstreams_and_needs_a_rediss_url() {
+    let ca = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/config/valid/ca.pem"
+    );
+    let tls = format!("[fleet]\nredis = \"rediss://cache:6380/0\"\nca_file = \"{ca}\"\n{MINIMAL}");
+    let fleet = parse(&tls).unwrap().fleet.unwrap();
+    assert_eq!(fleet.ca_file.as_deref(), Some(std::path::Path::new(ca)));
+    let plain = format!("[fleet]\nredis = \"redis://cache:6379/0\"\nca_file = \"{ca}\"\n{MINIMAL}");
+    assert_eq!(
+        problems(&plain),
+        ["easeoff.toml:3:11: fleet.ca_file is for a rediss:// (TLS) url; redis:// is plain TCP"]
+    );
+    let empty = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/config/invalid/empty_ca.pem"
+    );
+    let bad = problems(&tls.replace(ca, empty));
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].contains("fleet.ca_file: cannot load CA certificates"),
+        "{bad:?}"
+    );
+}

@@ -11,8 +11,16 @@ use super::schema::{ConnectBackoffSettings, FleetSettings, UpstreamSettings};
 use super::units::format_duration;
 use crate::sleeper::{self, Initial, Mode, Strategy};
 
-/// A member lives through at least two syncs, so one late sync does not drop it.
+/// A member lives through at least two syncs, so one late sync does not drop it; a
+/// `ca_file` is for a TLS connection.
 pub fn fleet(t: &TableReader<'_, '_>, f: &mut FleetSettings, set: &Set) {
+    if f.ca_file.is_some() && !f.redis.is_tls() {
+        t.error(
+            set.span("ca_file"),
+            "ca_file",
+            "is for a rediss:// (TLS) url; redis:// is plain TCP",
+        );
+    }
     if f.member_ttl < f.sync_interval * 2 {
         t.error(
             set.span("member_ttl"),

@@ -16,6 +16,9 @@
 //!   stored interval at each sync and steps from it on its own results, so in one sync
 //!   period the fleet moves by the largest step one member took, never by the sum of
 //!   the members' steps: N members grow no faster than one sidecar would.
+//!
+//! And a member counts while it was last seen within `member_ttl` ([`live`]), so one
+//! that dies is forgotten exactly `member_ttl` after its last sync.
 
 use std::time::Duration;
 
@@ -62,6 +65,11 @@ pub fn merge(
         },
         _ => stored,
     }
+}
+
+/// Whether a member last seen `since_seen` ago still counts.
+pub fn live(since_seen: Duration, member_ttl: Duration) -> bool {
+    since_seen <= member_ttl
 }
 
 #[cfg(test)]
@@ -156,5 +164,13 @@ mod tests {
         state = Some(merge_now(state, &step(81, 4)));
         state = Some(merge_now(state, &step(90, 4)));
         assert_eq!(state, Some(shared(81, 4)));
+    }
+
+    #[test]
+    fn a_member_counts_until_member_ttl_after_it_was_last_seen() {
+        let ttl = Duration::from_secs(1);
+        assert!(live(Duration::ZERO, ttl));
+        assert!(live(ttl, ttl));
+        assert!(!live(ttl + ms(1), ttl));
     }
 }

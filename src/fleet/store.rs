@@ -3,15 +3,20 @@
 //! demands, and the pipelined round trip that runs it for every lane of a member.
 //!
 //! A lane is one hash, `easeoff:<group>:<upstream>:<lane>:state`: field `i` the fleet
-//! interval in microseconds, `e` the epoch, and `m:<member>` = `<expiry ms> <demand>`
-//! per member. The script drops members past their expiry (by Redis's clock, so the
-//! members' clocks need not agree) and renews the key's TTL, so a lane nobody syncs
-//! disappears and nothing grows without bound. The merge rule is `learning.rs`'s.
+//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand>`
+//! per member, the time by Redis's clock (`TIME`), so the members' clocks need not
+//! agree. A member counts only while it was seen within the reader's `member_ttl`
+//! (`learning::live`); the script deletes the others' entries as it finds them and
+//! renews the key's TTL, so a lane nobody syncs disappears and nothing grows without
+//! bound. The merge rule and the liveness rule are `learning.rs`'s, written again in Lua
+//! (the simulator runs the Rust ones): a change to either goes into both, and a test
+//! in `memory.rs` feeds both the same reports and compares their answers.
 
+use std::path::Path;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisResult, Script};
+use redis::{AsyncConnectionConfig, Client, RedisResult, Script, TlsCertificates};
 
 use super::learning::{Proposal, Shared};
 use crate::config::RedisUrl;
@@ -19,8 +24,8 @@ use crate::config::RedisUrl;
 /// The script: KEYS[1] the lane's hash; ARGV: member, demand, proposed interval (µs,
 /// empty for none), epoch, epoch raised from (empty for none), member TTL (ms), key
 /// TTL (ms), hold (ms: how long after a raise another counts as the same burst); the
-/// hash's `r` is when the last raise landed. Returns the interval and epoch (empty while there is no state), then the
-/// other members' demands.
+/// hash's `r` is when the last raise landed. Returns the interval and epoch (empty
+/// while there is no state), then the other live members' demands.
 const SYNC: &str = r"
 local key = KEYS[1]
 local me = 'm:' .. ARGV[1]
@@ -39,7 +44,7 @@ for k = 1, #fields, 2 do
     r = tonumber(v)
   elseif f ~= me and string.sub(f, 1, 2) == 'm:' then
     local sp = string.find(v, ' ', 1, true)
-    if sp == nil or tonumber(string.sub(v, 1, sp - 1)) < now then
+    if sp == nil or now - tonumber(string.sub(v, 1, sp - 1)) > tonumber(ARGV[6]) then
       redis.call('HDEL', key, f)
     else
       others[#others + 1] = string.sub(v, sp + 1)
@@ -61,7 +66,7 @@ if ARGV[3] ~= '' then
   end
   redis.call('HSET', key, 'i', string.format('%d', i), 'e', string.format('%d', e))
 end
-redis.call('HSET', key, me, string.format('%d', now + tonumber(ARGV[6])) .. ' ' .. ARGV[2])
+redis.call('HSET', key, me, string.format('%d', now) .. ' ' .. ARGV[2])
 redis.call('PEXPIRE', key, ARGV[7])
 local out = {'', ''}
 if i ~= nil then
@@ -102,10 +107,29 @@ pub struct Store {
 }
 
 impl Store {
-    /// A store for `url`, not yet connected; fails only on a URL `check` would refuse.
-    pub fn new(url: &RedisUrl) -> RedisResult<Store> {
+    /// A store for `url`, not yet connected, trusting the CAs in `ca_file` (PEM) for
+    /// TLS instead of the bundled roots; fails on a URL `check` would refuse or a
+    /// `ca_file` that cannot be read.
+    pub fn new(url: &RedisUrl, ca_file: Option<&Path>) -> RedisResult<Store> {
+        let client = match ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "cannot read ca_file",
+                        format!("{}: {e}", path.display()),
+                    ))
+                })?;
+                let certificates = TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                Client::build_with_tls(url.expose(), certificates)?
+            }
+            None => Client::open(url.expose())?,
+        };
         Ok(Store {
-            client: Client::open(url.expose())?,
+            client,
             script: Script::new(SYNC),
             conn: None,
         })

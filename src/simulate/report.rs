@@ -7,6 +7,10 @@
 //! at T when every window starting at or after T (and ending within the phase) is on
 //! target; T counts from the phase's start, so a controller that is right at once
 //! scores 0.
+//!
+//! Sidecars sharing a bucket (`shared`, `fleet`): goodput against capacity, the
+//! throttled share of attempts and Jain's fairness index over the sidecars' goodput,
+//! after a warm-up ([`fleet_stats`]).
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -18,6 +22,9 @@ pub const BIN: Duration = Duration::from_millis(100);
 const WINDOW_BINS: usize = 50;
 const MAX_THROTTLED: f64 = 0.10;
 const MIN_GOODPUT: f64 = 0.90;
+/// What [`fleet_stats`] leaves out at the start (at most a third of the run): every
+/// sidecar starts unpaced and learns the bucket's pace in its first seconds.
+pub const WARMUP: Duration = Duration::from_secs(10);
 
 /// The CSV columns, documented in README "Simulate".
 pub const CSV_HEADER: &str =
@@ -246,6 +253,12 @@ fn header_lines(out: &mut String, options: &SimOptions) {
             Scenario::Tables =>
                 " for `fast`, a fifth for `slow`; one sidecar, each \"sidecar\" a table's clients"
                     .to_string(),
+            Scenario::Fleet => format!(
+                ", one bucket; the sidecars share what they learn as a [fleet] does (sync every {} ms)",
+                crate::config::FleetSettings::default()
+                    .sync_interval
+                    .as_millis()
+            ),
             _ => String::new(),
         },
         options.burst
@@ -373,6 +386,85 @@ fn sidecar_lines(out: &mut String, options: &SimOptions, trace: &Trace, bins: &[
             percent(throttles as f64, attempts as f64),
         );
     }
+}
+
+/// Several sidecars on one bucket, after the [`WARMUP`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetStats {
+    /// Successful attempts per second over the capacity.
+    pub goodput: f64,
+    /// Throttled attempts over all attempts.
+    pub throttled: f64,
+    /// Jain's fairness index over the sidecars' goodput: 1 when all got the same,
+    /// `1 / n` when one got everything.
+    pub jain: f64,
+    /// Each sidecar's goodput, per second.
+    pub rates: Vec<f64>,
+}
+
+/// [`FleetStats`] of a run, from the end of the [`WARMUP`] (or the first third).
+pub fn fleet_stats(options: &SimOptions, trace: &Trace) -> FleetStats {
+    let from = WARMUP.min(options.duration / 3);
+    let secs = options.duration.saturating_sub(from).as_secs_f64();
+    let mut ok = vec![0u64; options.sidecars];
+    let (mut attempts, mut throttles) = (0u64, 0u64);
+    for a in trace.attempts.iter().filter(|a| a.at >= from) {
+        attempts += 1;
+        if a.throttled {
+            throttles += 1;
+        } else if let Some(n) = ok.get_mut(a.sidecar) {
+            *n += 1;
+        }
+    }
+    let rates: Vec<f64> = ok.iter().map(|&n| n as f64 / secs).collect();
+    FleetStats {
+        goodput: rates.iter().sum::<f64>() / options.capacity,
+        throttled: percent(throttles as f64, attempts as f64) / 100.0,
+        jain: jain(&rates),
+        rates,
+    }
+}
+
+/// Jain's fairness index of `x`: `(Σx)² / (n Σx²)`; 1 for no one or nothing.
+pub fn jain(x: &[f64]) -> f64 {
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    let sum: f64 = x.iter().sum();
+    sum * sum / (x.len() as f64 * squares)
+}
+
+/// The fleet scenario's closing table: the same sidecars on their own and as a fleet.
+pub fn fleet_comparison(options: &SimOptions, independent: &Trace, fleet: &Trace) -> String {
+    let mut out = String::new();
+    let from = WARMUP.min(options.duration / 3);
+    let _ = writeln!(
+        out,
+        "independent vs fleet ({} sidecars x {} clients, one {}/s bucket, after the first {} s):",
+        options.sidecars,
+        options.clients,
+        options.capacity,
+        from.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "  {:<12} {:>16} {:>10} {:>6}  sidecar goodput min-max (/s)",
+        "mode", "goodput/capacity", "throttled", "jain"
+    );
+    for (mode, trace) in [("independent", independent), ("fleet", fleet)] {
+        let s = fleet_stats(options, trace);
+        let low = s.rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = s.rates.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "  {mode:<12} {:>16.3} {:>9.2}% {:>6.3}  {low:.1}-{high:.1}",
+            s.goodput,
+            100.0 * s.throttled,
+            s.jain
+        );
+    }
+    out
 }
 
 fn bin_count(duration: Duration) -> usize {
@@ -514,5 +606,13 @@ mod tests {
         assert_eq!(lines[2], "0.1,100,4,3,1,0,0,15.000,10.000,20.000");
         bins.iter_mut().for_each(|b| b.intervals_ms.truncate(1));
         assert_eq!(super::csv(&bins).lines().next(), Some(CSV_HEADER));
+    }
+
+    #[test]
+    fn jain_is_one_for_equal_shares_and_one_over_n_for_one_taking_all() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0, 5.0]), 1.0);
+        assert_eq!(jain(&[8.0, 0.0, 0.0, 0.0]), 0.25);
+        assert_eq!(jain(&[]), 1.0);
+        assert!((jain(&[1.0, 3.0]) - 0.8).abs() < 1e-12);
     }
 }
