@@ -49,7 +49,7 @@ impl SlowStart {
         self.over.load(Relaxed)
     }
 
-    /// Waits for room in the window (at most [`MAX_HOLD`], and not past `deadline`),
+    /// Waits for room in the window (at most `MAX_HOLD`, and not past `deadline`),
     /// then counts the request in flight; returns how long it waited.
     pub async fn enter(&self, clock: &Clock, deadline: Instant) -> Duration {
         let began = clock.now();
