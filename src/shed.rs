@@ -63,10 +63,9 @@ pub fn sdk_patience(headers: &HeaderMap) -> Option<Duration> {
     if attempt >= max {
         return Some(most);
     }
-    // Every retry the SDK has left would wait about this long anyway.
-    let left = (attempt..max)
-        .map(retry_wait)
-        .fold(Duration::ZERO, |a, b| a + b);
+    // Every retry the SDK has left would wait about this long anyway. Each wait is
+    // at least 6 s, so five of them pass the cap: a hostile `max` costs no more.
+    let left: Duration = (attempt..max).take(5).map(retry_wait).sum();
     Some(left.min(most))
 }
 
@@ -167,6 +166,11 @@ mod tests {
         // botocore puts a ttl first on some services; 7 + 9 + 13 s is capped at 25.
         assert_eq!(
             patience("ttl=20261124T010203Z; attempt=2; max=5"),
+            Some(Duration::from_secs(25))
+        );
+        // A huge `max` is summed no further than the cap.
+        assert_eq!(
+            patience("attempt=1; max=4294967295"),
             Some(Duration::from_secs(25))
         );
         // Without `max`, this attempt's wait; the backoff stops doubling at 20 s.

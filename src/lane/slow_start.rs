@@ -94,8 +94,8 @@ impl SlowStart {
             self.end();
             return;
         }
-        // Saturating: an answer may come for a request that entered before a restart
-        // of the count (none today), and the count must never wrap.
+        // Saturating: an answer may come for an attempt that held no place here (a
+        // lane the answer named), and the count must never wrap.
         let _ = self
             .in_flight
             .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
