@@ -35,8 +35,11 @@ pub struct Shared {
 /// and for a raise since the last sync, the epoch it raised from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Proposal {
+    /// The member controller's interval (the fleet-wide one it steers toward).
     pub interval: Duration,
+    /// The member controller's epoch.
     pub epoch: u64,
+    /// For a raise since the last sync, the epoch it raised from.
     pub raised_from: Option<u64>,
 }
 
