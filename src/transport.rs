@@ -6,6 +6,7 @@ mod body;
 mod cause;
 mod client;
 mod headers;
+mod plain;
 mod verifier;
 
 pub use body::{ProxyBody, WatchFrames, discard, expects_continue, read_error_body, read_up_to};

@@ -19,6 +19,7 @@ use rustls::pki_types::ServerName;
 use super::body::ProxyBody;
 use super::cause::ConnectCause;
 use super::headers::strip_hop_by_hop;
+use super::plain::Plain;
 use super::verifier::Verifier;
 use crate::config::{self, UpstreamSettings};
 use crate::throttle::Preset;
@@ -46,7 +47,7 @@ pub enum SendError {
     #[error("cannot connect: {0}")]
     Connect(ConnectCause),
     #[error("{0}")]
-    Failed(hyper_util::client::legacy::Error),
+    Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
 type Pooled = Client<HttpsConnector<HttpConnector>, ProxyBody>;
@@ -73,6 +74,9 @@ pub struct UpstreamClient {
     /// its first request there. A pool shared across runtimes would hand a
     /// connection driven by one thread to a request on another.
     clients: Box<[OnceLock<Pooled>]>,
+    /// A plain-http upstream's connections, kept without hyper-util's pool; `None`
+    /// for https and gRPC, which go through `clients`.
+    plain: Option<Plain>,
     builder: hyper_util::client::legacy::Builder,
     connector: HttpsConnector<HttpConnector>,
     scheme: Scheme,
@@ -136,6 +140,7 @@ impl UpstreamClient {
         };
         // gRPC needs HTTP/2: h2 by ALPN over TLS, prior knowledge over plain http.
         let grpc = settings.preset == Preset::Grpc;
+        let http_connector = http.clone();
         let connector = if grpc {
             https.enable_http2().wrap_connector(http)
         } else {
@@ -153,10 +158,30 @@ impl UpstreamClient {
         let clients: Box<[OnceLock<Pooled>]> =
             (0..=worker_count()).map(|_| OnceLock::new()).collect();
         let _ = clients[0].set(builder.build(connector.clone()));
+        let plain = (settings.url.scheme == Scheme::HTTP && !grpc).then(|| {
+            let target = Uri::from_parts({
+                let mut parts = http::uri::Parts::default();
+                parts.scheme = Some(Scheme::HTTP);
+                parts.authority = Some(settings.url.authority.clone());
+                parts.path_and_query = Some(PathAndQuery::from_static("/"));
+                parts
+            });
+            target.map(|target| {
+                Plain::new(
+                    http_connector.clone(),
+                    target,
+                    worker_count() + 1,
+                    per_pool,
+                    settings.pool.idle_timeout,
+                    server_name.clone(),
+                )
+            })
+        });
 
         let url = &settings.url;
         Ok(UpstreamClient {
             clients,
+            plain: plain.and_then(Result::ok),
             builder,
             connector,
             scheme: url.scheme.clone(),
@@ -204,24 +229,37 @@ impl UpstreamClient {
 
     /// Sends one attempt and waits for the response head, at most `request_timeout`.
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
-        match tokio::time::timeout(self.request_timeout, self.pool().request(req)).await {
-            Err(_) => Err(SendError::Timeout(self.request_timeout)),
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) if e.is_connect() => {
-                Err(SendError::Connect(ConnectCause::of(&e, &self.server_name)))
+        let slot = WORKER.with(Cell::get);
+        let sent = async {
+            match &self.plain {
+                Some(plain) => plain.send(slot, req).await,
+                None => self.pooled(slot, req).await,
             }
-            Ok(Err(e)) => match ConnectCause::tls_in(&e, &self.server_name) {
-                Some(cause) => Err(SendError::Connect(cause)),
-                None => Err(SendError::Failed(e)),
-            },
+        };
+        match tokio::time::timeout(self.request_timeout, sent).await {
+            Err(_) => Err(SendError::Timeout(self.request_timeout)),
+            Ok(sent) => sent,
         }
     }
 
-    /// The connection pool of the calling thread's runtime.
-    fn pool(&self) -> &Pooled {
-        let slot = WORKER.with(Cell::get);
-        let slot = self.clients.get(slot).unwrap_or(&self.clients[0]);
-        slot.get_or_init(|| self.builder.build(self.connector.clone()))
+    /// Sends through hyper-util's pool of runtime `slot`.
+    async fn pooled(
+        &self,
+        slot: usize,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let pool = self.clients.get(slot).unwrap_or(&self.clients[0]);
+        let pool = pool.get_or_init(|| self.builder.build(self.connector.clone()));
+        match pool.request(req).await {
+            Ok(response) => Ok(response),
+            Err(e) if e.is_connect() => {
+                Err(SendError::Connect(ConnectCause::of(&e, &self.server_name)))
+            }
+            Err(e) => match ConnectCause::tls_in(&e, &self.server_name) {
+                Some(cause) => Err(SendError::Connect(cause)),
+                None => Err(SendError::Failed(e.into())),
+            },
+        }
     }
 
     /// The per-attempt timeout.

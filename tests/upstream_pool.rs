@@ -1,0 +1,126 @@
+//! The connections kept to a plain-http upstream: reused while they live, replaced when
+//! the upstream closes them, closed after `idle_timeout`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use support::*;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// What a raw upstream has seen.
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    open: AtomicUsize,
+    requests: AtomicUsize,
+}
+
+/// An upstream that answers every request head with a small 200; with `close_after`
+/// it closes each connection after its answer, as a server whose keep-alive just ran
+/// out does (no `Connection: close`).
+async fn raw_upstream(close_after: bool) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let counts = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            counts.accepted.fetch_add(1, Ordering::SeqCst);
+            counts.open.fetch_add(1, Ordering::SeqCst);
+            let counts = Arc::clone(&counts);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                'conn: while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                    head.extend_from_slice(&buf[..n]);
+                    while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                        head.drain(..end + 4);
+                        counts.requests.fetch_add(1, Ordering::SeqCst);
+                        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if socket.write_all(reply).await.is_err() || close_after {
+                            break 'conn;
+                        }
+                    }
+                }
+                drop(socket);
+                counts.open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+async fn proxy_to(target: SocketAddr, upstream_keys: &str) -> Proxy {
+    proxy_config(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n{}",
+        upstream_table("up", target, upstream_keys)
+    ))
+    .await
+}
+
+/// Requests one after another on one client connection share one upstream connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_requests_reuse_one_upstream_connection() {
+    let (target, seen) = raw_upstream(false).await;
+    let proxy = proxy_to(target, "").await;
+    let url = format!("http://{}/", proxy.addr);
+    let client = client();
+    for _ in 0..20 {
+        assert_eq!(send(&client, "GET", &url, &[], "").await.status, 200);
+    }
+    let accepted = seen.accepted.load(Ordering::SeqCst);
+    println!("20 requests on one client connection: {accepted} upstream connection(s)");
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 20);
+    assert_eq!(accepted, 1);
+}
+
+/// An upstream that closes each connection after its answer costs no request: the
+/// next one goes on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_closes_after_each_answer_loses_no_request() {
+    let (target, seen) = raw_upstream(true).await;
+    let proxy = proxy_to(target, "[upstream.retry]\nmax_attempts = 1").await;
+    let url = format!("http://{}/", proxy.addr);
+    let client = client();
+    for i in 0..20 {
+        let answer = send(&client, "GET", &url, &[], "").await;
+        assert_eq!(answer.status, 200, "request {i}: {:?}", answer.body);
+        let seen = Arc::clone(&seen);
+        wait_until(10 * SECOND, "the upstream to close its connection", || {
+            let seen = Arc::clone(&seen);
+            async move { seen.open.load(Ordering::SeqCst) == 0 }
+        })
+        .await;
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 20);
+}
+
+/// A connection left idle for `idle_timeout` is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let (target, seen) = raw_upstream(false).await;
+    let proxy = proxy_to(target, "[upstream.pool]\nidle_timeout = \"200ms\"").await;
+    let url = format!("http://{}/", proxy.addr);
+    assert_eq!(get(&url).await.status, 200);
+    assert_eq!(seen.open.load(Ordering::SeqCst), 1);
+    let open = Arc::clone(&seen);
+    wait_until(10 * SECOND, "the idle connection to close", || {
+        let open = Arc::clone(&open);
+        async move { open.open.load(Ordering::SeqCst) == 0 }
+    })
+    .await;
+    // And the next request opens a new one.
+    assert_eq!(get(&url).await.status, 200);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+}
