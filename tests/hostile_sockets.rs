@@ -105,6 +105,44 @@ async fn a_trickled_head_is_cut_off_by_the_deadline_from_accept() {
     println!("trickled head cut off {after:?} after the accept (header_read_timeout 1s)");
 }
 
+/// Finding 2: on a kept-alive connection, the next head trickled in a byte at a time
+/// is cut off `keepalive_timeout` after the last answer (parked or not in between).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_later_head_is_cut_off_by_the_keep_alive_deadline() {
+    let (up, proxy) = one_upstream("keepalive_timeout = \"1s\"").await;
+    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let first = read_answer(&mut socket).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let answered = Instant::now();
+    let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    let mut cut_off = false;
+    for byte in head {
+        if socket.write_all(&[*byte]).await.is_err() {
+            cut_off = true;
+            break;
+        }
+        if closed_within(&mut socket, Duration::from_millis(100))
+            .await
+            .is_some()
+        {
+            cut_off = true;
+            break;
+        }
+    }
+    let after = answered.elapsed();
+    assert!(
+        cut_off,
+        "the trickled head was still being read after {after:?}"
+    );
+    assert!(after < 5 * SECOND, "cut off only after {after:?}");
+    assert_eq!(up.count(), 1);
+    println!("trickled later head cut off {after:?} after the last answer (keepalive_timeout 1s)");
+}
+
 /// Finding 2: a request body sent a byte now and then is given up after
 /// `body_idle_timeout` of silence, with an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

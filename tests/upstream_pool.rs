@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 use support::*;
 
@@ -61,6 +61,21 @@ async fn raw_upstream(close_after: bool) -> (SocketAddr, Arc<Seen>) {
     (addr, seen)
 }
 
+/// One answer whose body is `ok`, read off a kept-alive connection.
+async fn read_ok(socket: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.ends_with(b"\r\n\r\nok") {
+        let n = tokio::time::timeout(10 * SECOND, socket.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 async fn proxy_to(target: SocketAddr, upstream_keys: &str) -> Proxy {
     proxy_config(&format!(
         "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n{}",
@@ -74,10 +89,15 @@ async fn proxy_to(target: SocketAddr, upstream_keys: &str) -> Proxy {
 async fn sequential_requests_reuse_one_upstream_connection() {
     let (target, seen) = raw_upstream(false).await;
     let proxy = proxy_to(target, "").await;
-    let url = format!("http://{}/", proxy.addr);
-    let client = client();
-    for _ in 0..20 {
-        assert_eq!(send(&client, "GET", &url, &[], "").await.status, 200);
+    // One raw client connection: a pooling client could open a second one.
+    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
+    for i in 0..20 {
+        socket
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_ok(&mut socket).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i}: {answer}");
     }
     let accepted = seen.accepted.load(Ordering::SeqCst);
     println!("20 requests on one client connection: {accepted} upstream connection(s)");

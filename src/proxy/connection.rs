@@ -58,13 +58,12 @@ pub const PARK_AFTER: Duration = Duration::from_millis(50);
 /// A connection builder for HTTP/1.1 and h2c with `limits` applied.
 pub fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // hyper's timer runs from the end of one response to the end of the next head, so
-    // it bounds keep-alive idle time and a later head together; the first head is
-    // bounded from the accept by `drive`.
+    // `drive` bounds every head: the first from the accept, a later one with the
+    // keep-alive time. hyper's own head timer would cost a boxed sleep per request.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.keepalive_timeout.max(limits.header_read_timeout))
+        .header_read_timeout(None)
         .keep_alive(true);
     builder
         .http2()
@@ -324,7 +323,7 @@ where
                     watchdog.as_mut().reset(far_future());
                 }
                 Some(reason) => return (reason, Ok(())),
-                None => match idle_step(tracker, limits, may_park()) {
+                None => match idle_step(tracker, limits, may_park(), begun) {
                     Idle::Drop => return (Closed::Idle, Ok(())),
                     Idle::Wait { at, park } => {
                         armed = park;
@@ -361,8 +360,10 @@ enum Idle {
 }
 
 /// What to do with an open connection when its watchdog fires; never sleeps past the
-/// keep-alive timeout, so a request that begins and ends in between is seen.
-fn idle_step(tracker: &Tracker, limits: &Limits, may_park: bool) -> Idle {
+/// keep-alive timeout, so a request that begins and ends in between is seen. `begun`
+/// is how many requests the connection had started when this hyper connection took
+/// it over: one that has started none since has nothing to finish.
+fn idle_step(tracker: &Tracker, limits: &Limits, may_park: bool, begun: u64) -> Idle {
     let now = Instant::now();
     let next = now + limits.keepalive_timeout;
     let park_at = tracker.park_at().filter(|_| may_park);
@@ -371,7 +372,9 @@ fn idle_step(tracker: &Tracker, limits: &Limits, may_park: bool) -> Idle {
         return Idle::Park;
     }
     match idle_at {
-        Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == 0 => Idle::Drop,
+        // A parked connection woken by a head that never completes is one of these:
+        // hyper, reading that head, would let a graceful close wait for it.
+        Some(at) if at <= now && tracker.started.load(Ordering::Relaxed) == begun => Idle::Drop,
         Some(at) if at <= now => Idle::Close,
         Some(at) => Idle::Wait {
             at: park_at.map_or(at, |park| park.min(at)).min(next),
@@ -572,12 +575,12 @@ pub async fn sniff(stream: &TcpStream) -> Sniffed {
     }
 }
 
-/// An HTTP/1.1 connection builder with `limits` applied, the same as [`builder`]'s.
-pub fn http1_builder(limits: &Limits) -> http1::Builder {
+/// An HTTP/1.1 connection builder, the same as [`builder`]'s.
+pub fn http1_builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.keepalive_timeout.max(limits.header_read_timeout))
+        .header_read_timeout(None)
         .keep_alive(true);
     builder
 }

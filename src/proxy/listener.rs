@@ -82,7 +82,7 @@ async fn accept(
     draining: &watch::Receiver<bool>,
 ) {
     let builders = Arc::new(Builders {
-        http1: connection::http1_builder(&ctx.limits),
+        http1: connection::http1_builder(),
         auto: connection::builder(&ctx.limits),
     });
     // Announced so that clients retire a connection before easeoff closes it.
