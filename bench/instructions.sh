@@ -3,11 +3,14 @@
 # callgrind: deterministic, so it tells a 2% change apart on a noisy shared machine
 # where wall-clock figures swing 10-25%.
 #
-# Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2] 'COMMAND' ...
+# Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2]
+#                              [--header 'NAME: VALUE' ...] [--data FILE] 'COMMAND' ...
 #   COMMAND starts a proxy in the foreground on 127.0.0.1:$PORT forwarding to
 #   $UPSTREAM (the overhead.sh convention), e.g.
 #     bench/instructions.sh 'exec target/release/easeoff --config bench/passthrough.toml'
 #   Several commands are measured one after another against the same upstream.
+#   --header adds a request header (repeatable); --data FILE sends POSTs with that body
+#   (a DynamoDB call, say, to measure the lanes: see bench/passthrough-dynamodb.toml).
 # An nginx upstream answers "ok". Each proxy runs under callgrind; after a warm-up of
 # 2000 requests the counters are zeroed, N requests (default 20000) are sent with
 # h2load (HTTP/1.1 keep-alive unless --h2), and the instructions of every thread
@@ -21,12 +24,15 @@ C=16
 P=/
 H2=0
 CMDS=()
+EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --requests) N=${2:?}; shift 2 ;;
     --conns) C=${2:?}; shift 2 ;;
     --path) P=${2:?}; shift 2 ;;
     --h2) H2=1; shift ;;
+    --header) EXTRA+=(-H "${2:?}"); shift 2 ;;
+    --data) EXTRA+=(-d "${2:?}"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) CMDS+=("$1"); shift ;;
   esac
@@ -86,7 +92,7 @@ wait_port "$UP_PORT" 10 "${PIDS[0]}" || { echo "instructions.sh: upstream did no
 load() { # PORT REQUESTS
   local proto=(--h1)
   [ "$H2" = 1 ] && proto=()
-  h2load "${proto[@]}" -c"$C" -n"$2" "http://127.0.0.1:$1$P" >"$WORK/load.txt" 2>&1 \
+  h2load "${proto[@]}" ${EXTRA[@]+"${EXTRA[@]}"} -c"$C" -n"$2" "http://127.0.0.1:$1$P" >"$WORK/load.txt" 2>&1 \
     || { cat "$WORK/load.txt" >&2; return 1; }
   grep -q "succeeded, 0 failed, 0 errored" "$WORK/load.txt" \
     || grep -q "^requests: .* $2 succeeded" "$WORK/load.txt" \

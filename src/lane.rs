@@ -255,9 +255,9 @@ pub struct Route {
     pub more: Vec<Arc<Lane>>,
     /// The request key, when the upstream may name its bucket.
     pub key: Option<Box<str>>,
-    /// The hot-key lane name a single-item DynamoDB request would take, for a throttle
-    /// that names a hot partition.
-    pub hot: Option<String>,
+    /// The hashed partition key of a single-item DynamoDB request, whose hot-key lane
+    /// ([`Route::hot_lane`]) it takes once a throttle named a hot partition.
+    pub hot: Option<u64>,
 }
 
 impl Route {
@@ -269,6 +269,14 @@ impl Route {
             key: None,
             hot: None,
         }
+    }
+
+    /// The name of the hot-key lane the request would take: named only when asked,
+    /// as nearly every request never needs it.
+    pub fn hot_lane(&self) -> Option<String> {
+        let key = self.hot?;
+        let (table, suffix) = self.first.name().rsplit_once(':')?;
+        Some(route::hot_key_name(table, suffix, key))
     }
 }
 
@@ -416,7 +424,10 @@ impl Lanes {
         if self.rule == Rule::Single {
             return Route::one(Arc::clone(&self.default));
         }
-        let keys = route::keys(&self.rule, head, body);
+        let (keys, hot) = match self.rule {
+            Rule::DynamoDb => route::dynamodb_keys(&head.headers, body),
+            _ => (route::keys(&self.rule, head, body), None),
+        };
         let Some((first, rest)) = keys.names().split_first() else {
             return Route::one(Arc::clone(&self.default));
         };
@@ -431,8 +442,8 @@ impl Lanes {
         }
         let mut route = Route::one(self.get(first));
         route.more = rest.iter().map(|name| self.get(name)).collect();
-        if self.rule == Rule::DynamoDb && rest.is_empty() {
-            route.hot = route::hot_key(first, head, body);
+        if hot.is_some() {
+            route.hot = hot;
             self.refresh(&mut route);
         }
         route
@@ -449,7 +460,7 @@ impl Lanes {
         }
         if route.more.is_empty()
             && self.has_hot_keys()
-            && let Some(lane) = route.hot.as_deref().and_then(|hot| self.find(hot))
+            && let Some(lane) = route.hot_lane().and_then(|hot| self.find(&hot))
         {
             route.more.push(lane);
         }

@@ -13,7 +13,7 @@ use std::fmt;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName};
 
-use crate::throttle::Preset;
+use crate::throttle::{Preset, X_AMZ_TARGET};
 
 /// The lane every upstream has, and where a request goes when no rule places it.
 pub const DEFAULT: &str = "default";
@@ -108,27 +108,44 @@ impl Rule {
 /// The lanes a request takes a slot in, sorted and without repeats (so two requests
 /// that share lanes take them in the same order and cannot hold each other up).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Keys(Vec<String>);
+pub struct Keys(Names);
+
+// One lane is the common case and needs no allocation beyond its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Names {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
 
 impl Keys {
     /// The lane names, sorted.
     pub fn names(&self) -> &[String] {
-        &self.0
+        match &self.0 {
+            Names::None => &[],
+            Names::One(name) => std::slice::from_ref(name),
+            Names::Many(names) => names,
+        }
     }
 
     /// No lane told: `default`.
     pub fn is_default(&self) -> bool {
-        self.0.is_empty()
+        self.names().is_empty()
     }
 
     fn one(name: String) -> Keys {
-        Keys(vec![name])
+        Keys(Names::One(name))
     }
 
     fn many(mut names: Vec<String>) -> Keys {
         names.sort_unstable();
         names.dedup();
-        Keys(names)
+        match names.len() {
+            0 => Keys::default(),
+            1 => Keys(Names::One(names.swap_remove(0))),
+            _ => Keys(Names::Many(names)),
+        }
     }
 }
 
@@ -137,30 +154,39 @@ impl Keys {
 pub fn keys(rule: &Rule, head: &Parts, body: Option<&[u8]>) -> Keys {
     match rule {
         Rule::Single => Keys::default(),
-        Rule::DynamoDb => dynamodb_keys(&head.headers, body),
+        Rule::DynamoDb => dynamodb_keys(&head.headers, body).0,
         Rule::Parts(parts) => Keys::one(joined(parts, head)),
     }
 }
 
-fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> Keys {
-    let Some(target) = headers.get("x-amz-target").and_then(|v| v.to_str().ok()) else {
-        return Keys::default();
+/// A DynamoDB request's lanes, and for a single-item request its hashed partition
+/// key: the hot-key lane it would take is [`hot_key_name`] of its lane and this key.
+pub fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> (Keys, Option<u64>) {
+    let Some(target) = headers.get(X_AMZ_TARGET).and_then(|v| v.to_str().ok()) else {
+        return (Keys::default(), None);
     };
     let Some((operation, access)) = dynamodb::operation(target) else {
-        return Keys::default();
+        return (Keys::default(), None);
     };
     if access == dynamodb::Access::Control {
-        return Keys::one(CONTROL.to_string());
+        return (Keys::one(CONTROL.to_string()), None);
     }
     let suffix = access.as_str();
     let Some(body) = body else {
-        return Keys::default();
+        return (Keys::default(), None);
     };
-    let names = dynamodb::tables(operation, body)
-        .iter()
-        .map(|table| lane_name(table, suffix))
-        .collect();
-    Keys::many(names)
+    let tables = dynamodb::tables(operation, body);
+    match tables.as_slice() {
+        [] => (Keys::default(), None),
+        [table] => (
+            Keys::one(lane_name(table, suffix)),
+            dynamodb::partition_key(operation, body, None),
+        ),
+        many => {
+            let names = many.iter().map(|table| lane_name(table, suffix)).collect();
+            (Keys::many(names), None)
+        }
+    }
 }
 
 /// `TABLE:read` or `TABLE:write`.
@@ -175,16 +201,6 @@ pub fn lane_name(table: &str, suffix: &str) -> String {
 /// The hot-key lane of a table's writes (or reads) to one partition key.
 pub fn hot_key_name(table: &str, suffix: &str, key: u64) -> String {
     format!("{}:key={key:016x}", lane_name(table, suffix))
-}
-
-/// The hot-key lane a single-item request in `lane` (`TABLE:write`) would take, if
-/// its partition key can be read.
-pub fn hot_key(lane: &str, head: &Parts, body: Option<&[u8]>) -> Option<String> {
-    let (table, suffix) = lane.rsplit_once(':')?;
-    let target = head.headers.get("x-amz-target")?.to_str().ok()?;
-    let (operation, _) = dynamodb::operation(target)?;
-    let key = dynamodb::partition_key(operation, body?, None)?;
-    Some(hot_key_name(table, suffix, key))
 }
 
 fn joined(parts: &[Part], head: &Parts) -> String {

@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use tokio::time::Instant;
 
 use crate::clock::nanos;
@@ -27,7 +27,7 @@ pub const SDK_HINT_CAP: Duration = Duration::from_secs(5);
 
 /// The header in which the AWS SDKs say which attempt a request is
 /// (`attempt=2; max=3`).
-pub const SDK_REQUEST_HEADER: &str = "amz-sdk-request";
+pub const SDK_REQUEST_HEADER: HeaderName = HeaderName::from_static("amz-sdk-request");
 
 /// The SDKs' throttling backoff: up to 1 s before the first retry, doubling per
 /// attempt, at most 20 s.

@@ -10,7 +10,7 @@ mod partial;
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
-pub use aws::THROTTLING_CODES;
+pub use aws::{THROTTLING_CODES, X_AMZ_TARGET};
 pub use partial::{UnprocessedScan, is_batch};
 
 /// Error bodies up to this size are read for codes; larger ones stream untouched.
@@ -120,7 +120,7 @@ pub struct Classifier {
     rules: Rules,
 }
 
-const GRPC_STATUS: &str = "grpc-status";
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 /// gRPC's RESOURCE_EXHAUSTED.
 const GRPC_RESOURCE_EXHAUSTED: &[u8] = b"8";
 

@@ -615,9 +615,9 @@ impl<'a> Ctx<'a> {
                     _ => requested.unwrap_or("write"),
                 };
                 let hot = reason.limit == Some(dynamodb::Limit::KeyRangeThroughputExceeded);
-                let name = match (&route.hot, hot) {
-                    (Some(hot), true) => hot.clone(),
-                    _ => route::lane_name(table, suffix),
+                let name = match route.hot_lane().filter(|_| hot) {
+                    Some(hot) => hot,
+                    None => route::lane_name(table, suffix),
                 };
                 Some((lanes.get(&name), reason))
             })

@@ -24,6 +24,13 @@ pub const THROTTLING_CODES: [&str; 14] = [
     "EC2ThrottledException",
 ];
 
+/// The header an AWS JSON request names its operation in; a constant, so looking it
+/// up does not parse the name on every request.
+pub const X_AMZ_TARGET: http::HeaderName = http::HeaderName::from_static("x-amz-target");
+
+/// The header AWS JSON services name an error's code in.
+const X_AMZN_ERROR_TYPE: http::HeaderName = http::HeaderName::from_static("x-amzn-errortype");
+
 /// Whether `code` is on the SDKs' throttling list.
 pub fn is_throttling(code: &str) -> bool {
     THROTTLING_CODES.contains(&code)
@@ -32,7 +39,7 @@ pub fn is_throttling(code: &str) -> bool {
 /// The code from the `x-amzn-ErrorType` header, if it has one.
 pub fn header_code(headers: &HeaderMap) -> Option<&str> {
     headers
-        .get("x-amzn-errortype")
+        .get(X_AMZN_ERROR_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(sanitize)
 }

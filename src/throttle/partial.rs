@@ -8,7 +8,7 @@ use http::HeaderMap;
 /// Whether the request is a DynamoDB batch operation whose answer may be partial.
 pub fn is_batch(request_headers: &HeaderMap) -> bool {
     request_headers
-        .get("x-amz-target")
+        .get(super::aws::X_AMZ_TARGET)
         .map(|v| v.as_bytes())
         .is_some_and(|t| t.ends_with(b".BatchWriteItem") || t.ends_with(b".BatchGetItem"))
 }
