@@ -144,3 +144,22 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     assert_eq!(get(&url).await.status, 200);
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
 }
+
+/// With `max_idle = 0` no connection is kept: each request has one of its own, closed
+/// after its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_idle_zero_keeps_no_connection() {
+    let (target, seen) = raw_upstream(false).await;
+    let proxy = proxy_to(target, "[upstream.pool]\nmax_idle = 0").await;
+    let url = format!("http://{}/", proxy.addr);
+    for _ in 0..3 {
+        assert_eq!(get(&url).await.status, 200);
+    }
+    let open = Arc::clone(&seen);
+    wait_until(10 * SECOND, "every upstream connection to close", || {
+        let open = Arc::clone(&open);
+        async move { open.open.load(Ordering::SeqCst) == 0 }
+    })
+    .await;
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
+}

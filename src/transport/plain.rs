@@ -88,7 +88,11 @@ impl Plain {
                 None => self.connect().await?,
             };
             let answer = sender.try_send_request(req);
-            self.put_back(slot, sender);
+            // With `max_idle = 0` nothing is kept: hyper closes the connection once
+            // its answer is done.
+            if self.cap > 0 {
+                self.put_back(slot, sender);
+            }
             match answer.await {
                 Ok(response) => return Ok(response),
                 Err(mut error) => match error.take_message() {
