@@ -158,30 +158,14 @@ impl UpstreamClient {
         let clients: Box<[OnceLock<Pooled>]> =
             (0..=worker_count()).map(|_| OnceLock::new()).collect();
         let _ = clients[0].set(builder.build(connector.clone()));
-        let plain = (settings.url.scheme == Scheme::HTTP && !grpc).then(|| {
-            let target = Uri::from_parts({
-                let mut parts = http::uri::Parts::default();
-                parts.scheme = Some(Scheme::HTTP);
-                parts.authority = Some(settings.url.authority.clone());
-                parts.path_and_query = Some(PathAndQuery::from_static("/"));
-                parts
-            });
-            target.map(|target| {
-                Plain::new(
-                    http_connector.clone(),
-                    target,
-                    worker_count() + 1,
-                    per_pool,
-                    settings.pool.idle_timeout,
-                    server_name.clone(),
-                )
-            })
-        });
+        let plain = (settings.url.scheme == Scheme::HTTP && !grpc)
+            .then(|| plain(settings, http_connector, per_pool, &server_name))
+            .flatten();
 
         let url = &settings.url;
         Ok(UpstreamClient {
             clients,
-            plain: plain.and_then(Result::ok),
+            plain,
             builder,
             connector,
             scheme: url.scheme.clone(),
@@ -266,6 +250,30 @@ impl UpstreamClient {
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
+}
+
+/// Kept connections to a plain-http upstream, `per_pool` idle in each runtime.
+fn plain(
+    settings: &UpstreamSettings,
+    connector: HttpConnector,
+    per_pool: usize,
+    server_name: &str,
+) -> Option<Plain> {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(Scheme::HTTP);
+    parts.authority = Some(settings.url.authority.clone());
+    parts.path_and_query = Some(PathAndQuery::from_static("/"));
+    // Every part comes from a valid Uri, so this cannot fail; hyper-util's pool
+    // serves the upstream if it does.
+    let target = Uri::from_parts(parts).ok()?;
+    Some(Plain::new(
+        connector,
+        target,
+        worker_count() + 1,
+        per_pool,
+        settings.pool.idle_timeout,
+        server_name.to_string(),
+    ))
 }
 
 /// The system's trusted roots (the bundled Mozilla set when it has none), plus `ca_file`.
