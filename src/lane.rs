@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
@@ -255,9 +256,19 @@ pub struct Route {
     pub more: Vec<Arc<Lane>>,
     /// The request key, when the upstream may name its bucket.
     pub key: Option<Box<str>>,
-    /// The hashed partition key of a single-item DynamoDB request, whose hot-key lane
-    /// ([`Route::hot_lane`]) it takes once a throttle named a hot partition.
-    pub hot: Option<u64>,
+    /// A single-item DynamoDB request's key, whose hot-key lane ([`Route::hot_lane`])
+    /// it takes once a throttle named a hot partition.
+    pub hot: Option<HotKey>,
+}
+
+/// Where a single-item DynamoDB request's partition key is: read and hashed only when
+/// a hot-key lane is asked for, which nearly no request needs.
+#[derive(Clone, Debug)]
+pub struct HotKey {
+    /// The request body, as held for replay.
+    pub body: Bytes,
+    /// `Key` or `Item`.
+    pub field: &'static str,
 }
 
 impl Route {
@@ -274,7 +285,8 @@ impl Route {
     /// The name of the hot-key lane the request would take: named only when asked,
     /// as nearly every request never needs it.
     pub fn hot_lane(&self) -> Option<String> {
-        let key = self.hot?;
+        let hot = self.hot.as_ref()?;
+        let key = route::dynamodb::partition_key_in(hot.field, &hot.body, None)?;
         let (table, suffix) = self.first.name().rsplit_once(':')?;
         Some(route::hot_key_name(table, suffix, key))
     }
@@ -420,13 +432,14 @@ impl Lanes {
     }
 
     /// The lanes a request with `head` (and `body`, as far as it is held) takes.
-    pub fn route(&self, head: &http::request::Parts, body: Option<&[u8]>) -> Route {
+    pub fn route(&self, head: &http::request::Parts, body: Option<&Bytes>) -> Route {
         if self.rule == Rule::Single {
             return Route::one(Arc::clone(&self.default));
         }
-        let (keys, hot) = match self.rule {
-            Rule::DynamoDb => route::dynamodb_keys(&head.headers, body),
-            _ => (route::keys(&self.rule, head, body), None),
+        let held = body.map(|b| &b[..]);
+        let (keys, field) = match self.rule {
+            Rule::DynamoDb => route::dynamodb_keys(&head.headers, held),
+            _ => (route::keys(&self.rule, head, held), None),
         };
         let Some((first, rest)) = keys.names().split_first() else {
             return Route::one(Arc::clone(&self.default));
@@ -442,8 +455,11 @@ impl Lanes {
         }
         let mut route = Route::one(self.get(first));
         route.more = rest.iter().map(|name| self.get(name)).collect();
-        if hot.is_some() {
-            route.hot = hot;
+        if let (Some(field), Some(body)) = (field, body) {
+            route.hot = Some(HotKey {
+                body: body.clone(),
+                field,
+            });
             self.refresh(&mut route);
         }
         route

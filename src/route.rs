@@ -159,9 +159,10 @@ pub fn keys(rule: &Rule, head: &Parts, body: Option<&[u8]>) -> Keys {
     }
 }
 
-/// A DynamoDB request's lanes, and for a single-item request its hashed partition
-/// key: the hot-key lane it would take is [`hot_key_name`] of its lane and this key.
-pub fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> (Keys, Option<u64>) {
+/// A DynamoDB request's lanes, and for a single-item request the body field that holds
+/// its key (see [`dynamodb::item_field`]): the hot-key lane it would take is
+/// [`hot_key_name`] of its lane and that key's hash, worked out only when needed.
+pub fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> (Keys, Option<&'static str>) {
     let Some(target) = headers.get(X_AMZ_TARGET).and_then(|v| v.to_str().ok()) else {
         return (Keys::default(), None);
     };
@@ -180,7 +181,7 @@ pub fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> (Keys, Option<
         [] => (Keys::default(), None),
         [table] => (
             Keys::one(lane_name(table, suffix)),
-            dynamodb::partition_key(operation, body, None),
+            dynamodb::item_field(operation),
         ),
         many => {
             let names = many.iter().map(|table| lane_name(table, suffix)).collect();

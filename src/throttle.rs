@@ -136,7 +136,11 @@ impl Classifier {
         {
             return Head::Decided(Verdict::Throttle(Signal::Grpc));
         }
-        if self.preset.is_aws() && aws::header_code(headers).is_some_and(aws::is_throttling) {
+        // An AWS error code comes with an error status; a success is not looked up.
+        if self.preset.is_aws()
+            && status.as_u16() >= 400
+            && aws::header_code(headers).is_some_and(aws::is_throttling)
+        {
             return Head::Decided(Verdict::Throttle(Signal::Header));
         }
         if self.matches_header_rule(headers) {

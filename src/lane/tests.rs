@@ -73,7 +73,9 @@ fn attempt(
     body: &[u8],
     verdict: Verdict,
 ) -> Slot {
-    let route = control.lanes.route(head, Some(body));
+    let route = control
+        .lanes
+        .route(head, Some(&bytes::Bytes::copy_from_slice(body)));
     let far = control.clock().now() + Duration::from_secs(3600);
     let pass = runtime
         .block_on(control.acquire_route(&route, far, false))

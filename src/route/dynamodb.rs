@@ -277,11 +277,21 @@ fn top_level<'a>(
 /// written, type included (`{"S":"user#1"}`), minus whitespace outside strings.
 /// `None` for other operations or when the body has no such attribute.
 pub fn partition_key(operation: &str, body: &[u8], attribute: Option<&str>) -> Option<u64> {
-    let field = match operation {
-        "GetItem" | "UpdateItem" | "DeleteItem" => "Key",
-        "PutItem" => "Item",
-        _ => return None,
-    };
+    partition_key_in(item_field(operation)?, body, attribute)
+}
+
+/// The top-level field that holds a single-item request's key: `Key` or `Item`;
+/// `None` for other operations.
+pub fn item_field(operation: &str) -> Option<&'static str> {
+    match operation {
+        "GetItem" | "UpdateItem" | "DeleteItem" => Some("Key"),
+        "PutItem" => Some("Item"),
+        _ => None,
+    }
+}
+
+/// [`partition_key`] with its field already known (see [`item_field`]).
+pub fn partition_key_in(field: &str, body: &[u8], attribute: Option<&str>) -> Option<u64> {
     let mut found = None;
     let _ = top_level(&mut Cursor::new(body), field, |c| {
         c.object(|c, name| {

@@ -54,10 +54,10 @@ impl ProxyBody {
 
     /// What is held of the body in memory: all of it, or the part read before the
     /// rest streams; `None` for a body that only streams.
-    pub fn held(&self) -> Option<&[u8]> {
+    pub fn held(&self) -> Option<Bytes> {
         match self {
-            ProxyBody::Full { data, .. } => Some(data.as_deref().unwrap_or(b"")),
-            ProxyBody::Prefixed { prefix, .. } => Some(prefix.as_deref().unwrap_or(b"")),
+            ProxyBody::Full { data, .. } => Some(data.clone().unwrap_or_default()),
+            ProxyBody::Prefixed { prefix, .. } => Some(prefix.clone().unwrap_or_default()),
             _ => None,
         }
     }
