@@ -3,11 +3,15 @@
 # True when something listens on 127.0.0.1:PORT.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# A port nobody listens on, outside the ephemeral range that clients' own sockets use.
+# A port nobody listens on, below the ephemeral range that clients' own sockets use
+# (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768 by default), so a load
+# generator's outgoing connection cannot take it between this check and the bind.
 free_port() {
-  local p
+  local lo=32768 p
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+  [ "$lo" -gt 11000 ] 2>/dev/null || lo=32768
   while :; do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000) ))
     port_busy "$p" || { echo "$p"; return; }
   done
 }
