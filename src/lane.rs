@@ -436,11 +436,7 @@ impl Lanes {
         if self.rule == Rule::Single {
             return Route::one(Arc::clone(&self.default));
         }
-        let held = body.map(|b| &b[..]);
-        let (keys, field) = match self.rule {
-            Rule::DynamoDb => route::dynamodb_keys(&head.headers, held),
-            _ => (route::keys(&self.rule, head, held), None),
-        };
+        let keys = route::keys(&self.rule, head, body.map(|b| &b[..]));
         let Some((first, rest)) = keys.names().split_first() else {
             return Route::one(Arc::clone(&self.default));
         };
@@ -455,7 +451,7 @@ impl Lanes {
         }
         let mut route = Route::one(self.get(first));
         route.more = rest.iter().map(|name| self.get(name)).collect();
-        if let (Some(field), Some(body)) = (field, body) {
+        if let (Some(field), Some(body)) = (keys.item_field(), body) {
             route.hot = Some(HotKey {
                 body: body.clone(),
                 field,

@@ -108,7 +108,13 @@ impl Rule {
 /// The lanes a request takes a slot in, sorted and without repeats (so two requests
 /// that share lanes take them in the same order and cannot hold each other up).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Keys(Names);
+pub struct Keys {
+    names: Names,
+    /// A single-item DynamoDB request's body field that holds its key (see
+    /// [`dynamodb::item_field`]): its hot-key lane is [`hot_key_name`] of its lane
+    /// and that key's hash, worked out only when needed.
+    item: Option<&'static str>,
+}
 
 // One lane is the common case and needs no allocation beyond its name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -122,7 +128,7 @@ enum Names {
 impl Keys {
     /// The lane names, sorted.
     pub fn names(&self) -> &[String] {
-        match &self.0 {
+        match &self.names {
             Names::None => &[],
             Names::One(name) => std::slice::from_ref(name),
             Names::Many(names) => names,
@@ -134,8 +140,16 @@ impl Keys {
         self.names().is_empty()
     }
 
+    /// The body field of a single-item DynamoDB request that holds its key.
+    pub fn item_field(&self) -> Option<&'static str> {
+        self.item
+    }
+
     fn one(name: String) -> Keys {
-        Keys(Names::One(name))
+        Keys {
+            names: Names::One(name),
+            item: None,
+        }
     }
 
     fn many(mut names: Vec<String>) -> Keys {
@@ -143,8 +157,11 @@ impl Keys {
         names.dedup();
         match names.len() {
             0 => Keys::default(),
-            1 => Keys(Names::One(names.swap_remove(0))),
-            _ => Keys(Names::Many(names)),
+            1 => Keys::one(names.swap_remove(0)),
+            _ => Keys {
+                names: Names::Many(names),
+                item: None,
+            },
         }
     }
 }
@@ -154,39 +171,33 @@ impl Keys {
 pub fn keys(rule: &Rule, head: &Parts, body: Option<&[u8]>) -> Keys {
     match rule {
         Rule::Single => Keys::default(),
-        Rule::DynamoDb => dynamodb_keys(&head.headers, body).0,
+        Rule::DynamoDb => dynamodb_keys(&head.headers, body),
         Rule::Parts(parts) => Keys::one(joined(parts, head)),
     }
 }
 
-/// A DynamoDB request's lanes, and for a single-item request the body field that holds
-/// its key (see [`dynamodb::item_field`]): the hot-key lane it would take is
-/// [`hot_key_name`] of its lane and that key's hash, worked out only when needed.
-pub fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> (Keys, Option<&'static str>) {
+fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> Keys {
     let Some(target) = headers.get(X_AMZ_TARGET).and_then(|v| v.to_str().ok()) else {
-        return (Keys::default(), None);
+        return Keys::default();
     };
     let Some((operation, access)) = dynamodb::operation(target) else {
-        return (Keys::default(), None);
+        return Keys::default();
     };
     if access == dynamodb::Access::Control {
-        return (Keys::one(CONTROL.to_string()), None);
+        return Keys::one(CONTROL.to_string());
     }
     let suffix = access.as_str();
     let Some(body) = body else {
-        return (Keys::default(), None);
+        return Keys::default();
     };
     let tables = dynamodb::tables(operation, body);
     match tables.as_slice() {
-        [] => (Keys::default(), None),
-        [table] => (
-            Keys::one(lane_name(table, suffix)),
-            dynamodb::item_field(operation),
-        ),
-        many => {
-            let names = many.iter().map(|table| lane_name(table, suffix)).collect();
-            (Keys::many(names), None)
-        }
+        [] => Keys::default(),
+        [table] => Keys {
+            item: dynamodb::item_field(operation),
+            ..Keys::one(lane_name(table, suffix))
+        },
+        many => Keys::many(many.iter().map(|table| lane_name(table, suffix)).collect()),
     }
 }
 

@@ -92,7 +92,7 @@ pub async fn handle(
             Ok(held) => held,
             Err(answer) => break 'served answer,
         };
-        let mut route = upstream.lanes.route(&head, body.held().as_ref());
+        let mut route = upstream.lanes.route(&head, body.held());
         let settings = &upstream.settings;
         let mut policy = Attempts::new(
             &settings.retry,

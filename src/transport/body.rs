@@ -54,10 +54,11 @@ impl ProxyBody {
 
     /// What is held of the body in memory: all of it, or the part read before the
     /// rest streams; `None` for a body that only streams.
-    pub fn held(&self) -> Option<Bytes> {
+    pub fn held(&self) -> Option<&Bytes> {
+        static EMPTY: Bytes = Bytes::new();
         match self {
-            ProxyBody::Full { data, .. } => Some(data.clone().unwrap_or_default()),
-            ProxyBody::Prefixed { prefix, .. } => Some(prefix.clone().unwrap_or_default()),
+            ProxyBody::Full { data, .. } => Some(data.as_ref().unwrap_or(&EMPTY)),
+            ProxyBody::Prefixed { prefix, .. } => Some(prefix.as_ref().unwrap_or(&EMPTY)),
             _ => None,
         }
     }

@@ -157,10 +157,12 @@ impl UpstreamClient {
             .set_host(false);
         let clients: Box<[OnceLock<Pooled>]> =
             (0..=worker_count()).map(|_| OnceLock::new()).collect();
-        let _ = clients[0].set(builder.build(connector.clone()));
         let plain = (settings.url.scheme == Scheme::HTTP && !grpc)
             .then(|| plain(settings, http_connector, per_pool, &server_name))
             .flatten();
+        if plain.is_none() {
+            let _ = clients[0].set(builder.build(connector.clone()));
+        }
 
         let url = &settings.url;
         Ok(UpstreamClient {
