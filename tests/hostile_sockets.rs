@@ -73,6 +73,24 @@ async fn silent_sockets_cannot_hold_every_connection_slot() {
     );
 }
 
+/// Sends a request head a byte every 100 ms; whether the proxy closed the connection
+/// before the head was complete.
+async fn trickle_head(socket: &mut TcpStream) -> bool {
+    let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    for byte in head {
+        if socket.write_all(&[*byte]).await.is_err() {
+            return true;
+        }
+        if closed_within(socket, Duration::from_millis(100))
+            .await
+            .is_some()
+        {
+            return true;
+        }
+    }
+    false
+}
+
 /// Finding 2: the head deadline runs from the accept, not from the first byte, and a
 /// head trickled in a byte at a time does not extend it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,21 +98,7 @@ async fn a_trickled_head_is_cut_off_by_the_deadline_from_accept() {
     let (up, proxy) = one_upstream("header_read_timeout = \"1s\"").await;
     let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
     let accepted = Instant::now();
-    let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
-    let mut cut_off = false;
-    for byte in head {
-        if socket.write_all(&[*byte]).await.is_err() {
-            cut_off = true;
-            break;
-        }
-        if closed_within(&mut socket, Duration::from_millis(100))
-            .await
-            .is_some()
-        {
-            cut_off = true;
-            break;
-        }
-    }
+    let cut_off = trickle_head(&mut socket).await;
     let after = accepted.elapsed();
     assert!(
         cut_off,
@@ -118,21 +122,7 @@ async fn a_trickled_later_head_is_cut_off_by_the_keep_alive_deadline() {
     let first = read_answer(&mut socket).await;
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     let answered = Instant::now();
-    let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
-    let mut cut_off = false;
-    for byte in head {
-        if socket.write_all(&[*byte]).await.is_err() {
-            cut_off = true;
-            break;
-        }
-        if closed_within(&mut socket, Duration::from_millis(100))
-            .await
-            .is_some()
-        {
-            cut_off = true;
-            break;
-        }
-    }
+    let cut_off = trickle_head(&mut socket).await;
     let after = answered.elapsed();
     assert!(
         cut_off,
