@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use foldhash::fast::RandomState;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
@@ -28,6 +29,10 @@ use crate::upstream::CappedHint;
 
 mod slow_start;
 pub use slow_start::SlowStart;
+
+/// Lanes by name. Names come from requests, but `max_lanes` bounds how many a client
+/// can make, so a fast seeded hash is safe here.
+type LaneMap = HashMap<Box<str>, Arc<Lane>, RandomState>;
 
 /// The last throttle a lane was told of, for `/status`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,6 +264,8 @@ pub struct Route {
     /// A single-item DynamoDB request's key, whose hot-key lane ([`Route::hot_lane`])
     /// it takes once a throttle named a hot partition.
     pub hot: Option<HotKey>,
+    /// A DynamoDB batch, whose answer may be a partial throttle.
+    pub batch: bool,
 }
 
 /// Where a single-item DynamoDB request's partition key is: read and hashed only when
@@ -279,6 +286,7 @@ impl Route {
             more: Vec::new(),
             key: None,
             hot: None,
+            batch: false,
         }
     }
 
@@ -297,9 +305,9 @@ pub struct Lanes {
     rule: Rule,
     default: Arc<Lane>,
     /// Every lane but `default`, by name.
-    others: RwLock<HashMap<Box<str>, Arc<Lane>>>,
+    others: RwLock<LaneMap>,
     /// Request key → the bucket the upstream named for it (`from_response`).
-    learned: RwLock<HashMap<Box<str>, Box<str>>>,
+    learned: RwLock<HashMap<Box<str>, Box<str>, RandomState>>,
     /// Hot-key lanes alive; requests look for theirs only while there are some.
     hot: AtomicUsize,
     /// Lanes with their own series, `default` included.
@@ -359,8 +367,8 @@ impl Lanes {
         Lanes {
             rule,
             default,
-            others: RwLock::new(HashMap::new()),
-            learned: RwLock::new(HashMap::new()),
+            others: RwLock::new(LaneMap::default()),
+            learned: RwLock::new(HashMap::default()),
             hot: AtomicUsize::new(0),
             named: AtomicUsize::new(1),
             other_metrics: Arc::new(metrics.lane(&upstream, "other")),
@@ -437,19 +445,24 @@ impl Lanes {
             return Route::one(Arc::clone(&self.default));
         }
         let keys = route::keys(&self.rule, head, body.map(|b| &b[..]));
-        let Some((first, rest)) = keys.names().split_first() else {
-            return Route::one(Arc::clone(&self.default));
+        let mut room = route::Name::new();
+        let Some((first, rest)) = keys.split_first(&mut room) else {
+            return Route {
+                batch: keys.is_batch(),
+                ..Route::one(Arc::clone(&self.default))
+            };
         };
         if self.settings.lanes.from_response.is_some() {
             let lane = self
                 .learned(first)
                 .unwrap_or_else(|| Arc::clone(&self.default));
             return Route {
-                key: Some(first.as_str().into()),
+                key: Some(first.into()),
                 ..Route::one(lane)
             };
         }
         let mut route = Route::one(self.get(first));
+        route.batch = keys.is_batch();
         route.more = rest.iter().map(|name| self.get(name)).collect();
         if let (Some(field), Some(body)) = (keys.item_field(), body) {
             route.hot = Some(HotKey {
@@ -608,7 +621,7 @@ impl Lanes {
         self.other_metrics.waiting.set(waiting as i64);
     }
 
-    fn sweep(&self, others: &mut HashMap<Box<str>, Arc<Lane>>, now: Instant) {
+    fn sweep(&self, others: &mut LaneMap, now: Instant) {
         let idle = self.settings.lanes.lane_idle;
         others.retain(|name, lane| {
             let keep = Arc::strong_count(lane) > 1 || !lane.idle_for(idle, now);
@@ -654,11 +667,11 @@ impl Lanes {
         lane
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Box<str>, Arc<Lane>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, LaneMap> {
         self.others.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Box<str>, Arc<Lane>>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, LaneMap> {
         self.others.write().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -8,10 +8,12 @@
 
 pub mod dynamodb;
 
+use std::borrow::Cow;
 use std::fmt;
 
+use arrayvec::ArrayString;
 use http::request::Parts;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::throttle::{Preset, X_AMZ_TARGET};
 
@@ -107,37 +109,70 @@ impl Rule {
 
 /// The lanes a request takes a slot in, sorted and without repeats (so two requests
 /// that share lanes take them in the same order and cannot hold each other up).
+/// A table's name is borrowed from the request body.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Keys {
-    names: Names,
+pub struct Keys<'a> {
+    names: Names<'a>,
     /// A single-item DynamoDB request's body field that holds its key (see
     /// [`dynamodb::item_field`]): its hot-key lane is [`hot_key_name`] of its lane
     /// and that key's hash, worked out only when needed.
     item: Option<&'static str>,
+    /// A DynamoDB batch, whose answer may be a partial throttle.
+    batch: bool,
 }
 
-// One lane is the common case and needs no allocation beyond its name.
+/// The longest name [`Keys`] gives: a cut table name and its access kind.
+const NAME_ROOM: usize = MAX_NAME + ":control".len();
+
+/// Room for a lane name on the stack, so that routing a request allocates nothing.
+pub type Name = ArrayString<NAME_ROOM>;
+
+// One lane is the common case.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-enum Names {
+enum Names<'a> {
     #[default]
     None,
-    One(String),
+    /// `TABLE:ACCESS`.
+    Table(Cow<'a, str>, &'static str),
+    One(Name),
     Many(Vec<String>),
 }
 
-impl Keys {
-    /// The lane names, sorted.
-    pub fn names(&self) -> &[String] {
+impl Keys<'_> {
+    /// The first lane's name (spelled out in `room`) and the others', sorted; `None`
+    /// for `default`.
+    pub fn split_first<'s>(&'s self, room: &'s mut Name) -> Option<(&'s str, &'s [String])> {
         match &self.names {
-            Names::None => &[],
-            Names::One(name) => std::slice::from_ref(name),
-            Names::Many(names) => names,
+            Names::None => None,
+            Names::Table(table, access) => {
+                room.clear();
+                for part in [cut(table), ":", access] {
+                    push_cut(room, part, NAME_ROOM);
+                }
+                Some((room.as_str(), &[]))
+            }
+            Names::One(name) => Some((name.as_str(), &[])),
+            Names::Many(names) => names
+                .split_first()
+                .map(|(first, rest)| (first.as_str(), rest)),
         }
+    }
+
+    /// The lane names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut room = Name::new();
+        self.split_first(&mut room)
+            .map(|(first, rest)| {
+                std::iter::once(first.to_string())
+                    .chain(rest.iter().cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// No lane told: `default`.
     pub fn is_default(&self) -> bool {
-        self.names().is_empty()
+        self.names == Names::None
     }
 
     /// The body field of a single-item DynamoDB request that holds its key.
@@ -145,22 +180,27 @@ impl Keys {
         self.item
     }
 
-    fn one(name: String) -> Keys {
+    /// Whether the request is a DynamoDB batch (BatchWriteItem, BatchGetItem).
+    pub fn is_batch(&self) -> bool {
+        self.batch
+    }
+
+    fn one(name: Name) -> Self {
         Keys {
             names: Names::One(name),
-            item: None,
+            ..Keys::default()
         }
     }
 
-    fn many(mut names: Vec<String>) -> Keys {
+    fn many(mut names: Vec<String>) -> Self {
         names.sort_unstable();
         names.dedup();
-        match names.len() {
-            0 => Keys::default(),
-            1 => Keys::one(names.swap_remove(0)),
+        match names.as_slice() {
+            [] => Keys::default(),
+            [name] => Keys::one(name_of(&[name], NAME_ROOM)),
             _ => Keys {
                 names: Names::Many(names),
-                item: None,
+                ..Keys::default()
             },
         }
     }
@@ -168,7 +208,7 @@ impl Keys {
 
 /// The lanes `rule` puts a request in; `body` is what easeoff holds of its body, if
 /// anything. Never fails: what cannot be told goes to `default` (no names).
-pub fn keys(rule: &Rule, head: &Parts, body: Option<&[u8]>) -> Keys {
+pub fn keys<'a>(rule: &Rule, head: &Parts, body: Option<&'a [u8]>) -> Keys<'a> {
     match rule {
         Rule::Single => Keys::default(),
         Rule::DynamoDb => dynamodb_keys(&head.headers, body),
@@ -176,28 +216,31 @@ pub fn keys(rule: &Rule, head: &Parts, body: Option<&[u8]>) -> Keys {
     }
 }
 
-fn dynamodb_keys(headers: &HeaderMap, body: Option<&[u8]>) -> Keys {
-    let Some(target) = headers.get(X_AMZ_TARGET).and_then(|v| v.to_str().ok()) else {
-        return Keys::default();
-    };
-    let Some((operation, access)) = dynamodb::operation(target) else {
+fn dynamodb_keys<'a>(headers: &HeaderMap, body: Option<&'a [u8]>) -> Keys<'a> {
+    let target = headers.get(X_AMZ_TARGET).map(HeaderValue::as_bytes);
+    let Some((operation, access)) = target.and_then(dynamodb::operation_in) else {
         return Keys::default();
     };
     if access == dynamodb::Access::Control {
-        return Keys::one(CONTROL.to_string());
+        return Keys::one(name_of(&[CONTROL], NAME_ROOM));
     }
+    let batch = matches!(operation, "BatchWriteItem" | "BatchGetItem");
     let suffix = access.as_str();
-    let Some(body) = body else {
-        return Keys::default();
+    let tables = body.map(|body| dynamodb::tables(operation, body));
+    let names = match tables.map(dynamodb::Tables::into_names) {
+        None | Some(dynamodb::Names::None) => Names::None,
+        Some(dynamodb::Names::One(table)) => Names::Table(table, suffix),
+        Some(dynamodb::Names::Many(many)) => {
+            return Keys {
+                batch,
+                ..Keys::many(many.iter().map(|table| lane_name(table, suffix)).collect())
+            };
+        }
     };
-    let tables = dynamodb::tables(operation, body);
-    match tables.as_slice() {
-        [] => Keys::default(),
-        [table] => Keys {
-            item: dynamodb::item_field(operation),
-            ..Keys::one(lane_name(table, suffix))
-        },
-        many => Keys::many(many.iter().map(|table| lane_name(table, suffix)).collect()),
+    Keys {
+        item: dynamodb::item_field(operation).filter(|_| matches!(names, Names::Table(..))),
+        names,
+        batch,
     }
 }
 
@@ -215,25 +258,44 @@ pub fn hot_key_name(table: &str, suffix: &str, key: u64) -> String {
     format!("{}:key={key:016x}", lane_name(table, suffix))
 }
 
-fn joined(parts: &[Part], head: &Parts) -> String {
-    let mut key = String::new();
+fn joined(parts: &[Part], head: &Parts) -> Name {
+    let mut name = Name::new();
     for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            key.push('|');
-        }
-        match part {
-            Part::Method => key.push_str(head.method.as_str()),
-            Part::Header(name) => {
-                let value = head.headers.get(name).map(|v| v.as_bytes()).unwrap_or(b"");
-                key.push_str(&String::from_utf8_lossy(value));
+        let whole = match part {
+            Part::Method => push_cut(&mut name, head.method.as_str(), MAX_NAME),
+            Part::Header(header) => {
+                let value = head.headers.get(header).map(|v| v.as_bytes());
+                let value = String::from_utf8_lossy(value.unwrap_or(b""));
+                push_cut(&mut name, &value, MAX_NAME)
             }
-            Part::Path(n) => key.push_str(path_prefix(head.uri.path(), *n)),
-        }
-        if key.len() > MAX_NAME {
+            Part::Path(n) => push_cut(&mut name, path_prefix(head.uri.path(), *n), MAX_NAME),
+        };
+        if !whole || (i + 1 < parts.len() && !push_cut(&mut name, "|", MAX_NAME)) {
             break;
         }
     }
-    cut(&key).to_string()
+    name
+}
+
+/// `parts` joined, cut at `limit` bytes.
+fn name_of(parts: &[&str], limit: usize) -> Name {
+    let mut name = Name::new();
+    for part in parts {
+        if !push_cut(&mut name, part, limit) {
+            break;
+        }
+    }
+    name
+}
+
+/// Appends as much of `text` as fits in `limit` bytes, cut at a character boundary;
+/// whether all of it did.
+fn push_cut(name: &mut Name, text: &str, limit: usize) -> bool {
+    let room = limit.saturating_sub(name.len());
+    let part = cut_to(text, room);
+    // Never fails: `limit` is at most the capacity.
+    let _ = name.try_push_str(part);
+    part.len() == text.len()
 }
 
 /// The first `n` segments of `path`, with their leading slashes.
@@ -252,10 +314,15 @@ pub fn path_prefix(path: &str, n: usize) -> &str {
 
 /// At most `MAX_NAME` bytes, cut at a character boundary.
 fn cut(text: &str) -> &str {
-    if text.len() <= MAX_NAME {
+    cut_to(text, MAX_NAME)
+}
+
+/// At most `max` bytes, cut at a character boundary.
+fn cut_to(text: &str, max: usize) -> &str {
+    if text.len() <= max {
         return text;
     }
-    let mut end = MAX_NAME;
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -400,5 +467,35 @@ mod tests {
             ["a:write", "b:write"]
         );
         assert!(keys(&Rule::DynamoDb, &head("POST", "/", &[]), Some(body)).is_default());
+        assert!(keys(&Rule::DynamoDb, &batch, Some(body)).is_batch());
+        assert!(!keys(&Rule::DynamoDb, &write, None).is_batch());
+    }
+
+    #[test]
+    fn a_long_table_name_is_cut_before_its_access() {
+        let write = head(
+            "POST",
+            "/",
+            &[("x-amz-target", "DynamoDB_20120810.PutItem")],
+        );
+        let table = "t".repeat(300);
+        let body = format!(r#"{{"TableName":"{table}","Item":{{}}}}"#);
+        let keys = keys(&Rule::DynamoDb, &write, Some(body.as_bytes()));
+        assert_eq!(keys.names(), [format!("{}:write", &table[..MAX_NAME])]);
+        assert_eq!(keys.item_field(), Some("Item"));
+    }
+
+    #[test]
+    fn a_part_cut_short_ends_the_name() {
+        let rule = Rule::Parts(vec![
+            Part::Header(HeaderName::from_static("x-t")),
+            Part::Method,
+        ]);
+        let long = "a".repeat(MAX_NAME + 1);
+        let h = head("GET", "/", &[("x-t", &long)]);
+        assert_eq!(keys(&rule, &h, None).names(), [&long[..MAX_NAME]]);
+        let fits = "a".repeat(MAX_NAME - 1);
+        let h = head("GET", "/", &[("x-t", &fits)]);
+        assert_eq!(keys(&rule, &h, None).names(), [format!("{fits}|")]);
     }
 }

@@ -264,3 +264,31 @@ async fn a_complete_batch_write_is_a_success() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn a_body_sent_in_chunks_is_replayed_whole() {
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    let up = upstream(move |req| {
+        let seen = seen.clone();
+        async move {
+            use http_body_util::BodyExt;
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let mut seen = seen.lock().unwrap();
+            seen.push(body);
+            if seen.len() == 1 {
+                respond(429, &[], "")
+            } else {
+                respond(200, &[], "stored")
+            }
+        }
+    })
+    .await;
+    let proxy = proxy(up.addr, "").await;
+    // Three chunks, which reach easeoff as three frames.
+    let request = "POST /items HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\
+                   Connection: close\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n1\r\ng\r\n0\r\n\r\n";
+    let answer = raw_exchange(proxy.addr, request, 10 * SECOND).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(*bodies.lock().unwrap(), ["abcdefg", "abcdefg"]);
+}

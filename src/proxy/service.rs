@@ -84,7 +84,7 @@ pub async fn handle(
     let response = 'served: {
         let upstream = &upstream;
         let clock = upstream.clock();
-        let ctx = Ctx::new(upstream, req.headers(), clock.now(), &record);
+        let mut ctx = Ctx::new(upstream, req.headers(), clock.now(), &record);
         upstream.deposit(ctx.arrived);
         let (mut head, body) = req.into_parts();
         upstream.client.rewrite(&mut head);
@@ -93,6 +93,7 @@ pub async fn handle(
             Err(answer) => break 'served answer,
         };
         let mut route = upstream.lanes.route(&head, body.held());
+        ctx.watch_batch |= route.batch;
         let settings = &upstream.settings;
         let mut policy = Attempts::new(
             &settings.retry,
@@ -202,7 +203,10 @@ impl<'a> Ctx<'a> {
                 .is_aws()
                 .then(|| sdk_patience(headers))
                 .flatten(),
-            watch_batch: settings.preset.is_aws() && is_batch(headers),
+            // The DynamoDB rule tells a batch as it routes (`Route::batch`).
+            watch_batch: settings.preset.is_aws()
+                && !upstream.lanes.rule().reads_body()
+                && is_batch(headers),
             record,
         }
     }

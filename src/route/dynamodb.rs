@@ -59,15 +59,39 @@ pub fn operation(target: &str) -> Option<(&str, Access)> {
         .then(|| (operation, access(operation)))
 }
 
+/// [`operation`] of a header's bytes. Every SDK sends the same API version and the
+/// data-plane operations are few, so the common header is matched without a UTF-8
+/// check.
+pub fn operation_in(target: &[u8]) -> Option<(&str, Access)> {
+    if let Some(name) = target.strip_prefix(b"DynamoDB_20120810.")
+        && let Some(&(name, access)) = DATA_PLANE.iter().find(|(op, _)| op.as_bytes() == name)
+    {
+        return Some((name, access));
+    }
+    operation(std::str::from_utf8(target).ok()?)
+}
+
+/// The operations that use a table's read or write capacity; all others are
+/// [`Access::Control`].
+const DATA_PLANE: [(&str, Access); 10] = [
+    ("PutItem", Access::Write),
+    ("GetItem", Access::Read),
+    ("UpdateItem", Access::Write),
+    ("Query", Access::Read),
+    ("DeleteItem", Access::Write),
+    ("BatchWriteItem", Access::Write),
+    ("BatchGetItem", Access::Read),
+    ("Scan", Access::Read),
+    ("TransactWriteItems", Access::Write),
+    ("TransactGetItems", Access::Read),
+];
+
 /// The access kind of a DynamoDB operation name (`PutItem`, `Query`, ...).
 pub fn access(operation: &str) -> Access {
-    match operation {
-        "PutItem" | "UpdateItem" | "DeleteItem" | "BatchWriteItem" | "TransactWriteItems" => {
-            Access::Write
-        }
-        "GetItem" | "Query" | "Scan" | "BatchGetItem" | "TransactGetItems" => Access::Read,
-        _ => Access::Control,
-    }
+    DATA_PLANE
+        .iter()
+        .find(|(op, _)| *op == operation)
+        .map_or(Access::Control, |&(_, access)| access)
 }
 
 /// The base table named by a table name or ARN:
@@ -105,12 +129,16 @@ pub struct Tables<'a> {
     names: Names<'a>,
 }
 
-// One table is the common case and needs no allocation beyond the name itself.
+/// The table names of [`Tables`]. One table is the common case and needs no
+/// allocation beyond the name itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-enum Names<'a> {
+pub enum Names<'a> {
+    /// No table.
     #[default]
     None,
+    /// One table.
     One(Cow<'a, str>),
+    /// Several, sorted.
     Many(Vec<Cow<'a, str>>),
 }
 
@@ -122,6 +150,11 @@ impl<'a> Tables<'a> {
             Names::One(name) => std::slice::from_ref(name),
             Names::Many(names) => names,
         }
+    }
+
+    /// The names, taken out.
+    pub fn into_names(self) -> Names<'a> {
+        self.names
     }
 
     /// The names in sorted order.
@@ -243,14 +276,35 @@ fn scan_tables<'a>(operation: &str, body: &'a [u8]) -> (Tables<'a>, usize) {
                 })
             })
         }
-        _ => top_level(&mut cursor, "TableName", |c| {
-            if let Some(name) = c.string_or_skip()? {
-                tables.insert_str(name);
+        _ => {
+            if let Some((name, end)) = leading_table_name(body) {
+                tables.insert(Cow::Borrowed(name));
+                return (tables, end);
             }
-            Some(())
-        }),
+            top_level(&mut cursor, "TableName", |c| {
+                if let Some(name) = c.string_or_skip()? {
+                    tables.insert_str(name);
+                }
+                Some(())
+            })
+        }
     };
     (tables, cursor.consumed())
+}
+
+/// The table name of a body that starts `{"TableName":"NAME"`, and where it ends:
+/// the start of most requests, whose SDK writes members in the API model's order or
+/// in the caller's (who puts `TableName` first). `None` for any other start, which
+/// the walk then reads.
+fn leading_table_name(body: &[u8]) -> Option<(&str, usize)> {
+    const START: &[u8] = br#"{"TableName":""#;
+    let rest = body.strip_prefix(START)?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    if rest[end] != b'"' {
+        return None;
+    }
+    let name = std::str::from_utf8(&rest[..end]).ok()?;
+    Some((name, START.len() + end + 1))
 }
 
 /// Finds the top-level `key`, hands its value to `read` and stops there.

@@ -79,11 +79,18 @@ fn operations_are_classified_from_the_target_header() {
         ("Kinesis_20131202.PutRecord", None),
         ("DynamoDB_20120810.", None),
         ("DynamoDB_20120810", None),
+        (
+            "DynamoDB_20991231.PutItem",
+            Some(("PutItem", Access::Write)),
+        ),
         ("", None),
     ];
     for (target, want) in cases {
         assert_eq!(operation(target), want, "{target}");
+        assert_eq!(operation_in(target.as_bytes()), want, "{target} as bytes");
     }
+    assert_eq!(operation_in(b"DynamoDB_20120810.Put\xffItem"), None);
+    assert_eq!(operation_in(b"\xff.PutItem"), None);
 }
 
 #[test]
@@ -122,12 +129,22 @@ fn arns_name_their_base_table_and_index() {
 
 #[test]
 fn tables_come_from_the_request_body() {
-    let cases: [(&str, &str, &[&str]); 14] = [
+    let cases: [(&str, &str, &[&str]); 19] = [
         (
             "PutItem",
             r#"{"TableName":"t","Item":{"pk":{"S":"1"}}}"#,
             &["t"],
         ),
+        // A leading `TableName` is read without the walk, alike.
+        (
+            "PutItem",
+            r#"{"TableName":"arn:aws:dynamodb:us-east-1:1:table/t/index/i","Item":{}}"#,
+            &["t"],
+        ),
+        ("PutItem", r#"{"TableName":"","Item":{}}"#, &[]),
+        ("PutItem", r#"{"TableName":"a\"b","Item":{}}"#, &["a\"b"]),
+        ("PutItem", r#"{"TableName":"abc"#, &[]),
+        ("GetItem", r#"{"TableName":"t\xff"}"#, &[]),
         (
             "PutItem",
             r#"{"Item":{"TableName":{"S":"decoy"}},"TableName":"real"}"#,
