@@ -18,6 +18,11 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+mod sharded;
+
+pub use sharded::{ShardedCounter, ShardedGauge, ShardedHistogram};
+use sharded::{ShardedCounterVec, ShardedGaugeVec, ShardedHistogramVec};
+
 use crate::hints::Hint;
 use crate::pacer::ShedReason;
 use crate::throttle::Signal;
@@ -163,13 +168,13 @@ per_upstream! {
         "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit.";
     hints_capped: By<Hint> = "easeoff_hint_pauses_capped_total",
         "Pauses and rate-limit windows asked for by an upstream header that were cut to max_pause, by header.";
-    pub increases: IntCounter = "easeoff_interval_increases_total",
+    pub increases: ShardedCounter = "easeoff_interval_increases_total",
         "Times the sleeper raised the interval.";
-    pub decreases: IntCounter = "easeoff_interval_decreases_total",
+    pub decreases: ShardedCounter = "easeoff_interval_decreases_total",
         "Times the sleeper lowered the interval.";
-    pub invocations: IntCounter = "easeoff_sleeper_invocations_total",
+    pub invocations: ShardedCounter = "easeoff_sleeper_invocations_total",
         "Successes and throttles the sleeper was told of.";
-    pub sleeps: IntCounter = "easeoff_sleeps_total",
+    pub sleeps: ShardedCounter = "easeoff_sleeps_total",
         "Requests that waited for a slot.";
     pub sleep_seconds: Counter = "easeoff_sleep_seconds_total",
         "Time requests waited for a slot.";
@@ -181,11 +186,11 @@ per_upstream! {
         "Retries not sent because the retry budget was spent.";
     pub queue_waiting: IntGauge = "easeoff_queue_waiting",
         "Requests waiting for a slot.";
-    pub in_flight: IntGauge = "easeoff_in_flight",
+    pub in_flight: ShardedGauge = "easeoff_in_flight",
         "Attempts sent upstream and not yet answered.";
-    pub queue_wait: Histogram = "easeoff_queue_wait_seconds",
+    pub queue_wait: ShardedHistogram = "easeoff_queue_wait_seconds",
         "Time from a request's arrival to its dispatch.";
-    pub upstream_duration: Histogram = "easeoff_upstream_duration_seconds",
+    pub upstream_duration: ShardedHistogram = "easeoff_upstream_duration_seconds",
         "Time from dispatch to the upstream's response head, per attempt.";
     pub connect_failures: IntCounter = "easeoff_connect_failures_total",
         "Connections to the upstream that could not be made.";
@@ -254,7 +259,7 @@ macro_rules! per_lane {
 per_lane! {
     interval: GaugeVec => Gauge = "easeoff_lane_interval_seconds",
         "A lane's interval: the spacing between its dispatches; for lane=\"other\", the largest of the lanes not exported by name.", "gauge";
-    dispatches: IntCounterVec => IntCounter = "easeoff_lane_dispatches_total",
+    dispatches: ShardedCounterVec => ShardedCounter = "easeoff_lane_dispatches_total",
         "Attempts a lane released to the upstream.", "counter";
     waiting: IntGaugeVec => IntGauge = "easeoff_lane_queue_waiting",
         "Requests waiting for a slot in a lane.", "gauge";
@@ -544,27 +549,27 @@ impl Metrics {
 
 impl UpstreamMetrics {
     /// The requests counter of one outcome.
-    pub fn request(&self, outcome: Outcome) -> &IntCounter {
+    pub fn request(&self, outcome: Outcome) -> &ShardedCounter {
         self.requests.get(outcome)
     }
 
     /// The throttles counter of one signal.
-    pub fn throttle(&self, signal: Signal) -> &IntCounter {
+    pub fn throttle(&self, signal: Signal) -> &ShardedCounter {
         self.throttles.get(signal)
     }
 
     /// The retries counter of one reason.
-    pub fn retry(&self, reason: RetryReason) -> &IntCounter {
+    pub fn retry(&self, reason: RetryReason) -> &ShardedCounter {
         self.retries.get(reason)
     }
 
     /// The counter of pauses cut to `max_pause`, for one header.
-    pub fn hint_capped(&self, hint: Hint) -> &IntCounter {
+    pub fn hint_capped(&self, hint: Hint) -> &ShardedCounter {
         self.hints_capped.get(hint)
     }
 
     /// The sheds counter of one reason.
-    pub fn shed(&self, reason: ShedReason) -> &IntCounter {
+    pub fn shed(&self, reason: ShedReason) -> &ShardedCounter {
         self.sheds.get(reason)
     }
 
@@ -611,6 +616,9 @@ upstream_only! {
     [P: Atomic + 'static] GenericGauge<P> => GenericGaugeVec<P>, "gauge", Opts::new;
     [P: Atomic + 'static] GenericCounter<P> => GenericCounterVec<P>, "counter", Opts::new;
     [] Histogram => HistogramVec, "histogram", latency_opts;
+    [] ShardedCounter => ShardedCounterVec, "counter", Opts::new;
+    [] ShardedGauge => ShardedGaugeVec, "gauge", Opts::new;
+    [] ShardedHistogram => ShardedHistogramVec, "histogram", Opts::new;
 }
 
 fn latency_opts(name: &str, help: &str) -> HistogramOpts {
@@ -653,12 +661,12 @@ label!(
 
 /// A counter per value of label `L`, all made at start-up.
 struct By<L> {
-    counters: Box<[IntCounter]>,
+    counters: Box<[ShardedCounter]>,
     label: PhantomData<L>,
 }
 
 impl<L: Label> By<L> {
-    fn get(&self, value: L) -> &IntCounter {
+    fn get(&self, value: L) -> &ShardedCounter {
         &self.counters[value.index()]
     }
 }
@@ -682,12 +690,12 @@ trait PerUpstream: Sized {
 }
 
 impl<L: Label> PerUpstream for By<L> {
-    type Family = IntCounterVec;
+    type Family = ShardedCounterVec;
     const KIND: &'static str = "counter";
     const LABELS: &'static [&'static str] = &["upstream", L::NAME];
 
     fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error> {
-        IntCounterVec::new(Opts::new(name, help), Self::LABELS)
+        ShardedCounterVec::new(Opts::new(name, help), Self::LABELS)
     }
 
     fn resolve(family: &Self::Family, upstream: &str) -> Self {
@@ -707,31 +715,31 @@ impl<L: Label> PerUpstream for By<L> {
 
 /// `easeoff_upstream_responses_total` by status, each label set made on first use.
 struct Responses {
-    family: IntCounterVec,
+    family: ShardedCounterVec,
     upstream: String,
-    by_status: Box<[OnceLock<IntCounter>]>,
+    by_status: Box<[OnceLock<ShardedCounter>]>,
 }
 
 impl Responses {
     /// The counter of a status from 100 to 599, made on first use.
-    fn counter(&self, status: u16) -> Option<&IntCounter> {
+    fn counter(&self, status: u16) -> Option<&ShardedCounter> {
         let cell = self.by_status.get(usize::from(status).wrapping_sub(100))?;
         Some(cell.get_or_init(|| self.make(status)))
     }
 
-    fn make(&self, status: u16) -> IntCounter {
+    fn make(&self, status: u16) -> ShardedCounter {
         self.family
             .with_label_values(&[self.upstream.as_str(), &status.to_string()])
     }
 }
 
 impl PerUpstream for Responses {
-    type Family = IntCounterVec;
+    type Family = ShardedCounterVec;
     const KIND: &'static str = "counter";
     const LABELS: &'static [&'static str] = &["upstream", "code"];
 
     fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error> {
-        IntCounterVec::new(Opts::new(name, help), Self::LABELS)
+        ShardedCounterVec::new(Opts::new(name, help), Self::LABELS)
     }
 
     fn resolve(family: &Self::Family, upstream: &str) -> Self {

@@ -13,7 +13,6 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use hyper::body::Incoming;
-use prometheus::IntGauge;
 use tokio::time::Instant;
 
 use super::access::{self, Record};
@@ -25,7 +24,7 @@ use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::lane::{Lane, Pass, Route};
-use crate::metrics::Outcome;
+use crate::metrics::{Outcome, ShardedGauge};
 use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
 use crate::shed::sdk_patience;
@@ -711,10 +710,10 @@ fn with_cause(mut answer: Response<ProxyBody>, cause: &ConnectCause) -> Response
 }
 
 /// Counts an attempt in flight until dropped, also when the client goes away mid-way.
-struct InFlight<'a>(&'a IntGauge);
+struct InFlight<'a>(&'a ShardedGauge);
 
 impl<'a> InFlight<'a> {
-    fn enter(gauge: &'a IntGauge) -> Self {
+    fn enter(gauge: &'a ShardedGauge) -> Self {
         gauge.inc();
         InFlight(gauge)
     }
