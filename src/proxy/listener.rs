@@ -128,7 +128,7 @@ async fn accept(
                     } else if guard.is_refusing() {
                         refuse_closing(&upstream)
                     } else {
-                        let mut response = handle(Arc::clone(&upstream), req, body_idle).await;
+                        let mut response = handle(&upstream, req, body_idle).await;
                         first = first_frame(&upstream, &mut response, body_idle).await;
                         response
                     };

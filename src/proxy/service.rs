@@ -71,7 +71,7 @@ fn discard_request(request: Request<ProxyBody>) {
 /// a retry's sleep) is boxed where it is awaited: the common path pays neither the
 /// copying of room it never uses nor an allocation.
 pub async fn handle(
-    upstream: Arc<Upstream>,
+    upstream: &Arc<Upstream>,
     req: Request<Incoming>,
     body_idle: Duration,
 ) -> Response<ProxyBody> {
@@ -81,7 +81,6 @@ pub async fn handle(
     // One block rather than an inner async fn: a future nested in this one would be
     // one more copy of the request, and one more move of its room, per request.
     let response = 'served: {
-        let upstream = &upstream;
         let clock = upstream.clock();
         let mut ctx = Ctx::new(upstream, req.headers(), clock.now(), &record);
         upstream.deposit(ctx.arrived);
