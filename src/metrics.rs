@@ -14,14 +14,14 @@ use prometheus::core::{
     Atomic, Collector, GenericCounter, GenericCounterVec, GenericGauge, GenericGaugeVec,
 };
 use prometheus::{
-    Counter, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 mod sharded;
 
-pub use sharded::{ShardedCounter, ShardedGauge, ShardedHistogram};
-use sharded::{ShardedCounterVec, ShardedGaugeVec, ShardedHistogramVec};
+pub use sharded::{ShardedCounter, ShardedFloatCounter, ShardedGauge, ShardedHistogram};
+use sharded::{ShardedCounterVec, ShardedFloatCounterVec, ShardedGaugeVec, ShardedHistogramVec};
 
 use crate::hints::Hint;
 use crate::pacer::ShedReason;
@@ -176,7 +176,7 @@ per_upstream! {
         "Successes and throttles the sleeper was told of.";
     pub sleeps: ShardedCounter = "easeoff_sleeps_total",
         "Requests that waited for a slot.";
-    pub sleep_seconds: Counter = "easeoff_sleep_seconds_total",
+    pub sleep_seconds: ShardedFloatCounter = "easeoff_sleep_seconds_total",
         "Time requests waited for a slot.";
     retries: By<RetryReason> = "easeoff_retries_total",
         "Attempts easeoff sent again, by reason: throttle, connect.";
@@ -617,6 +617,7 @@ upstream_only! {
     [P: Atomic + 'static] GenericCounter<P> => GenericCounterVec<P>, "counter", Opts::new;
     [] Histogram => HistogramVec, "histogram", latency_opts;
     [] ShardedCounter => ShardedCounterVec, "counter", Opts::new;
+    [] ShardedFloatCounter => ShardedFloatCounterVec, "counter", Opts::new;
     [] ShardedGauge => ShardedGaugeVec, "gauge", Opts::new;
     [] ShardedHistogram => ShardedHistogramVec, "histogram", Opts::new;
 }

@@ -104,6 +104,48 @@ impl Cell for CounterCell {
     }
 }
 
+/// A float counter's shard: its total's bits.
+#[derive(Default)]
+pub struct FloatCell(AtomicU64);
+
+impl FloatCell {
+    fn add(&self, value: f64) {
+        // Other threads touch this shard only when they share it, so this rarely loops.
+        let _ = self.0.fetch_update(Relaxed, Relaxed, |bits| {
+            Some((f64::from_bits(bits) + value).to_bits())
+        });
+    }
+
+    fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Relaxed))
+    }
+}
+
+/// A sharded float counter (`Counter`), for seconds.
+pub type ShardedFloatCounter = Sharded<FloatCell>;
+
+impl ShardedFloatCounter {
+    /// Adds `value`, which must not be negative.
+    pub fn inc_by(&self, value: f64) {
+        self.mine().add(value);
+    }
+
+    /// The total.
+    pub fn get(&self) -> f64 {
+        self.0.iter().map(|s| s.0.get()).sum()
+    }
+}
+
+impl Cell for FloatCell {
+    const TYPE: MetricType = MetricType::COUNTER;
+
+    fn read(shards: &[Padded<Self>], metric: &mut proto::Metric) {
+        let mut counter = proto::Counter::default();
+        counter.set_value(shards.iter().map(|s| s.0.get()).sum());
+        metric.set_counter(counter);
+    }
+}
+
 /// A gauge's shard: what this thread added and took away.
 #[derive(Default)]
 pub struct GaugeCell(AtomicI64);
@@ -140,11 +182,11 @@ impl Cell for GaugeCell {
 }
 
 /// A latency histogram's shard: a count per bucket of [`LATENCY_BUCKETS`] and one
-/// past the last, and the sum's bits.
+/// past the last, and the sum.
 #[derive(Default)]
 pub struct HistogramCell {
     buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
-    sum: AtomicU64,
+    sum: FloatCell,
 }
 
 /// A sharded histogram with the latency buckets.
@@ -156,10 +198,7 @@ impl ShardedHistogram {
         let cell = self.mine();
         let bucket = LATENCY_BUCKETS.partition_point(|&bound| bound < value);
         cell.buckets[bucket].fetch_add(1, Relaxed);
-        // Other threads touch this shard only when they share it, so this rarely loops.
-        let _ = cell.sum.fetch_update(Relaxed, Relaxed, |bits| {
-            Some((f64::from_bits(bits) + value).to_bits())
-        });
+        cell.sum.add(value);
     }
 }
 
@@ -173,7 +212,7 @@ impl Cell for HistogramCell {
             for (count, bucket) in counts.iter_mut().zip(&shard.0.buckets) {
                 *count += bucket.load(Relaxed);
             }
-            sum += f64::from_bits(shard.0.sum.load(Relaxed));
+            sum += shard.0.sum.get();
         }
         // The count is the buckets' total, so `_count` always equals the `+Inf` bucket.
         let mut cumulative = 0;
@@ -213,6 +252,8 @@ impl<C> Clone for ShardedVec<C> {
 
 /// Sharded `IntCounterVec`.
 pub type ShardedCounterVec = ShardedVec<CounterCell>;
+/// Sharded `CounterVec`.
+pub type ShardedFloatCounterVec = ShardedVec<FloatCell>;
 /// Sharded `IntGaugeVec`.
 pub type ShardedGaugeVec = ShardedVec<GaugeCell>;
 /// Sharded `HistogramVec` with the latency buckets.
@@ -345,6 +386,19 @@ mod tests {
             .unwrap();
         assert_eq!(text(ours.clone()), text(theirs));
         assert!(ours.remove_label_values(&["b", "x"]).is_err());
+    }
+
+    #[test]
+    fn float_counters_print_as_prometheus_counters_do() {
+        let opts = || Opts::new("t_seconds_total", "help");
+        let ours = ShardedFloatCounterVec::new(opts(), &["upstream"]).unwrap();
+        let theirs = prometheus::CounterVec::new(opts(), &["upstream"]).unwrap();
+        for value in [0.25, 1.5, 0.0, 0.125] {
+            ours.with_label_values(&["a"]).inc_by(value);
+            theirs.with_label_values(&["a"]).inc_by(value);
+        }
+        assert_eq!(text(ours.clone()), text(theirs));
+        assert_eq!(ours.with_label_values(&["a"]).get(), 1.875);
     }
 
     #[test]

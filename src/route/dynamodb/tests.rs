@@ -199,6 +199,12 @@ fn tables_come_from_the_request_body() {
 }
 
 #[test]
+fn a_table_name_that_is_not_utf8_names_no_table() {
+    assert!(tables("PutItem", b"{\"TableName\":\"t\xff\",\"Item\":{}}").is_empty());
+    assert!(tables("PutItem", b"{\"Item\":{},\"TableName\":\"t\xff\"}").is_empty());
+}
+
+#[test]
 fn a_truncated_batch_keeps_the_tables_read_before_the_fault() {
     let body = br#"{"RequestItems":{"a":[],"b":[{"PutRequest":"#;
     assert_eq!(names(&tables("BatchWriteItem", body)), ["a", "b"]);
