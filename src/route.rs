@@ -145,10 +145,7 @@ impl Keys<'_> {
         match &self.names {
             Names::None => None,
             Names::Table(table, access) => {
-                room.clear();
-                for part in [cut(table), ":", access] {
-                    push_cut(room, part, NAME_ROOM);
-                }
+                spell(room, &[cut(table), ":", access], NAME_ROOM);
                 Some((room.as_str(), &[]))
             }
             Names::One(name) => Some((name.as_str(), &[])),
@@ -159,7 +156,8 @@ impl Keys<'_> {
     }
 
     /// The lane names, sorted.
-    pub fn names(&self) -> Vec<String> {
+    #[cfg(test)]
+    fn names(&self) -> Vec<String> {
         let mut room = Name::new();
         self.split_first(&mut room)
             .map(|(first, rest)| {
@@ -280,12 +278,19 @@ fn joined(parts: &[Part], head: &Parts) -> Name {
 /// `parts` joined, cut at `limit` bytes.
 fn name_of(parts: &[&str], limit: usize) -> Name {
     let mut name = Name::new();
+    spell(&mut name, parts, limit);
+    name
+}
+
+/// Spells `parts` joined into `room` (emptied first), cut at `limit` bytes; in
+/// place, as a `Name` is too large to copy around freely.
+fn spell(room: &mut Name, parts: &[&str], limit: usize) {
+    room.clear();
     for part in parts {
-        if !push_cut(&mut name, part, limit) {
+        if !push_cut(room, part, limit) {
             break;
         }
     }
-    name
 }
 
 /// Appends as much of `text` as fits in `limit` bytes, cut at a character boundary;

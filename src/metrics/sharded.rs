@@ -45,7 +45,7 @@ pub trait Cell: Default + Send + Sync + 'static {
     /// The Prometheus type.
     const TYPE: MetricType;
     /// Sets the summed shards on `metric`.
-    fn read(shards: &[Padded<Self>], metric: &mut proto::Metric);
+    fn read(sharded: &Sharded<Self>, metric: &mut proto::Metric);
 }
 
 /// A metric's handle: cheap to clone, all clones update the same shards.
@@ -96,10 +96,9 @@ impl ShardedCounter {
 impl Cell for CounterCell {
     const TYPE: MetricType = MetricType::COUNTER;
 
-    fn read(shards: &[Padded<Self>], metric: &mut proto::Metric) {
-        let total: u64 = shards.iter().map(|s| s.0.0.load(Relaxed)).sum();
+    fn read(sharded: &Sharded<Self>, metric: &mut proto::Metric) {
         let mut counter = proto::Counter::default();
-        counter.set_value(total as f64);
+        counter.set_value(sharded.get() as f64);
         metric.set_counter(counter);
     }
 }
@@ -139,9 +138,9 @@ impl ShardedFloatCounter {
 impl Cell for FloatCell {
     const TYPE: MetricType = MetricType::COUNTER;
 
-    fn read(shards: &[Padded<Self>], metric: &mut proto::Metric) {
+    fn read(sharded: &Sharded<Self>, metric: &mut proto::Metric) {
         let mut counter = proto::Counter::default();
-        counter.set_value(shards.iter().map(|s| s.0.get()).sum());
+        counter.set_value(sharded.get());
         metric.set_counter(counter);
     }
 }
@@ -173,10 +172,9 @@ impl ShardedGauge {
 impl Cell for GaugeCell {
     const TYPE: MetricType = MetricType::GAUGE;
 
-    fn read(shards: &[Padded<Self>], metric: &mut proto::Metric) {
-        let total: i64 = shards.iter().map(|s| s.0.0.load(Relaxed)).sum();
+    fn read(sharded: &Sharded<Self>, metric: &mut proto::Metric) {
         let mut gauge = proto::Gauge::default();
-        gauge.set_value(total as f64);
+        gauge.set_value(sharded.get() as f64);
         metric.set_gauge(gauge);
     }
 }
@@ -205,10 +203,10 @@ impl ShardedHistogram {
 impl Cell for HistogramCell {
     const TYPE: MetricType = MetricType::HISTOGRAM;
 
-    fn read(shards: &[Padded<Self>], metric: &mut proto::Metric) {
+    fn read(sharded: &Sharded<Self>, metric: &mut proto::Metric) {
         let mut counts = [0u64; LATENCY_BUCKETS.len() + 1];
         let mut sum = 0.0;
-        for shard in shards {
+        for shard in sharded.0.iter() {
             for (count, bucket) in counts.iter_mut().zip(&shard.0.buckets) {
                 *count += bucket.load(Relaxed);
             }
@@ -341,7 +339,7 @@ impl<C: Cell> Collector for ShardedVec<C> {
                 labels.extend(self.desc.const_label_pairs.iter().cloned());
                 labels.sort();
                 let mut metric = proto::Metric::from_label(labels);
-                C::read(&sharded.0, &mut metric);
+                C::read(sharded, &mut metric);
                 metric
             })
             .collect();

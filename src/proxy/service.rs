@@ -203,7 +203,7 @@ impl<'a> Ctx<'a> {
                 .flatten(),
             // The DynamoDB rule tells a batch as it routes (`Route::batch`).
             watch_batch: settings.preset.is_aws()
-                && !upstream.lanes.rule().reads_body()
+                && *upstream.lanes.rule() != Rule::DynamoDb
                 && is_batch(headers),
             record,
         }
