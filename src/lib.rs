@@ -30,6 +30,8 @@
 //!   adds its client and signer.
 //!
 //! I/O:
+//! - [`flag_waker`]: one task driving several futures polls only those woken (an
+//!   HTTP/1 client connection and the upstream connections it drives);
 //! - [`transport`]: the HTTP client to an upstream, bodies, hop-by-hop headers;
 //! - [`sigv4`]: AWS credentials and SigV4 re-signing of every attempt;
 //! - [`proxy`]: listeners and the request path, a loop over the attempt policy;
@@ -52,6 +54,7 @@ pub mod connect_backoff;
 pub mod controller;
 pub mod deadline;
 pub mod demo;
+pub mod flag_waker;
 pub mod fleet;
 pub mod hints;
 pub mod lane;

@@ -13,3 +13,4 @@ pub use body::{ProxyBody, WatchFrames, discard, expects_continue, read_error_bod
 pub use cause::ConnectCause;
 pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
 pub use headers::strip_hop_by_hop;
+pub use plain::Bound;

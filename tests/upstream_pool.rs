@@ -24,9 +24,9 @@ struct Seen {
 }
 
 /// An upstream that answers every request head with a small 200; with `close_after`
-/// it closes each connection after its answer, as a server whose keep-alive just ran
-/// out does (no `Connection: close`).
-async fn raw_upstream(close_after: bool) -> (SocketAddr, Arc<Seen>) {
+/// it closes each connection that long after its answer, as a server whose keep-alive
+/// ran out does (no `Connection: close`).
+async fn raw_upstream(close_after: Option<Duration>) -> (SocketAddr, Arc<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Seen::default());
@@ -48,7 +48,11 @@ async fn raw_upstream(close_after: bool) -> (SocketAddr, Arc<Seen>) {
                         head.drain(..end + 4);
                         counts.requests.fetch_add(1, Ordering::SeqCst);
                         let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                        if socket.write_all(reply).await.is_err() || close_after {
+                        if socket.write_all(reply).await.is_err() {
+                            break 'conn;
+                        }
+                        if let Some(after) = close_after {
+                            tokio::time::sleep(after).await;
                             break 'conn;
                         }
                     }
@@ -68,7 +72,10 @@ async fn read_ok(socket: &mut TcpStream) -> String {
     while !seen.ends_with(b"\r\n\r\nok") {
         let n = tokio::time::timeout(10 * SECOND, socket.read(&mut buf))
             .await
-            .expect("an answer within 10 s")
+            .unwrap_or_else(|_| {
+                let seen = String::from_utf8_lossy(&seen);
+                panic!("no answer `ok` within 10 s; got {seen:?}")
+            })
             .unwrap();
         assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buf[..n]);
@@ -77,8 +84,13 @@ async fn read_ok(socket: &mut TcpStream) -> String {
 }
 
 async fn proxy_to(target: SocketAddr, upstream_keys: &str) -> Proxy {
+    proxy_in("per-core", target, upstream_keys).await
+}
+
+/// A proxy with `runtime` (`per-core`: a pool per core; `multi-thread`: one pool).
+async fn proxy_in(runtime: &str, target: SocketAddr, upstream_keys: &str) -> Proxy {
     proxy_config(&format!(
-        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n{}",
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\nruntime = \"{runtime}\"\n\n{}",
         upstream_table("up", target, upstream_keys)
     ))
     .await
@@ -87,7 +99,7 @@ async fn proxy_to(target: SocketAddr, upstream_keys: &str) -> Proxy {
 /// Requests one after another on one client connection share one upstream connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_requests_reuse_one_upstream_connection() {
-    let (target, seen) = raw_upstream(false).await;
+    let (target, seen) = raw_upstream(None).await;
     let proxy = proxy_to(target, "").await;
     // One raw client connection: a pooling client could open a second one.
     let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
@@ -109,7 +121,7 @@ async fn sequential_requests_reuse_one_upstream_connection() {
 /// next one goes on a new connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_closes_after_each_answer_loses_no_request() {
-    let (target, seen) = raw_upstream(true).await;
+    let (target, seen) = raw_upstream(Some(Duration::ZERO)).await;
     let proxy = proxy_to(target, "[upstream.retry]\nmax_attempts = 1").await;
     let url = format!("http://{}/", proxy.addr);
     let client = client();
@@ -129,7 +141,7 @@ async fn an_upstream_that_closes_after_each_answer_loses_no_request() {
 /// A connection left idle for `idle_timeout` is closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_closed_after_the_idle_timeout() {
-    let (target, seen) = raw_upstream(false).await;
+    let (target, seen) = raw_upstream(None).await;
     let proxy = proxy_to(target, "[upstream.pool]\nidle_timeout = \"200ms\"").await;
     let url = format!("http://{}/", proxy.addr);
     assert_eq!(get(&url).await.status, 200);
@@ -149,7 +161,7 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
 /// after its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_idle_zero_keeps_no_connection() {
-    let (target, seen) = raw_upstream(false).await;
+    let (target, seen) = raw_upstream(None).await;
     let proxy = proxy_to(target, "[upstream.pool]\nmax_idle = 0").await;
     let url = format!("http://{}/", proxy.addr);
     for _ in 0..3 {
@@ -162,4 +174,77 @@ async fn max_idle_zero_keeps_no_connection() {
     })
     .await;
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
+}
+
+/// A client connection that stays open but idle does not hold its upstream connection
+/// past `idle_timeout`: it gives it back, and the pool closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_connection_holds_no_upstream_connection_past_the_idle_timeout() {
+    let (target, seen) = raw_upstream(None).await;
+    let proxy = proxy_to(target, "[upstream.pool]\nidle_timeout = \"200ms\"").await;
+    let mut socket = TcpStream::connect(proxy.addr).await.unwrap();
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    read_ok(&mut socket).await;
+    let open = Arc::clone(&seen);
+    wait_until(10 * SECOND, "the idle upstream connection to close", || {
+        let open = Arc::clone(&open);
+        async move { open.open.load(Ordering::SeqCst) == 0 }
+    })
+    .await;
+    // The client connection is still there, and its next request opens a new one.
+    socket
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_ok(&mut socket).await.starts_with("HTTP/1.1 200"));
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+}
+
+/// A client connection that ends gives its idle upstream connection back: the next
+/// client's request goes on it. The upstream then closes it while no client connection
+/// drives it; the request after that still gets its answer, without a retry of
+/// easeoff's, on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_given_back_serves_the_next_client_and_its_close_loses_nothing() {
+    let (target, seen) = raw_upstream(None).await;
+    // One pool for every client connection: with one per core, the next client could
+    // be served by another core.
+    let proxy = proxy_in("multi-thread", target, "[upstream.retry]\nmax_attempts = 1").await;
+    let ask = |addr| async move {
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        read_ok(&mut socket).await
+    };
+    for i in 0..5 {
+        let answer = ask(proxy.addr).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "client {i}: {answer}");
+    }
+    let accepted = seen.accepted.load(Ordering::SeqCst);
+    println!("5 client connections one after another: {accepted} upstream connection(s)");
+    // Each client hangs up as soon as it has its answer; easeoff may not have seen the
+    // hang-up before the next client asks, but it must not need one each.
+    assert!(
+        accepted < 5,
+        "{accepted} upstream connections for 5 clients in turn"
+    );
+
+    let (target, seen) = raw_upstream(Some(Duration::from_millis(300))).await;
+    let proxy = proxy_in("multi-thread", target, "[upstream.retry]\nmax_attempts = 1").await;
+    assert!(ask(proxy.addr).await.starts_with("HTTP/1.1 200"));
+    let open = Arc::clone(&seen);
+    wait_until(10 * SECOND, "the upstream to close its connection", || {
+        let open = Arc::clone(&open);
+        async move { open.open.load(Ordering::SeqCst) == 0 }
+    })
+    .await;
+    let answer = ask(proxy.addr).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(seen.requests.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
 }

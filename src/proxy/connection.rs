@@ -8,8 +8,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +20,9 @@ use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+
+use crate::flag_waker::FlagWaker;
+use crate::transport::Bound;
 
 /// The deadlines and bounds of one client connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +97,8 @@ pub struct Tracker {
     reset_window: Duration,
     /// Set while an idle HTTP/1 connection is being parked: its socket must stay open.
     parking: AtomicBool,
+    /// The upstream connections this connection drives (HTTP/1 only).
+    bound: Bound,
 }
 
 #[derive(Default)]
@@ -116,6 +121,7 @@ impl Tracker {
             max_resets: limits.http2_max_resets,
             reset_window: limits.http2_reset_window,
             parking: AtomicBool::new(false),
+            bound: Bound::default(),
         })
     }
 
@@ -128,6 +134,11 @@ impl Tracker {
             tracker: Arc::clone(self),
             done: false,
         }
+    }
+
+    /// The upstream connections this connection drives.
+    pub fn bound(&self) -> &Bound {
+        &self.bound
     }
 
     /// When the connection was accepted.
@@ -204,6 +215,11 @@ impl RequestGuard {
         self.tracker.is_refusing()
     }
 
+    /// See [`Tracker::bound`].
+    pub fn bound(&self) -> &Bound {
+        &self.tracker.bound
+    }
+
     /// The request got its answer.
     pub fn done(mut self) {
         self.done = true;
@@ -265,13 +281,31 @@ where
     // Pinned once, so a busy connection does not re-register them on every poll.
     let mut resets = std::pin::pin!(tracker.too_many_resets.notified());
     let mut drained = std::pin::pin!(drain.wait_for(|stop| *stop));
-    let sides = Sides::new();
+    let sides = FlagWaker::default();
+    // The connection itself, polled only when something woke it: the task is woken
+    // for its upstream connections' reads too.
+    let serving = FlagWaker::within(tracker.bound.pass().clone());
     let mut closing: Option<Closed> = None;
     // Whether the watchdog fires by the time an idle connection should park.
     let mut armed = false;
     loop {
         let event = std::future::poll_fn(|cx| {
-            if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
+            // An upstream connection's answer wakes the request waiting for it: the
+            // connection goes again in the same poll.
+            let bound = &tracker.bound;
+            let task: &Context<'_> = cx;
+            let ended = bound.pass().run(task, &[&serving, bound.due()], || {
+                let mut polled = false;
+                if let Some(waker) = serving.waker_for(task) {
+                    polled = true;
+                    if let Poll::Ready(ended) = conn.as_mut().poll(&mut Context::from_waker(waker))
+                    {
+                        return Err(ended);
+                    }
+                }
+                Ok(bound.poll(task) | polled)
+            });
+            if let Some(ended) = ended {
                 return Poll::Ready(Event::Ended(ended));
             }
             // A request just ended: the watchdog comes back when it is time to park.
@@ -307,6 +341,7 @@ where
         .await;
         // Whatever happened, the next pass looks at every signal again.
         sides.rearm();
+        serving.rearm();
         match event {
             Event::Ended(ended) => return (closing.unwrap_or(Closed::ByPeer), ended),
             Event::Drained => {
@@ -394,62 +429,6 @@ enum Event<E> {
     Drained,
     TooManyResets,
     Watchdog,
-}
-
-/// The waker `drive` gives its deadline, reset signal and drain flag: it notes that one
-/// of them fired before waking the connection's task, so a task woken by its socket
-/// does not poll (and re-register) all three.
-struct Sides {
-    shared: Arc<SideFlag>,
-    waker: Waker,
-}
-
-struct SideFlag {
-    woken: AtomicBool,
-    /// The task's waker, kept from the first poll.
-    task: OnceLock<Waker>,
-}
-
-impl Wake for SideFlag {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        if let Some(task) = self.task.get() {
-            task.wake_by_ref();
-        }
-    }
-}
-
-impl Sides {
-    fn new() -> Sides {
-        let shared = Arc::new(SideFlag {
-            woken: AtomicBool::new(true),
-            task: OnceLock::new(),
-        });
-        let waker = Waker::from(Arc::clone(&shared));
-        Sides { shared, waker }
-    }
-
-    /// The waker to poll the side signals with, or `None` when none of them fired since
-    /// they were last polled. A task whose waker changed (not tokio's) polls them with
-    /// its own every time.
-    fn waker_for<'a>(&'a self, cx: &'a Context<'_>) -> Option<&'a Waker> {
-        let task = self.shared.task.get_or_init(|| cx.waker().clone());
-        if !task.will_wake(cx.waker()) {
-            return Some(cx.waker());
-        }
-        self.shared
-            .woken
-            .swap(false, Ordering::Acquire)
-            .then_some(&self.waker)
-    }
-
-    fn rearm(&self) {
-        self.shared.woken.store(true, Ordering::Release);
-    }
 }
 
 /// A client socket as hyper sees it: the bytes a parked connection had already read

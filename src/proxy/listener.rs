@@ -128,7 +128,7 @@ async fn accept(
                     } else if guard.is_refusing() {
                         refuse_closing(&upstream)
                     } else {
-                        let mut response = handle(&upstream, req, body_idle).await;
+                        let mut response = handle(&upstream, req, body_idle, guard.bound()).await;
                         first = first_frame(&upstream, &mut response, body_idle).await;
                         response
                     };
@@ -207,6 +207,9 @@ where
         }
         Ok(Sniffed::Http1) => {}
     }
+    // hyper serves an HTTP/1 connection's requests in the task that polls it, where
+    // `drive` polls the upstream connections too.
+    tracker.bound().activate();
     let mut io = ParkIo::new(stream, Arc::clone(tracker));
     let mut service = service;
     loop {
@@ -214,6 +217,9 @@ where
         let mut connection = Box::pin(builders.http1.serve_connection(io, service));
         let (closed, ended) =
             connection::drive(connection.as_mut(), tracker, limits, drain, true).await;
+        // Parked or ended, the connection reads no answer now: others may use what
+        // it drove.
+        tracker.bound().release();
         if closed != Closed::Parked || ended.is_err() {
             return (closed, ended.map_err(Into::into));
         }

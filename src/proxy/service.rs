@@ -31,8 +31,8 @@ use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{Head, Preset, Verdict, is_batch};
 use crate::transport::{
-    ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body, read_up_to,
-    strip_hop_by_hop,
+    Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
+    read_up_to, strip_hop_by_hop,
 };
 use crate::upstream::Upstream;
 
@@ -64,7 +64,8 @@ fn discard_request(request: Request<ProxyBody>) {
 }
 
 /// Serves one request for `upstream`; every path ends in a response. A request body
-/// held in memory may go silent for at most `body_idle`.
+/// held in memory may go silent for at most `body_idle`. `bound` holds the upstream
+/// connections the client connection drives.
 ///
 /// hyper moves this future (the service's, around it) on every request, so whatever
 /// only a rare path awaits (a body read to classify or keep a throttle, a signature,
@@ -74,6 +75,7 @@ pub async fn handle(
     upstream: &Arc<Upstream>,
     req: Request<Incoming>,
     body_idle: Duration,
+    bound: &Bound,
 ) -> Response<ProxyBody> {
     let mode = upstream.settings.access_log;
     let line = access::wants(mode, &upstream.access_seen, req.method(), req.uri());
@@ -82,7 +84,7 @@ pub async fn handle(
     // one more copy of the request, and one more move of its room, per request.
     let response = 'served: {
         let clock = upstream.clock();
-        let mut ctx = Ctx::new(upstream, req.headers(), clock.now(), &record);
+        let mut ctx = Ctx::new(upstream, req.headers(), clock.now(), &record, bound);
         upstream.deposit(ctx.arrived);
         let (mut head, body) = req.into_parts();
         upstream.client.rewrite(&mut head);
@@ -176,6 +178,8 @@ struct Ctx<'a> {
     patience: Option<Duration>,
     watch_batch: bool,
     record: &'a Record,
+    /// The upstream connections the client connection drives.
+    bound: &'a Bound,
 }
 
 impl<'a> Ctx<'a> {
@@ -184,6 +188,7 @@ impl<'a> Ctx<'a> {
         headers: &HeaderMap,
         arrived: Instant,
         record: &'a Record,
+        bound: &'a Bound,
     ) -> Ctx<'a> {
         let settings = &*upstream.settings;
         let dialect = Dialect {
@@ -206,6 +211,7 @@ impl<'a> Ctx<'a> {
                 && *upstream.lanes.rule() != Rule::DynamoDb
                 && is_batch(headers),
             record,
+            bound,
         }
     }
 
@@ -323,7 +329,7 @@ impl<'a> Ctx<'a> {
         }
         let sent = {
             let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
-            upstream.client.send(request).await
+            upstream.client.send(request, Some(self.bound)).await
         };
         let took = self
             .clock

@@ -19,7 +19,7 @@ use rustls::pki_types::ServerName;
 use super::body::ProxyBody;
 use super::cause::ConnectCause;
 use super::headers::strip_hop_by_hop;
-use super::plain::Plain;
+use super::plain::{Bound, Plain};
 use super::verifier::Verifier;
 use crate::config::{self, UpstreamSettings};
 use crate::throttle::Preset;
@@ -213,12 +213,17 @@ impl UpstreamClient {
         }
     }
 
-    /// Sends one attempt and waits for the response head, at most `request_timeout`.
-    pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, SendError> {
+    /// Sends one attempt and waits for the response head, at most `request_timeout`;
+    /// on a connection `bound` drives, where it can.
+    pub async fn send(
+        &self,
+        req: Request<ProxyBody>,
+        bound: Option<&Bound>,
+    ) -> Result<Response<Incoming>, SendError> {
         let slot = WORKER.with(Cell::get);
         let sent = async {
             match &self.plain {
-                Some(plain) => plain.send(slot, req).await,
+                Some(plain) => plain.send(slot, bound, req).await,
                 None => self.pooled(slot, req).await,
             }
         };

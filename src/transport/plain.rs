@@ -3,26 +3,49 @@
 //! the connection straight back, where it stays busy until its answer has been read.
 //! A sweeper closes what is idle past `idle_timeout` or beyond `max_idle`.
 //!
+//! An HTTP/1 client connection drives the upstream connections it uses in its own
+//! task ([`Bound`]): the answer is read, and its body streamed to the client, in one
+//! task, with no wake-up of another. It keeps one of them idle for its next request
+//! without a look at the runtime's pool, and gives them back when it parks or ends.
+//!
 //! hyper-util's pool does the same job for every scheme and protocol, and pays for
 //! that on each request: a hashed key, a shared map, a checkout raced against a
 //! connect. A plain-http upstream needs none of it.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::{PathAndQuery, Uri};
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::{Builder, SendRequest};
+use hyper::client::conn::http1::{Builder, Connection, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tower_service::Service;
 
 use super::body::ProxyBody;
 use super::cause::ConnectCause;
 use super::client::SendError;
+use crate::flag_waker::{FlagWaker, Pass};
+
+/// An upstream connection's own future: it reads and writes while polled.
+type Conn = Pin<Box<Connection<TokioIo<TcpStream>, ProxyBody>>>;
 
 /// The connections of one runtime.
+struct Pool {
+    slot: Mutex<Slot>,
+    /// Idle connections the slot keeps.
+    cap: usize,
+    idle_timeout: Duration,
+}
+
+/// What a pool holds, behind its lock.
 #[derive(Default)]
 struct Slot {
     conns: Vec<Kept>,
@@ -33,21 +56,157 @@ struct Slot {
 /// A connection in a slot: idle, or still reading its last answer.
 struct Kept {
     sender: SendRequest<ProxyBody>,
+    /// The connection itself when no task drives it: one a client connection gave
+    /// back idle. `None` when it runs as a task of its own.
+    conn: Option<Conn>,
     /// When the sweeper first saw it idle; `None` while busy or not yet seen.
     idle_since: Option<Instant>,
 }
 
 /// Kept connections to one plain-http upstream.
 pub(super) struct Plain {
-    slots: Box<[Arc<Mutex<Slot>>]>,
+    pools: Box<[Arc<Pool>]>,
     connector: HttpConnector,
     /// `http://authority`, what the connector dials.
     target: Uri,
     builder: Builder,
-    /// Idle connections a slot keeps.
-    cap: usize,
-    idle_timeout: Duration,
     server_name: String,
+}
+
+/// How many upstream connections one client connection drives itself; a retry while
+/// the last answer is still read needs a second. Beyond these, a connection runs as
+/// a task of its own, so a client connection never polls a long list.
+const MAX_BOUND: usize = 4;
+
+/// The upstream connections one HTTP/1 client connection drives in its own task:
+/// [`Bound::poll`] is polled with the client connection, and a request it serves
+/// sends on them first. Inactive (the h2c path) it holds none.
+pub struct Bound {
+    active: AtomicBool,
+    /// The poll of the client connection's task, shared with its own flag.
+    pass: Pass,
+    /// Polled only when one of them woke the task, or one was bound.
+    due: FlagWaker,
+    // Locked only by the client connection's own task: never contended.
+    driven: Mutex<Vec<Driven>>,
+}
+
+/// A connection a client connection drives.
+struct Driven {
+    /// Where it goes back to.
+    pool: Arc<Pool>,
+    sender: SendRequest<ProxyBody>,
+    conn: Conn,
+}
+
+impl Default for Bound {
+    fn default() -> Bound {
+        let pass = Pass::default();
+        Bound {
+            active: AtomicBool::new(false),
+            due: FlagWaker::within(pass.clone()),
+            pass,
+            driven: Mutex::default(),
+        }
+    }
+}
+
+impl Bound {
+    /// The poll of the client connection's task; see [`Pass`].
+    pub fn pass(&self) -> &Pass {
+        &self.pass
+    }
+
+    /// The flag the bound connections wake.
+    pub fn due(&self) -> &FlagWaker {
+        &self.due
+    }
+
+    /// Lets requests bind connections: call only where [`Bound::poll`] runs in the
+    /// task that serves them.
+    pub fn activate(&self) {
+        self.active.store(true, Ordering::Relaxed);
+    }
+
+    fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Drives the bound connections, if something woke them, and says whether it did;
+    /// those idle beyond the first go back to their pool.
+    pub fn poll(&self, cx: &Context<'_>) -> bool {
+        let Some(waker) = self.due.waker_for(cx) else {
+            return false;
+        };
+        let mut cx = Context::from_waker(waker);
+        let mut driven = lock(&self.driven);
+        if driven.is_empty() {
+            return false;
+        }
+        driven.retain_mut(|d| match d.conn.as_mut().poll(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Ok(())) => false,
+            Poll::Ready(Err(error)) => {
+                tracing::debug!(%error, "upstream connection ended");
+                false
+            }
+        });
+        let mut idle = 0;
+        let mut i = 0;
+        while i < driven.len() {
+            if driven[i].sender.is_ready() {
+                idle += 1;
+                if idle > 1 {
+                    let d = driven.swap_remove(i);
+                    d.pool.keep(d.sender, Some(d.conn));
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// Gives every connection back: idle ones to their pool, undriven, for any client
+    /// connection to take; busy ones to tasks of their own, to finish their answer.
+    pub fn release(&self) {
+        let driven = std::mem::take(&mut *lock(&self.driven));
+        for d in driven {
+            if d.sender.is_ready() {
+                d.pool.keep(d.sender, Some(d.conn));
+            } else {
+                spawn_conn(d.conn);
+                d.pool.keep(d.sender, None);
+            }
+        }
+    }
+
+    /// Drives `conn` from now on, if there is room; hands both back otherwise.
+    fn bind(
+        &self,
+        pool: &Arc<Pool>,
+        sender: SendRequest<ProxyBody>,
+        conn: Conn,
+    ) -> Result<(), (SendRequest<ProxyBody>, Conn)> {
+        let mut driven = lock(&self.driven);
+        if driven.len() >= MAX_BOUND {
+            return Err((sender, conn));
+        }
+        driven.push(Driven {
+            pool: Arc::clone(pool),
+            sender,
+            conn,
+        });
+        // Its first poll registers it; the request is already waiting in it.
+        self.due.rearm();
+        Ok(())
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Plain {
@@ -61,37 +220,88 @@ impl Plain {
         server_name: String,
     ) -> Plain {
         Plain {
-            slots: (0..slots).map(|_| Arc::default()).collect(),
+            pools: (0..slots)
+                .map(|_| {
+                    Arc::new(Pool {
+                        slot: Mutex::default(),
+                        cap,
+                        idle_timeout,
+                    })
+                })
+                .collect(),
             connector,
             target,
             builder: Builder::new(),
-            cap,
-            idle_timeout,
             server_name,
         }
     }
 
-    /// Sends `req` on an idle connection of runtime `slot`, or a new one. A request
-    /// that a kept connection closed under before writing it goes on a fresh one.
+    /// Sends `req` on an idle connection `bound` drives, else on an idle connection of
+    /// runtime `slot`, else on a new one. A request that a kept connection closed
+    /// under before writing it goes on a fresh one.
     pub(super) async fn send(
         &self,
         slot: usize,
+        bound: Option<&Bound>,
         mut req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, SendError> {
-        let slot = self.slots.get(slot).unwrap_or(&self.slots[0]);
+        let pool = self.pools.get(slot).unwrap_or(&self.pools[0]);
         origin_form(req.uri_mut());
-        let mut kept = take_idle(&mut lock(slot));
+        // With `max_idle = 0` nothing is kept, not even by a client connection.
+        let bound = bound.filter(|b| b.is_active() && pool.cap > 0);
+        if let Some(bound) = bound {
+            let sent = {
+                let mut driven = lock(&bound.driven);
+                match driven
+                    .iter_mut()
+                    .find(|d| Arc::ptr_eq(&d.pool, pool) && d.sender.is_ready())
+                {
+                    Some(d) => Ok(d.sender.try_send_request(req)),
+                    None => Err(req),
+                }
+            };
+            match sent {
+                Ok(answer) => match answer.await {
+                    Ok(response) => return Ok(response),
+                    Err(mut error) => match error.take_message() {
+                        Some(unsent) => req = unsent,
+                        None => return Err(SendError::Failed(error.into_error().into())),
+                    },
+                },
+                Err(unsent) => req = unsent,
+            }
+        }
+        let mut kept = take_idle(&mut lock(&pool.slot));
         loop {
             let reused = kept.is_some();
-            let mut sender = match kept.take() {
-                Some(sender) => sender,
-                None => self.connect().await?,
+            let (mut sender, conn) = match kept.take() {
+                Some(kept) => kept,
+                None => {
+                    let (sender, conn) = self.connect().await?;
+                    (sender, Some(conn))
+                }
             };
             let answer = sender.try_send_request(req);
-            // With `max_idle = 0` nothing is kept: hyper closes the connection once
-            // its answer is done.
-            if self.cap > 0 {
-                self.put_back(slot, sender);
+            match (conn, bound) {
+                (Some(conn), Some(bound)) => {
+                    if let Err((sender, conn)) = bound.bind(pool, sender, conn) {
+                        spawn_conn(conn);
+                        pool.keep(sender, None);
+                    }
+                }
+                (Some(conn), None) => {
+                    spawn_conn(conn);
+                    // With `max_idle = 0` nothing is kept: hyper closes the
+                    // connection once its answer is done.
+                    if pool.cap > 0 {
+                        pool.keep(sender, None);
+                    }
+                }
+                (None, _) => {
+                    if pool.cap > 0 {
+                        pool.keep(sender, None);
+                    }
+                }
             }
             match answer.await {
                 Ok(response) => return Ok(response),
@@ -103,7 +313,7 @@ impl Plain {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<ProxyBody>, SendError> {
+    async fn connect(&self) -> Result<(SendRequest<ProxyBody>, Conn), SendError> {
         let io = self
             .connector
             .clone()
@@ -115,31 +325,45 @@ impl Plain {
             .handshake(io)
             .await
             .map_err(|e| SendError::Failed(e.into()))?;
-        tokio::spawn(async move {
+        Ok((sender, Box::pin(conn)))
+    }
+}
+
+impl Pool {
+    /// Keeps `sender` (and `conn`, when no task drives it) and makes sure a sweeper
+    /// looks after the pool.
+    fn keep(self: &Arc<Pool>, sender: SendRequest<ProxyBody>, conn: Option<Conn>) {
+        if self.cap == 0 {
+            if let Some(conn) = conn {
+                spawn_conn(conn);
+            }
+            return;
+        }
+        let mut slot = lock(&self.slot);
+        slot.conns.push(Kept {
+            sender,
+            conn,
+            idle_since: None,
+        });
+        if !slot.sweeping
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            slot.sweeping = true;
+            let every = (self.idle_timeout / 2).clamp(Duration::from_millis(10), SWEEP_MAX);
+            runtime.spawn(sweep(Arc::downgrade(self), every));
+        }
+    }
+}
+
+/// Runs `conn` as a task of its own until it closes; dropped (closed) where no
+/// runtime is left to run it, as when one shuts down.
+fn spawn_conn(conn: Conn) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
             if let Err(error) = conn.await {
                 tracing::debug!(%error, "upstream connection ended");
             }
         });
-        Ok(sender)
-    }
-
-    /// Keeps `sender` in `slot` and makes sure a sweeper looks after the slot.
-    fn put_back(&self, slot: &Arc<Mutex<Slot>>, sender: SendRequest<ProxyBody>) {
-        let mut kept = lock(slot);
-        kept.conns.push(Kept {
-            sender,
-            idle_since: None,
-        });
-        if !kept.sweeping {
-            kept.sweeping = true;
-            let every = (self.idle_timeout / 2).clamp(Duration::from_millis(10), SWEEP_MAX);
-            tokio::spawn(sweep(
-                Arc::downgrade(slot),
-                every,
-                self.cap,
-                self.idle_timeout,
-            ));
-        }
     }
 }
 
@@ -147,7 +371,7 @@ impl Plain {
 const SWEEP_MAX: Duration = Duration::from_secs(1);
 
 /// The newest idle connection, dropping closed ones on the way.
-fn take_idle(slot: &mut Slot) -> Option<SendRequest<ProxyBody>> {
+fn take_idle(slot: &mut Slot) -> Option<(SendRequest<ProxyBody>, Option<Conn>)> {
     let mut i = slot.conns.len();
     while i > 0 {
         i -= 1;
@@ -155,21 +379,23 @@ fn take_idle(slot: &mut Slot) -> Option<SendRequest<ProxyBody>> {
         if sender.is_closed() {
             slot.conns.swap_remove(i);
         } else if sender.is_ready() {
-            return Some(slot.conns.swap_remove(i).sender);
+            let kept = slot.conns.swap_remove(i);
+            return Some((kept.sender, kept.conn));
         }
     }
     None
 }
 
 /// Closes what has been idle `idle_timeout` and the idle beyond `cap` (the longest
-/// idle first), every `every`, until the slot is empty or gone.
-async fn sweep(slot: Weak<Mutex<Slot>>, every: Duration, cap: usize, idle_timeout: Duration) {
+/// idle first), every `every`, until the pool is empty or gone.
+async fn sweep(pool: Weak<Pool>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
-        let Some(slot) = slot.upgrade() else {
+        let Some(pool) = pool.upgrade() else {
             return;
         };
-        let mut kept = lock(&slot);
+        let (cap, idle_timeout) = (pool.cap, pool.idle_timeout);
+        let mut kept = lock(&pool.slot);
         let now = Instant::now();
         kept.conns.retain_mut(|c| {
             if c.sender.is_closed() {
@@ -200,9 +426,10 @@ async fn sweep(slot: Weak<Mutex<Slot>>, every: Duration, cap: usize, idle_timeou
     }
 }
 
-fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
-    // A slot holds no invariant a panic could break half-way.
-    slot.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Neither a slot nor a client connection's list holds an invariant a panic
+    // could break half-way.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// An HTTP/1.1 request line carries the path alone.
