@@ -290,22 +290,7 @@ where
     let mut armed = false;
     loop {
         let event = std::future::poll_fn(|cx| {
-            // An upstream connection's answer wakes the request waiting for it: the
-            // connection goes again in the same poll.
-            let bound = &tracker.bound;
-            let task: &Context<'_> = cx;
-            let ended = bound.pass().run(task, &[&serving, bound.due()], || {
-                let mut polled = false;
-                if let Some(waker) = serving.waker_for(task) {
-                    polled = true;
-                    if let Poll::Ready(ended) = conn.as_mut().poll(&mut Context::from_waker(waker))
-                    {
-                        return Err(ended);
-                    }
-                }
-                Ok(bound.poll(task) | polled)
-            });
-            if let Some(ended) = ended {
+            if let Poll::Ready(ended) = poll_served(conn.as_mut(), &serving, &tracker.bound, cx) {
                 return Poll::Ready(Event::Ended(ended));
             }
             // A request just ended: the watchdog comes back when it is time to park.
@@ -318,25 +303,14 @@ where
                 armed = true;
                 sides.rearm();
             }
-            // The connection wakes its task for every read and answer; the deadline,
-            // the reset signal and the drain flag are looked at only when one of them
-            // woke it.
-            let Some(waker) = sides.waker_for(cx) else {
-                return Poll::Pending;
-            };
-            let mut side = Context::from_waker(waker);
-            if closing.is_none() {
-                if drained.as_mut().poll(&mut side).is_ready() {
-                    return Poll::Ready(Event::Drained);
-                }
-                if resets.as_mut().poll(&mut side).is_ready() {
-                    return Poll::Ready(Event::TooManyResets);
-                }
-            }
-            match watchdog.as_mut().poll(&mut side) {
-                Poll::Ready(()) => Poll::Ready(Event::Watchdog),
-                Poll::Pending => Poll::Pending,
-            }
+            poll_sides(
+                &sides,
+                cx,
+                closing.is_none(),
+                drained.as_mut(),
+                resets.as_mut(),
+                watchdog.as_mut(),
+            )
         })
         .await;
         // Whatever happened, the next pass looks at every signal again.
@@ -377,6 +351,57 @@ where
                 },
             },
         }
+    }
+}
+
+/// Polls `conn` and the upstream connections `bound` drives, each only when something
+/// woke it. An upstream connection's answer wakes the request waiting for it: the
+/// connection goes again in the same poll.
+fn poll_served<C: Future>(
+    mut conn: Pin<&mut C>,
+    serving: &FlagWaker,
+    bound: &Bound,
+    task: &Context<'_>,
+) -> Poll<C::Output> {
+    let ended = bound.pass().run(task, &[serving, bound.due()], || {
+        let mut polled = false;
+        if let Some(waker) = serving.waker_for(task) {
+            polled = true;
+            if let Poll::Ready(ended) = conn.as_mut().poll(&mut Context::from_waker(waker)) {
+                return Err(ended);
+            }
+        }
+        Ok(bound.poll(task) | polled)
+    });
+    ended.map_or(Poll::Pending, Poll::Ready)
+}
+
+/// The deadline, the reset signal and the drain flag (the last two only while
+/// `open`), looked at only when one of them woke the task: the connection wakes it
+/// for every read and answer.
+fn poll_sides<E, D: Future, R: Future>(
+    sides: &FlagWaker,
+    cx: &Context<'_>,
+    open: bool,
+    drained: Pin<&mut D>,
+    resets: Pin<&mut R>,
+    watchdog: Pin<&mut tokio::time::Sleep>,
+) -> Poll<Event<E>> {
+    let Some(waker) = sides.waker_for(cx) else {
+        return Poll::Pending;
+    };
+    let mut side = Context::from_waker(waker);
+    if open {
+        if drained.poll(&mut side).is_ready() {
+            return Poll::Ready(Event::Drained);
+        }
+        if resets.poll(&mut side).is_ready() {
+            return Poll::Ready(Event::TooManyResets);
+        }
+    }
+    match watchdog.poll(&mut side) {
+        Poll::Ready(()) => Poll::Ready(Event::Watchdog),
+        Poll::Pending => Poll::Pending,
     }
 }
 
