@@ -23,10 +23,11 @@ const MEMBER_TTL: Duration = Duration::from_secs(1);
 /// Every wait for a condition gives up after this.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// A `redis-server` on a loopback port, killed on drop.
+/// A `redis-server` on a loopback port, killed on drop, with its TLS files' directory.
 struct Redis {
     port: u16,
     child: Child,
+    dir: Option<PathBuf>,
 }
 
 impl Redis {
@@ -79,11 +80,9 @@ impl Redis {
             "--tls-auth-clients".to_string(),
             "no".to_string(),
         ];
-        Some((
-            Redis::with(free_port(), &args),
-            tls_port,
-            PathBuf::from(ca_file),
-        ))
+        let mut redis = Redis::with(free_port(), &args);
+        redis.dir = Some(dir);
+        Some((redis, tls_port, PathBuf::from(ca_file)))
     }
 
     /// Starts one on `port`, empty, and waits until it answers.
@@ -101,7 +100,11 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        let redis = Redis { port, child };
+        let redis = Redis {
+            port,
+            child,
+            dir: None,
+        };
         let deadline = Instant::now() + PATIENCE;
         while redis.connection().is_none() {
             assert!(Instant::now() < deadline, "redis-server did not answer");
@@ -173,6 +176,9 @@ impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
