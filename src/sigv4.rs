@@ -231,6 +231,15 @@ impl Signer {
             .build()
             .map_err(|e| SignError::Signing(e.to_string()))?
             .into();
+        // A plain-http upstream's target is the path alone, and then the signature
+        // names the Host header, which aws-sigv4 requires (it panics without one).
+        let has_host = request
+            .headers()
+            .get(http::header::HOST)
+            .is_some_and(|host| host.to_str().is_ok());
+        if request.uri().authority().is_none() && !has_host {
+            return Err(SignError::Signing("the request has no Host to sign".into()));
+        }
         let uri = request.uri().to_string();
         let headers = request
             .headers()

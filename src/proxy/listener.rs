@@ -197,6 +197,10 @@ where
         Err(_) => return (Closed::Idle, Ok(())),
         Ok(Sniffed::Gone) => return (Closed::ByPeer, Ok(())),
         Ok(Sniffed::Other) => {
+            // hyper runs each HTTP/2 stream as a task of its own, and moves the
+            // stream's future several times on the way there: boxed, each move
+            // copies a pointer rather than kilobytes.
+            let service = service_fn(move |req| Box::pin(service.call(req)));
             // Boxed: the task of every connection would otherwise have room for it.
             let connection = builders
                 .auto

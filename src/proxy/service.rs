@@ -70,81 +70,86 @@ fn discard_request(request: Request<ProxyBody>) {
 /// hyper moves this future (the service's, around it) on every request, so whatever
 /// only a rare path awaits (a body read to classify or keep a throttle, a signature,
 /// a retry's sleep) is boxed where it is awaited: the common path pays neither the
-/// copying of room it never uses nor an allocation.
-pub async fn handle(
-    upstream: &Arc<Upstream>,
+/// copying of room it never uses nor an allocation. For the same reason this and the
+/// futures it awaits on the common path are not `async fn`s, which hold their
+/// arguments twice (as arguments and as locals).
+#[inline(always)]
+pub fn handle<'a>(
+    upstream: &'a Arc<Upstream>,
     req: Request<Incoming>,
     body_idle: Duration,
-    bound: &Bound,
-) -> Response<ProxyBody> {
+    bound: &'a Bound,
+) -> impl Future<Output = Response<ProxyBody>> + 'a {
     let mode = upstream.settings.access_log;
     let line = access::wants(mode, &upstream.access_seen, req.method(), req.uri());
-    let record = Record::default();
-    // One block rather than an inner async fn: a future nested in this one would be
-    // one more copy of the request, and one more move of its room, per request.
-    let response = 'served: {
-        let clock = upstream.clock();
-        let mut ctx = Ctx::new(upstream, req.headers(), clock.now(), &record, bound);
-        upstream.deposit(ctx.arrived);
-        let (mut head, body) = req.into_parts();
-        upstream.client.rewrite(&mut head);
-        let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
-            Ok(held) => held,
-            Err(answer) => break 'served answer,
+    let (mut head, body) = req.into_parts();
+    async move {
+        let record = Record::default();
+        // One block rather than an inner async fn: a future nested in this one would be
+        // one more copy of the request, and one more move of its room, per request.
+        let response = 'served: {
+            let clock = upstream.clock();
+            let mut ctx = Ctx::new(upstream, &head.headers, clock.now(), &record, bound);
+            upstream.deposit(ctx.arrived);
+            upstream.client.rewrite(&mut head);
+            let (body, template) = match ctx.hold(&mut head, body, body_idle).await {
+                Ok(held) => held,
+                Err(answer) => break 'served answer,
+            };
+            let mut route = upstream.lanes.route(&head, body.held());
+            ctx.watch_batch |= route.batch;
+            let settings = &upstream.settings;
+            let mut policy = Attempts::new(
+                &settings.retry,
+                settings
+                    .queue
+                    .max_wait
+                    .max(ctx.patience.unwrap_or_default()),
+                template.is_some(),
+                ctx.grpc_timeout,
+            )
+            .with_client_retries(settings.preset.is_aws());
+            let mut first = Some(Request::from_parts(head, body));
+            // The latest throttle, kept for the client in case the next attempt cannot go.
+            let mut kept: Option<Response<ProxyBody>> = None;
+            loop {
+                let Some(request) = first
+                    .take()
+                    .or_else(|| template.as_ref().map(Template::request))
+                else {
+                    break 'served ctx.give_up(kept, None);
+                };
+                let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
+                let (next, answer, message, shed) =
+                    match ctx.attempt(request, wait_until, &mut policy, &route).await {
+                        Turn::Answer(response) => break 'served response,
+                        Turn::Next(next, answer, message) => (next, answer, message, None),
+                        Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
+                    };
+                let Next::Retry { after, cause } = next else {
+                    let ending = Ending {
+                        kept,
+                        answer,
+                        message,
+                        shed,
+                    };
+                    break 'served ctx.conclude(next, ending, policy.attempts());
+                };
+                upstream.retried(cause);
+                upstream.lanes.refresh(&mut route);
+                if answer.is_some() {
+                    kept = answer;
+                }
+                if !after.is_zero() {
+                    Box::pin(clock.sleep(after)).await;
+                }
+            }
         };
-        let mut route = upstream.lanes.route(&head, body.held());
-        ctx.watch_batch |= route.batch;
-        let settings = &upstream.settings;
-        let mut policy = Attempts::new(
-            &settings.retry,
-            settings
-                .queue
-                .max_wait
-                .max(ctx.patience.unwrap_or_default()),
-            template.is_some(),
-            ctx.grpc_timeout,
-        )
-        .with_client_retries(settings.preset.is_aws());
-        let mut first = Some(Request::from_parts(head, body));
-        // The latest throttle, kept for the client in case the next attempt cannot go.
-        let mut kept: Option<Response<ProxyBody>> = None;
-        loop {
-            let Some(request) = first
-                .take()
-                .or_else(|| template.as_ref().map(Template::request))
-            else {
-                break 'served ctx.give_up(kept, None);
-            };
-            let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
-            let (next, answer, message, shed) =
-                match ctx.attempt(request, wait_until, &mut policy, &route).await {
-                    Turn::Answer(response) => break 'served response,
-                    Turn::Next(next, answer, message) => (next, answer, message, None),
-                    Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
-                };
-            let Next::Retry { after, cause } = next else {
-                let ending = Ending {
-                    kept,
-                    answer,
-                    message,
-                    shed,
-                };
-                break 'served ctx.conclude(next, ending, policy.attempts());
-            };
-            upstream.retried(cause);
-            upstream.lanes.refresh(&mut route);
-            if answer.is_some() {
-                kept = answer;
-            }
-            if !after.is_zero() {
-                Box::pin(clock.sleep(after)).await;
-            }
+        if let Some(line) = line {
+            access::write(upstream.name(), &line, &record, &response);
         }
-    };
-    if let Some(line) = line {
-        access::write(upstream.name(), &line, &record, &response);
+        response
     }
-    response
 }
 
 /// What a request that ends without an upstream answer of its own has to go on: the
@@ -271,104 +276,107 @@ impl<'a> Ctx<'a> {
     }
 
     /// One attempt: a slot in each of its lanes, the connection backoff, the
-    /// signature, the send.
-    async fn attempt(
-        &self,
-        request: Request<ProxyBody>,
+    /// signature, the send. Not an `async fn`: that would hold the request twice in
+    /// its state (its argument and a local), and the state is moved on every request.
+    #[inline(always)]
+    fn attempt<'b>(
+        &'b self,
+        mut request: Request<ProxyBody>,
         wait_until: Instant,
-        policy: &mut Attempts,
-        route: &Route,
-    ) -> Turn {
+        policy: &'b mut Attempts,
+        route: &'b Route,
+    ) -> impl Future<Output = Turn> + 'b {
         let upstream = self.upstream;
         let asked = self.clock.now();
-        let pass = match upstream
-            .acquire_route(route, wait_until, self.patience.is_some())
-            .await
-        {
-            Ok(pass) => {
-                let waited = pass.slot().dispatched_at.saturating_duration_since(asked);
-                self.record.queued_for(waited);
-                pass
-            }
-            Err((shed, lane)) => {
-                discard_request(request);
-                upstream.shed_noticed(lane);
-                self.record
-                    .queued_for(self.clock.now().saturating_duration_since(asked));
-                let outcome = attempt::Outcome::Shed {
-                    retry_after: shed.retry_after,
-                };
-                let now = self.clock.now();
-                let next = policy.after(outcome, now - self.arrived, || upstream.withdraw(now));
-                return Turn::Shed(next, shed.reason);
-            }
-        };
-        let slot = *pass.slot();
-        if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
-            discard_request(request);
-            let message = match upstream.connect_cause() {
-                Some(cause) => Cow::Owned(format!(
-                    "the upstream cannot be reached ({cause}); connection backoff in force"
-                )),
-                None => {
-                    Cow::Borrowed("the upstream cannot be reached; connection backoff in force")
+        async move {
+            let pass = match upstream
+                .acquire_route(route, wait_until, self.patience.is_some())
+                .await
+            {
+                Ok(pass) => {
+                    let waited = pass.slot().dispatched_at.saturating_duration_since(asked);
+                    self.record.queued_for(waited);
+                    pass
+                }
+                Err((shed, lane)) => {
+                    discard_request(request);
+                    upstream.shed_noticed(lane);
+                    self.record
+                        .queued_for(self.clock.now().saturating_duration_since(asked));
+                    let outcome = attempt::Outcome::Shed {
+                        retry_after: shed.retry_after,
+                    };
+                    let now = self.clock.now();
+                    let next = policy.after(outcome, now - self.arrived, || upstream.withdraw(now));
+                    return Turn::Shed(next, shed.reason);
                 }
             };
-            let outcome = attempt::Outcome::BackoffClosed { wait };
-            return self.decide(policy, outcome, None, message);
-        }
-        // Signed at dispatch: a retry minutes later needs a signature of its own.
-        let mut request = request;
-        if let Some(signer) = &upstream.signer
-            && let Err(error) = Box::pin(signer.sign(&mut request)).await
-        {
-            upstream.metrics.signing_failures.inc();
-            upstream.settle(&pass, None, None);
-            let message = error.to_string();
-            return Turn::Answer(self.local(Reason::Signing, Outcome::Error, &message, None));
-        }
-        let sent = {
-            let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
-            upstream.client.send(request, Some(self.bound)).await
-        };
-        let took = self
-            .clock
-            .now()
-            .saturating_duration_since(slot.dispatched_at);
-        upstream
-            .metrics
-            .upstream_duration
-            .observe(took.as_secs_f64());
-        self.record.sent(took);
-        match sent {
-            Ok(response) => self.answered(response, pass, policy, route).await,
-            Err(SendError::Connect(cause)) => {
-                upstream.settle(&pass, None, None);
-                let now = self.clock.now();
-                upstream.connect_failed(now, &cause);
-                let wait = upstream.connect_backoff_remaining(now);
-                let message = format!("cannot connect to the upstream: {cause}");
-                if cause.is_lasting() {
-                    // A certificate or protocol mismatch fails the same way at once:
-                    // the client hears why now, and the backoff spares the upstream.
-                    let reason = Reason::UpstreamUnavailable;
-                    let answer = self.local(reason, Outcome::Error, &message, Some(wait));
-                    return Turn::Answer(with_cause(answer, &cause));
-                }
-                let outcome = attempt::Outcome::ConnectFailed { wait };
-                self.decide(policy, outcome, None, Cow::Owned(message))
-            }
-            Err(error) => {
-                upstream.settle(&pass, None, None);
-                let (reason, outcome) = match error {
-                    SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
-                    // It connected, whatever broke afterwards.
-                    _ => {
-                        upstream.connected();
-                        (Reason::UpstreamUnavailable, Outcome::Error)
+            let slot = *pass.slot();
+            if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
+                discard_request(request);
+                let message = match upstream.connect_cause() {
+                    Some(cause) => Cow::Owned(format!(
+                        "the upstream cannot be reached ({cause}); connection backoff in force"
+                    )),
+                    None => {
+                        Cow::Borrowed("the upstream cannot be reached; connection backoff in force")
                     }
                 };
-                Turn::Answer(self.local(reason, outcome, &error.to_string(), None))
+                let outcome = attempt::Outcome::BackoffClosed { wait };
+                return self.decide(policy, outcome, None, message);
+            }
+            // Signed at dispatch: a retry minutes later needs a signature of its own.
+            if let Some(signer) = &upstream.signer
+                && let Err(error) = Box::pin(signer.sign(&mut request)).await
+            {
+                upstream.metrics.signing_failures.inc();
+                upstream.settle(&pass, None, None);
+                let message = error.to_string();
+                return Turn::Answer(self.local(Reason::Signing, Outcome::Error, &message, None));
+            }
+            let sent = {
+                let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
+                upstream.client.send(request, Some(self.bound)).await
+            };
+            let took = self
+                .clock
+                .now()
+                .saturating_duration_since(slot.dispatched_at);
+            upstream
+                .metrics
+                .upstream_duration
+                .observe(took.as_secs_f64());
+            self.record.sent(took);
+            match sent {
+                Ok(response) => self.answered(response, pass, policy, route).await,
+                Err(SendError::Connect(cause)) => {
+                    upstream.settle(&pass, None, None);
+                    let now = self.clock.now();
+                    upstream.connect_failed(now, &cause);
+                    let wait = upstream.connect_backoff_remaining(now);
+                    let message = format!("cannot connect to the upstream: {cause}");
+                    if cause.is_lasting() {
+                        // A certificate or protocol mismatch fails the same way at once:
+                        // the client hears why now, and the backoff spares the upstream.
+                        let reason = Reason::UpstreamUnavailable;
+                        let answer = self.local(reason, Outcome::Error, &message, Some(wait));
+                        return Turn::Answer(with_cause(answer, &cause));
+                    }
+                    let outcome = attempt::Outcome::ConnectFailed { wait };
+                    self.decide(policy, outcome, None, Cow::Owned(message))
+                }
+                Err(error) => {
+                    upstream.settle(&pass, None, None);
+                    let (reason, outcome) = match error {
+                        SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
+                        // It connected, whatever broke afterwards.
+                        _ => {
+                            upstream.connected();
+                            (Reason::UpstreamUnavailable, Outcome::Error)
+                        }
+                    };
+                    Turn::Answer(self.local(reason, outcome, &error.to_string(), None))
+                }
             }
         }
     }

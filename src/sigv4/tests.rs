@@ -1,7 +1,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::Credentials as Keys;
-use http::HeaderValue;
+use http::{HeaderValue, Uri};
 
 use super::*;
 
@@ -55,6 +55,30 @@ async fn signs_aws_get_vanilla_exactly() {
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
          SignedHeaders=host;x-amz-date, \
          Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
+    );
+}
+
+#[tokio::test]
+async fn a_path_alone_signs_as_its_host_header_says_and_without_one_is_refused() {
+    // A plain-http upstream's requests carry the path alone.
+    let signer = signer("service", suite_clock());
+    let mut absolute = request("");
+    let mut path_alone = request("");
+    *path_alone.uri_mut() = Uri::from_static("/");
+    signer.sign(&mut absolute).await.unwrap();
+    signer.sign(&mut path_alone).await.unwrap();
+    assert_eq!(
+        path_alone.headers()["authorization"],
+        absolute.headers()["authorization"]
+    );
+
+    let mut no_host = request("");
+    *no_host.uri_mut() = Uri::from_static("/");
+    no_host.headers_mut().remove("host");
+    let refused = signer.sign(&mut no_host).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "cannot sign the request: the request has no Host to sign"
     );
 }
 

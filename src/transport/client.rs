@@ -197,13 +197,17 @@ impl UpstreamClient {
         } else {
             PathAndQuery::try_from(format!("{}{path}", self.base_path)).unwrap_or(path)
         };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.scheme.clone());
-        parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(path);
-        // Every part comes from a valid Uri, so this cannot fail; keep the old path if it does.
-        if let Ok(uri) = Uri::from_parts(parts) {
-            req.uri = uri;
+        if self.plain.is_some() {
+            // The request line's form (RFC 9112 §3.2.1): the kept connections already
+            // go to the upstream, so nothing else reads an authority here.
+            req.uri = Uri::from(path);
+        } else {
+            let mut parts = http::uri::Parts::default();
+            parts.scheme = Some(self.scheme.clone());
+            parts.authority = Some(self.authority.clone());
+            parts.path_and_query = Some(path.clone());
+            // Every part comes from a valid Uri, so this cannot fail; keep the path alone if it does.
+            req.uri = Uri::from_parts(parts).unwrap_or_else(|_| Uri::from(path));
         }
         req.version = self.version;
         let headers = &mut req.headers;
@@ -215,21 +219,23 @@ impl UpstreamClient {
 
     /// Sends one attempt and waits for the response head, at most `request_timeout`;
     /// on a connection `bound` drives, where it can.
-    pub async fn send(
-        &self,
+    ///
+    /// Not an `async fn`, and each way timed on its own: the request is held once in
+    /// the state, which is moved on every request.
+    #[inline(always)]
+    pub fn send<'a>(
+        &'a self,
         req: Request<ProxyBody>,
-        bound: Option<&Bound>,
-    ) -> Result<Response<Incoming>, SendError> {
+        bound: Option<&'a Bound>,
+    ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + 'a {
         let slot = WORKER.with(Cell::get);
-        let sent = async {
-            match &self.plain {
-                Some(plain) => plain.send(slot, bound, req).await,
-                None => self.pooled(slot, req).await,
-            }
-        };
-        match tokio::time::timeout(self.request_timeout, sent).await {
-            Err(_) => Err(SendError::Timeout(self.request_timeout)),
-            Ok(sent) => sent,
+        let limit = self.request_timeout;
+        async move {
+            let sent = match &self.plain {
+                Some(plain) => tokio::time::timeout(limit, plain.send(slot, bound, req)).await,
+                None => tokio::time::timeout(limit, self.pooled(slot, req)).await,
+            };
+            sent.unwrap_or(Err(SendError::Timeout(limit)))
         }
     }
 

@@ -240,76 +240,82 @@ impl Plain {
     /// Sends `req` on an idle connection `bound` drives, else on an idle connection of
     /// runtime `slot`, else on a new one. A request that a kept connection closed
     /// under before writing it goes on a fresh one.
-    pub(super) async fn send(
-        &self,
+    ///
+    /// Not an `async fn`: that would hold the request twice in its state (its
+    /// argument and a local), and the state is moved on every request.
+    #[inline(always)]
+    pub(super) fn send<'a>(
+        &'a self,
         slot: usize,
-        bound: Option<&Bound>,
+        bound: Option<&'a Bound>,
         mut req: Request<ProxyBody>,
-    ) -> Result<Response<Incoming>, SendError> {
+    ) -> impl Future<Output = Result<Response<Incoming>, SendError>> + 'a {
         let pool = self.pools.get(slot).unwrap_or(&self.pools[0]);
         origin_form(req.uri_mut());
         // With `max_idle = 0` nothing is kept, not even by a client connection.
         let bound = bound.filter(|b| b.is_active() && pool.cap > 0);
-        if let Some(bound) = bound {
-            let sent = {
-                let mut driven = lock(&bound.driven);
-                match driven
-                    .iter_mut()
-                    .find(|d| Arc::ptr_eq(&d.pool, pool) && d.sender.is_ready())
-                {
-                    Some(d) => Ok(d.sender.try_send_request(req)),
-                    None => Err(req),
+        async move {
+            if let Some(bound) = bound {
+                let sent = {
+                    let mut driven = lock(&bound.driven);
+                    match driven
+                        .iter_mut()
+                        .find(|d| Arc::ptr_eq(&d.pool, pool) && d.sender.is_ready())
+                    {
+                        Some(d) => Ok(d.sender.try_send_request(req)),
+                        None => Err(req),
+                    }
+                };
+                match sent {
+                    Ok(answer) => match answer.await {
+                        Ok(response) => return Ok(response),
+                        Err(mut error) => match error.take_message() {
+                            Some(unsent) => req = unsent,
+                            None => return Err(SendError::Failed(error.into_error().into())),
+                        },
+                    },
+                    Err(unsent) => req = unsent,
                 }
-            };
-            match sent {
-                Ok(answer) => match answer.await {
+            }
+            let mut kept = take_idle(&mut lock(&pool.slot));
+            loop {
+                let reused = kept.is_some();
+                let (mut sender, conn) = match kept.take() {
+                    Some(kept) => kept,
+                    None => {
+                        let (sender, conn) = self.connect().await?;
+                        (sender, Some(conn))
+                    }
+                };
+                let answer = sender.try_send_request(req);
+                match (conn, bound) {
+                    (Some(conn), Some(bound)) => {
+                        if let Err((sender, conn)) = bound.bind(pool, sender, conn) {
+                            spawn_conn(conn);
+                            pool.keep(sender, None);
+                        }
+                    }
+                    (Some(conn), None) => {
+                        spawn_conn(conn);
+                        // With `max_idle = 0` nothing is kept: hyper closes the
+                        // connection once its answer is done.
+                        if pool.cap > 0 {
+                            pool.keep(sender, None);
+                        }
+                    }
+                    (None, _) => {
+                        if pool.cap > 0 {
+                            pool.keep(sender, None);
+                        }
+                    }
+                }
+                match answer.await {
                     Ok(response) => return Ok(response),
                     Err(mut error) => match error.take_message() {
-                        Some(unsent) => req = unsent,
-                        None => return Err(SendError::Failed(error.into_error().into())),
+                        Some(unsent) if reused => req = unsent,
+                        _ => return Err(SendError::Failed(error.into_error().into())),
                     },
-                },
-                Err(unsent) => req = unsent,
-            }
-        }
-        let mut kept = take_idle(&mut lock(&pool.slot));
-        loop {
-            let reused = kept.is_some();
-            let (mut sender, conn) = match kept.take() {
-                Some(kept) => kept,
-                None => {
-                    let (sender, conn) = self.connect().await?;
-                    (sender, Some(conn))
                 }
-            };
-            let answer = sender.try_send_request(req);
-            match (conn, bound) {
-                (Some(conn), Some(bound)) => {
-                    if let Err((sender, conn)) = bound.bind(pool, sender, conn) {
-                        spawn_conn(conn);
-                        pool.keep(sender, None);
-                    }
-                }
-                (Some(conn), None) => {
-                    spawn_conn(conn);
-                    // With `max_idle = 0` nothing is kept: hyper closes the
-                    // connection once its answer is done.
-                    if pool.cap > 0 {
-                        pool.keep(sender, None);
-                    }
-                }
-                (None, _) => {
-                    if pool.cap > 0 {
-                        pool.keep(sender, None);
-                    }
-                }
-            }
-            match answer.await {
-                Ok(response) => return Ok(response),
-                Err(mut error) => match error.take_message() {
-                    Some(unsent) if reused => req = unsent,
-                    _ => return Err(SendError::Failed(error.into_error().into())),
-                },
             }
         }
     }
@@ -435,6 +441,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// An HTTP/1.1 request line carries the path alone.
 fn origin_form(uri: &mut Uri) {
+    if uri.authority().is_none() {
+        return;
+    }
     let path = uri
         .path_and_query()
         .cloned()
