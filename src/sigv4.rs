@@ -238,7 +238,9 @@ impl Signer {
             .get(http::header::HOST)
             .is_some_and(|host| host.to_str().is_ok());
         if request.uri().authority().is_none() && !has_host {
-            return Err(SignError::Signing("the request has no Host to sign".into()));
+            return Err(SignError::Signing(
+                "the request has no Host header of plain text to sign".into(),
+            ));
         }
         let uri = request.uri().to_string();
         let headers = request

@@ -78,7 +78,7 @@ async fn a_path_alone_signs_as_its_host_header_says_and_without_one_is_refused()
     let refused = signer.sign(&mut no_host).await.unwrap_err();
     assert_eq!(
         refused.to_string(),
-        "cannot sign the request: the request has no Host to sign"
+        "cannot sign the request: the request has no Host header of plain text to sign"
     );
 }
 
