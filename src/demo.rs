@@ -172,7 +172,7 @@ async fn every_second(
             out,
             "{:>4}s  {:>9.1} ms  {:>10}  {:>12}  {:>14}",
             second,
-            upstream.interval().as_secs_f64() * 1e3,
+            pacing_interval(upstream).as_secs_f64() * 1e3,
             now.ok - last.ok,
             now.throttled - last.throttled,
             errors - last_errors
@@ -180,6 +180,17 @@ async fn every_second(
         let _ = out.flush();
         (last, last_errors) = (now, errors);
     }
+}
+
+/// The widest interval of any lane: the dynamodb preset paces the demo's table in a
+/// lane of its own, so the default lane stays at 0.
+fn pacing_interval(upstream: &Upstream) -> Duration {
+    let lanes = upstream.lanes.all();
+    lanes
+        .iter()
+        .map(|lane| lane.interval())
+        .max()
+        .unwrap_or_default()
 }
 
 /// One plot point per answered attempt, in seconds since `start`.

@@ -461,3 +461,30 @@ fn probe_refuses_what_it_cannot_fetch_with_exit_one() {
         assert!(stderr.contains(want), "{url}: {stderr}");
     }
 }
+
+#[test]
+fn the_demo_shows_the_interval_its_table_is_paced_at() {
+    // The mock takes 50 requests/s and 16 clients ask for more: easeoff is throttled
+    // at once, and from then on paces the table's lane.
+    let dir = std::env::temp_dir().join(format!("easeoff-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = easeoff()
+        .args(["demo", "--duration", "3s", "--out"])
+        .arg(dir.join("demo.svg"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    // "   2s       19.1 ms          51             0               0"
+    let intervals: Vec<f64> = stdout
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            words.next()?.strip_suffix('s')?.parse::<u32>().ok()?;
+            words.next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(intervals.len(), 3, "{stdout}");
+    assert!(intervals[1..].iter().all(|&ms| ms > 0.0), "{stdout}");
+}
