@@ -314,16 +314,8 @@ impl<'a> Ctx<'a> {
             let slot = *pass.slot();
             if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
                 discard_request(request);
-                let message = match upstream.connect_cause() {
-                    Some(cause) => Cow::Owned(format!(
-                        "the upstream cannot be reached ({cause}); connection backoff in force"
-                    )),
-                    None => {
-                        Cow::Borrowed("the upstream cannot be reached; connection backoff in force")
-                    }
-                };
                 let outcome = attempt::Outcome::BackoffClosed { wait };
-                return self.decide(policy, outcome, None, message);
+                return self.decide(policy, outcome, None, backoff_message(upstream));
             }
             // Signed at dispatch: a retry minutes later needs a signature of its own.
             if let Some(signer) = &upstream.signer
@@ -697,6 +689,16 @@ impl Template {
         *request.version_mut() = self.version;
         *request.headers_mut() = self.headers.clone();
         request
+    }
+}
+
+/// Why an attempt cannot go while the connection backoff is closed.
+fn backoff_message(upstream: &Upstream) -> Cow<'static, str> {
+    match upstream.connect_cause() {
+        Some(cause) => Cow::Owned(format!(
+            "the upstream cannot be reached ({cause}); connection backoff in force"
+        )),
+        None => Cow::Borrowed("the upstream cannot be reached; connection backoff in force"),
     }
 }
 
