@@ -19,6 +19,8 @@
 #   candidates: easeoff-percore easeoff-multi minproxy-percore minproxy-multi
 #   (default: all four). Defaults: 3 rounds, overhead.sh's own duration and matrix.
 #   --out DIR keeps every run's raw results (DIR/rR-NAME/) and the tables.
+#   EASEOFF_BIN=PATH measures that easeoff instead of building one: the image's
+#   profile-guided build is target/docker-context/release/easeoff after .ci/docker-context.
 # Needs nginx, haproxy, wrk (and h2load for --h2), cargo. Takes about
 # rounds x candidates x 2 min. Prints markdown tables for BENCHMARKS.md last.
 # Every process started here, and by overhead.sh, is stopped on exit.
@@ -46,11 +48,11 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$TOOLS/overhead.sh" ] || { echo "bench/overhead.sh: no $TOOLS/overhead.sh (set EASEOFF_BENCH_TOOLS)" >&2; exit 2; }
 
-EASEOFF=$REPO/target/release/easeoff
+EASEOFF=${EASEOFF_BIN:-$REPO/target/release/easeoff}
 MINPROXY_TARGET=$REPO/target/minproxy
 MINPROXY=$MINPROXY_TARGET/release/minproxy
 if [ "$BUILD" = 1 ]; then
-  cargo build --release --quiet --manifest-path "$REPO/Cargo.toml"
+  [ -n "${EASEOFF_BIN:-}" ] || cargo build --release --quiet --manifest-path "$REPO/Cargo.toml"
   cargo build --release --quiet --manifest-path "$TOOLS/minproxy/Cargo.toml" --target-dir "$MINPROXY_TARGET"
 fi
 

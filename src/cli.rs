@@ -53,6 +53,20 @@ pub enum Command {
     /// GET a URL (plain HTTP) and exit 0 on a 2xx answer, 1 otherwise: a health check
     /// that needs no shell, e.g. `easeoff probe http://127.0.0.1:9901/readyz`.
     Probe(ProbeArgs),
+    /// Send every kind of traffic through easeoff against in-process mocks: the
+    /// training run of a profile-guided build (see the Dockerfile).
+    #[command(hide = true)]
+    Train(TrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Requests in all phases together.
+    #[arg(long, default_value_t = 100_000)]
+    pub requests: u64,
+    /// Concurrent senders in each phase.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
 }
 
 #[derive(Debug, Args)]

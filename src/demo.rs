@@ -54,15 +54,8 @@ const UPSTREAM: &str = "dynamodb";
 /// Runs the demo and writes the SVG.
 pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoError> {
     let mock_options = MockOptions {
-        rate: options.rate,
-        burst: options.burst,
-        style: Style::Dynamodb,
         latency: Duration::from_millis(2),
-        autoscale: None,
-        schedule: Default::default(),
-        table_rates: Vec::new(),
-        key_rate: None,
-        throttle_paths: Vec::new(),
+        ..MockOptions::new(options.rate, options.burst, Style::Dynamodb)
     };
     let (mock, mock_addr) =
         mock_upstream::spawn(mock_options, SocketAddr::from(([127, 0, 0, 1], 0)))

@@ -76,6 +76,7 @@ pub mod simulate;
 pub mod sleeper;
 pub mod status;
 pub mod throttle;
+pub mod train;
 pub mod transport;
 pub mod upstream;
 pub mod window;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use easeoff::cli::{
-    Cli, Command, DemoArgs, LogFormat, MockArgs, ProbeArgs, SimulateArgs, StatusArgs,
+    Cli, Command, DemoArgs, LogFormat, MockArgs, ProbeArgs, SimulateArgs, StatusArgs, TrainArgs,
 };
 use easeoff::demo::{self, DemoOptions};
 use easeoff::mock_upstream::{self, AutoScale, MockOptions, Style};
@@ -25,7 +25,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let quiet = matches!(
         cli.command,
-        Some(Command::Demo(_) | Command::Check | Command::Status(_) | Command::Probe(_))
+        Some(
+            Command::Demo(_)
+                | Command::Check
+                | Command::Status(_)
+                | Command::Probe(_)
+                | Command::Train(_)
+        )
     );
     init_logging(&cli, if quiet { "warn" } else { "info" });
     log_panics();
@@ -54,6 +60,17 @@ fn main() -> ExitCode {
         Some(Command::Simulate(args)) => run_simulate(cli.config, args),
         Some(Command::Status(args)) => runtime.block_on(status(cli.config, args)),
         Some(Command::Probe(args)) => run_probe(args),
+        Some(Command::Train(args)) => runtime.block_on(run_train(args)),
+    }
+}
+
+async fn run_train(args: TrainArgs) -> ExitCode {
+    match easeoff::train::run(args.requests, args.clients, &mut std::io::stdout()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("easeoff train: {error}");
+            ExitCode::from(RUNTIME_FAILURE)
+        }
     }
 }
 

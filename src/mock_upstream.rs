@@ -69,6 +69,24 @@ pub struct MockOptions {
     pub throttle_paths: Vec<String>,
 }
 
+impl MockOptions {
+    /// A fixed `rate` with `burst`, answering at once, with no tables, keys or paths of
+    /// its own.
+    pub fn new(rate: f64, burst: u32, style: Style) -> MockOptions {
+        MockOptions {
+            rate,
+            burst,
+            style,
+            latency: Duration::ZERO,
+            autoscale: None,
+            schedule: Schedule::default(),
+            table_rates: Vec::new(),
+            key_rate: None,
+            throttle_paths: Vec::new(),
+        }
+    }
+}
+
 /// Answers counted so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MockCounts {

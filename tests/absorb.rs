@@ -36,17 +36,7 @@ async fn absorb(style: Style) -> Figures {
     let requests = setting("EASEOFF_ABSORB_REQUESTS", 1200.0) as u64;
     let rate = setting("EASEOFF_ABSORB_RATE", 200.0);
     let settle = Duration::from_secs_f64(setting("EASEOFF_ABSORB_SETTLE", 2.0));
-    let options = MockOptions {
-        rate,
-        burst: 20,
-        style,
-        latency: Duration::ZERO,
-        autoscale: None,
-        schedule: Default::default(),
-        table_rates: Vec::new(),
-        key_rate: None,
-        throttle_paths: Vec::new(),
-    };
+    let options = MockOptions::new(rate, 20, style);
     let (mock, addr) = mock_upstream::spawn(options, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();

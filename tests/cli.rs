@@ -488,3 +488,31 @@ fn the_demo_shows_the_interval_its_table_is_paced_at() {
     assert_eq!(intervals.len(), 3, "{stdout}");
     assert!(intervals[1..].iter().all(|&ms| ms > 0.0), "{stdout}");
 }
+
+#[test]
+fn the_training_run_sends_every_kind_of_traffic_through_and_all_of_it_arrives() {
+    // The profile-guided build (Dockerfile) learns from this run: every phase must
+    // reach its upstream, or the build would optimise for a path nobody takes.
+    let out = easeoff()
+        .args(["train", "--requests", "2000", "--clients", "4"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (phase, total) in [
+        ("pass-through GET, HTTP/1.1", 600),
+        ("pass-through GET, h2c", 400),
+        ("dynamodb PutItem, HTTP/1.1", 600),
+        ("gRPC, h2c", 200),
+    ] {
+        assert!(
+            stdout.contains(&format!("{phase}: {total} of {total} answered 2xx")),
+            "{phase}: {stdout}"
+        );
+    }
+    assert!(stdout.contains("dynamodb PutItem, throttled: "), "{stdout}");
+}

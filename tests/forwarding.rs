@@ -172,17 +172,8 @@ async fn a_large_error_body_streams_through_unclassified() {
 
 #[tokio::test]
 async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interval() {
-    let mock = easeoff::mock_upstream::MockOptions {
-        rate: 1.0,
-        burst: 1,
-        style: easeoff::mock_upstream::Style::Grpc,
-        latency: Duration::ZERO,
-        autoscale: None,
-        schedule: Default::default(),
-        table_rates: Vec::new(),
-        key_rate: None,
-        throttle_paths: Vec::new(),
-    };
+    let mock =
+        easeoff::mock_upstream::MockOptions::new(1.0, 1, easeoff::mock_upstream::Style::Grpc);
     let (_mock, addr) = easeoff::mock_upstream::spawn(mock, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
