@@ -17,8 +17,8 @@ FROM rust:1.94.1-slim-bookworm@sha256:cf9dd0ec73e75f827fe59123fff9dc65af1a1c8363
 WORKDIR /src
 
 # A profile-guided build: an instrumented build runs `easeoff train` (HTTP/1.1 and h2c
-# clients, pass-through, the dynamodb preset, gRPC and throttles, against in-process
-# mocks, about 20 s), and the release build is optimised with that profile: about a
+# clients, pass-through, the dynamodb preset, SigV4 signing, gRPC and throttles,
+# against in-process mocks, about 20 s), and the release build is optimised with that profile: about a
 # fifth fewer instructions per proxied request (BENCHMARKS.md, "Profile-guided build").
 # The optimised binary then runs a shorter training itself before it is installed.
 # llvm-profdata, which merges the profile, comes with rustup's llvm-tools component.

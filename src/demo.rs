@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::load::{self, Tally, Until};
+use crate::load::{self, Shot, Tally, Until};
 use crate::mock_upstream::{self, MockOptions, MockUpstream, Style};
 use crate::plot::{self, Point};
 use crate::server::Server;
@@ -96,6 +96,7 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
     let tally: Arc<Tally> = Arc::default();
     let writers = tokio::spawn(load::write(
         addr,
+        &Shot::PUT_ITEM,
         options.clients,
         Until::Deadline(start + options.duration),
         Arc::clone(&tally),

@@ -1,6 +1,6 @@
-//! Closed-loop writers with no retry logic of their own, as the demo and the tests
-//! point at easeoff: each sends a DynamoDB-style PutItem, waits for the answer, and
-//! sends the next, until a total or a deadline is reached.
+//! Closed-loop writers with no retry logic of their own, as the demo, the training run
+//! and the tests point at easeoff: each sends a request (a DynamoDB-style PutItem, say),
+//! waits for the answer, and sends the next, until a total or a deadline is reached.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,8 +14,31 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 
-const PUT_ITEM: &str =
-    r#"{"TableName":"demo","Item":{"pk":{"S":"writer"},"payload":{"S":"easeoff"}}}"#;
+/// The request every writer sends, over and over.
+#[derive(Debug)]
+pub struct Shot {
+    /// The request's method.
+    pub method: Method,
+    /// Its headers, beside those the client adds.
+    pub headers: &'static [(&'static str, &'static str)],
+    /// Its body.
+    pub body: &'static [u8],
+    /// Whether it goes over h2c (prior knowledge) instead of HTTP/1.1.
+    pub h2: bool,
+}
+
+impl Shot {
+    /// A DynamoDB PutItem over HTTP/1.1.
+    pub const PUT_ITEM: Shot = Shot {
+        method: Method::POST,
+        headers: &[
+            ("x-amz-target", "DynamoDB_20120810.PutItem"),
+            ("content-type", "application/x-amz-json-1.0"),
+        ],
+        body: br#"{"TableName":"demo","Item":{"pk":{"S":"writer"},"payload":{"S":"easeoff"}}}"#,
+        h2: false,
+    };
+}
 
 /// When the writers stop.
 #[derive(Clone, Copy, Debug)]
@@ -45,10 +68,18 @@ impl Tally {
     }
 }
 
-/// Runs `clients` writers against `target` until `until`; returns when all are done.
-pub async fn write(target: SocketAddr, clients: usize, until: Until, tally: Arc<Tally>) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+/// Runs `clients` writers sending `shot` to `target` until `until`; returns when all
+/// are done.
+pub async fn write(
+    target: SocketAddr,
+    shot: &'static Shot,
+    clients: usize,
+    until: Until,
+    tally: Arc<Tally>,
+) {
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(shot.h2)
+        .build(HttpConnector::new());
     let claimed = Arc::new(AtomicU64::new(0));
     let mut writers = tokio::task::JoinSet::new();
     for _ in 0..clients.max(1) {
@@ -66,13 +97,13 @@ pub async fn write(target: SocketAddr, clients: usize, until: Until, tally: Arc<
                     Until::Deadline(at) if Instant::now() >= at => return,
                     Until::Deadline(at) => Some(at),
                 };
-                let request = Request::builder()
-                    .method(Method::POST)
-                    .uri(&uri)
-                    .header("x-amz-target", "DynamoDB_20120810.PutItem")
-                    .header("content-type", "application/x-amz-json-1.0")
-                    .body(Full::new(Bytes::from_static(PUT_ITEM.as_bytes())));
-                let Ok(request) = request else { return };
+                let mut request = Request::builder().method(shot.method.clone()).uri(&uri);
+                for (name, value) in shot.headers {
+                    request = request.header(*name, *value);
+                }
+                let Ok(request) = request.body(Full::new(Bytes::from_static(shot.body))) else {
+                    return;
+                };
                 let answer = async {
                     let response = client.request(request).await.ok()?;
                     let ok = response.status().is_success();

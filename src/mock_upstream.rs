@@ -28,6 +28,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prometheus::{Encoder, Gauge, IntCounterVec, Opts, Registry, TextEncoder};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::route::dynamodb::{self, Access};
 use capacity::{Capacity, Demand, Exhausted, Verdict};
@@ -192,23 +193,42 @@ impl MockUpstream {
 
     /// Serves connections from `listener` until the task is dropped.
     pub async fn serve(self, listener: TcpListener) {
+        self.serve_with(listener, None).await;
+    }
+
+    /// Accepts connections on `listener`, over TLS with `tls` when given.
+    async fn serve_with(self, listener: TcpListener, tls: Option<TlsAcceptor>) {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let mock = self.clone();
+            let (mock, tls) = (self.clone(), tls.clone());
             tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let mock = mock.clone();
-                    async move { Ok::<_, Infallible>(mock.answer(req).await) }
-                });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                match tls {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            mock.serve_connection(TokioIo::new(stream)).await;
+                        }
+                    }
+                    None => mock.serve_connection(TokioIo::new(stream)).await,
+                }
             });
         }
+    }
+
+    async fn serve_connection<I>(self, io: I)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let service = service_fn(move |req| {
+            let mock = self.clone();
+            async move { Ok::<_, Infallible>(mock.answer(req).await) }
+        });
+        let _ = auto::Builder::new(TokioExecutor::new())
+            .serve_connection(io, service)
+            .await;
     }
 
     /// Serves `/metrics` for the mock itself.
@@ -499,5 +519,21 @@ pub async fn spawn(
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(mock.clone().serve(listener));
+    Ok((mock, bound))
+}
+
+/// As [`spawn`], answering over TLS with the certificate `tls` holds.
+pub async fn spawn_tls(
+    options: MockOptions,
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+) -> std::io::Result<(MockUpstream, SocketAddr)> {
+    let mock = MockUpstream::new(options).map_err(std::io::Error::other)?;
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(
+        mock.clone()
+            .serve_with(listener, Some(TlsAcceptor::from(tls))),
+    );
     Ok((mock, bound))
 }

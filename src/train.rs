@@ -1,123 +1,130 @@
 //! `easeoff train`: runs the request path the way production does, for a
 //! profile-guided build (the Dockerfile's): HTTP/1.1 and h2c clients, pass-through,
-//! the dynamodb preset's lanes, gRPC, throttles and retries, against in-process mocks.
+//! the dynamodb preset's lanes, SigV4 signing, gRPC, throttles and retries, against
+//! in-process mocks.
 //! The build optimises the code this run makes hot, so every path a user takes is in
 //! it; a path left out is compiled as cold: smaller, and no faster than without a
 //! profile (BENCHMARKS.md).
 
+use std::error::Error;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use http::Method;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::config::Config;
 use crate::demo::DemoError;
-use crate::mock_upstream::{self, MockOptions, Style};
+use crate::load::{self, Shot, Tally, Until};
+use crate::mock_upstream::{self, MockOptions, MockUpstream, Style};
 use crate::server::Server;
+use crate::sigv4::SigningEnv;
 
-const PUT_ITEM: &str =
-    r#"{"TableName":"train","Item":{"pk":{"S":"writer"},"payload":{"S":"easeoff"}}}"#;
-
-/// One kind of traffic: who sends what, to which upstream, over which protocol.
+/// One kind of traffic: what is sent, to which upstream.
 struct Phase {
     name: &'static str,
     upstream: &'static str,
-    h2: bool,
-    method: Method,
-    headers: &'static [(&'static str, &'static str)],
-    body: &'static [u8],
+    shot: Shot,
+    /// Whether a request may end in a throttle passed on to the client.
+    may_throttle: bool,
     /// This phase's share of the requests, in tenths.
     tenths: u64,
 }
 
-const DYNAMODB_HEADERS: &[(&str, &str)] = &[
-    ("x-amz-target", "DynamoDB_20120810.PutItem"),
-    ("content-type", "application/x-amz-json-1.0"),
-];
-const GRPC_HEADERS: &[(&str, &str)] = &[("content-type", "application/grpc"), ("te", "trailers")];
-/// A gRPC message frame: uncompressed, 5 bytes long.
-const GRPC_FRAME: &[u8] = &[0, 0, 0, 0, 5, b'h', b'e', b'l', b'l', b'o'];
+const GET_H1: Shot = Shot {
+    method: Method::GET,
+    headers: &[],
+    body: b"",
+    h2: false,
+};
+const GET_H2: Shot = Shot { h2: true, ..GET_H1 };
+/// A unary gRPC call; its message frame is uncompressed and 5 bytes long.
+const GRPC_CALL: Shot = Shot {
+    method: Method::POST,
+    headers: &[("content-type", "application/grpc"), ("te", "trailers")],
+    body: &[0, 0, 0, 0, 5, b'h', b'e', b'l', b'l', b'o'],
+    h2: true,
+};
 
 const PHASES: &[Phase] = &[
     Phase {
         name: "pass-through GET, HTTP/1.1",
         upstream: "plain",
-        h2: false,
-        method: Method::GET,
-        headers: &[],
-        body: b"",
-        tenths: 3,
+        shot: GET_H1,
+        may_throttle: false,
+        tenths: 2,
     },
     Phase {
         name: "pass-through GET, h2c",
         upstream: "plain",
-        h2: true,
-        method: Method::GET,
-        headers: &[],
-        body: b"",
+        shot: GET_H2,
+        may_throttle: false,
         tenths: 2,
     },
     Phase {
         name: "dynamodb PutItem, HTTP/1.1",
         upstream: "dynamodb",
-        h2: false,
-        method: Method::POST,
-        headers: DYNAMODB_HEADERS,
-        body: PUT_ITEM.as_bytes(),
-        tenths: 3,
+        shot: Shot::PUT_ITEM,
+        may_throttle: false,
+        tenths: 2,
+    },
+    Phase {
+        name: "dynamodb PutItem, https, signed (SigV4)",
+        upstream: "signed",
+        shot: Shot::PUT_ITEM,
+        may_throttle: false,
+        tenths: 2,
     },
     Phase {
         name: "dynamodb PutItem, throttled",
         upstream: "throttled",
-        h2: false,
-        method: Method::POST,
-        headers: DYNAMODB_HEADERS,
-        body: PUT_ITEM.as_bytes(),
+        shot: Shot::PUT_ITEM,
+        may_throttle: true,
         tenths: 1,
     },
     Phase {
         name: "gRPC, h2c",
         upstream: "grpc",
-        h2: true,
-        method: Method::POST,
-        headers: GRPC_HEADERS,
-        body: GRPC_FRAME,
+        shot: GRPC_CALL,
+        may_throttle: false,
         tenths: 1,
     },
+];
+
+/// The upstreams: name, preset, whether it is the DynamoDB recipe (https, signed by
+/// easeoff), the mock's style and its rate.
+const UPSTREAMS: &[(&str, &str, bool, Style, f64)] = &[
+    ("plain", "", false, Style::Http429, 1e9),
+    ("dynamodb", "dynamodb", false, Style::Dynamodb, 1e9),
+    ("signed", "dynamodb", true, Style::Dynamodb, 1e9),
+    ("throttled", "dynamodb", false, Style::Dynamodb, 2000.0),
+    ("grpc", "grpc", false, Style::Grpc, 1e9),
 ];
 
 /// Runs every phase, `requests` in all, with `clients` concurrent senders each;
 /// prints one line per phase.
 pub async fn run(requests: u64, clients: usize, out: &mut dyn Write) -> Result<(), DemoError> {
-    let mut config = String::from("[server]\nadmin_listen = \"127.0.0.1:0\"\n");
     // Held to the end: a mock stops when its handle is dropped.
-    let mut mocks = Vec::new();
-    for (name, preset, style, rate) in [
-        ("plain", "", Style::Http429, 1e9),
-        ("dynamodb", "dynamodb", Style::Dynamodb, 1e9),
-        ("throttled", "dynamodb", Style::Dynamodb, 2000.0),
-        ("grpc", "grpc", Style::Grpc, 1e9),
-    ] {
-        let options = MockOptions::new(rate, (rate / 10.0).min(1e6) as u32, style);
-        let (mock, addr) = mock_upstream::spawn(options, SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(DemoError::Mock)?;
-        mocks.push(mock);
-        config.push_str(&format!(
-            "[[upstream]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{addr}\"\n"
-        ));
-        if !preset.is_empty() {
-            config.push_str(&format!("preset = \"{preset}\"\n"));
-        }
-    }
-    let server = Server::bind_with(Config::parse(&config, "train.toml", &|_| None)?, None).await?;
+    let (_mocks, config, _ca) = upstreams().await?;
+    // Keys of its own: the mock checks no signature, and the run needs no AWS account.
+    let signing = SigningEnv {
+        credentials: Some(SharedCredentialsProvider::new(Credentials::new(
+            "AKIDEASEOFFTRAIN",
+            "easeoff-train-secret",
+            None,
+            None,
+            "easeoff train",
+        ))),
+        clock: None,
+    };
+    let config = Config::parse(&config, "train.toml", &|_| None)?;
+    let server = Server::bind_signing(config, None, signing).await?;
     let mut targets = Vec::new();
     for phase in PHASES {
         let upstream = server
@@ -132,11 +139,20 @@ pub async fn run(requests: u64, clients: usize, out: &mut dyn Write) -> Result<(
     let mut failed = None;
     for (phase, target) in PHASES.iter().zip(targets) {
         let total = requests * phase.tenths / 10;
-        let ok = send(phase, target, total, clients).await;
+        let tally: Arc<Tally> = Arc::default();
+        load::write(
+            target,
+            &phase.shot,
+            clients,
+            Until::Requests(total),
+            Arc::clone(&tally),
+        )
+        .await;
+        let ok = tally.ok.load(Ordering::Relaxed);
         let _ = writeln!(out, "{}: {ok} of {total} answered 2xx", phase.name);
-        // Only the throttled upstream may pass a throttle on; anything else failing
-        // means the profile would miss the path it was meant to cover.
-        if ok < total && phase.upstream != "throttled" {
+        // Anything but a throttle failing means the profile would miss the path it was
+        // meant to cover.
+        if ok < total && !phase.may_throttle {
             failed.get_or_insert(format!("{}: {} of {total} failed", phase.name, total - ok));
         }
     }
@@ -151,37 +167,78 @@ pub async fn run(requests: u64, clients: usize, out: &mut dyn Write) -> Result<(
     }
 }
 
-/// Sends `total` requests of `phase` to `target` from `clients` closed-loop senders;
-/// returns how many were answered 2xx.
-async fn send(phase: &'static Phase, target: SocketAddr, total: u64, clients: usize) -> u64 {
-    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
-        .http2_only(phase.h2)
-        .build(HttpConnector::new());
-    let claimed = Arc::new(AtomicU64::new(0));
-    let ok = Arc::new(AtomicU64::new(0));
-    let mut senders = tokio::task::JoinSet::new();
-    for _ in 0..clients.max(1) {
-        let (client, claimed, ok) = (client.clone(), Arc::clone(&claimed), Arc::clone(&ok));
-        senders.spawn(async move {
-            let uri = format!("http://{target}/");
-            while claimed.fetch_add(1, Ordering::Relaxed) < total {
-                let mut request = Request::builder().method(phase.method.clone()).uri(&uri);
-                for (name, value) in phase.headers {
-                    request = request.header(*name, *value);
-                }
-                let Ok(request) = request.body(Full::new(Bytes::from_static(phase.body))) else {
-                    return;
-                };
-                let Ok(response) = client.request(request).await else {
-                    continue;
-                };
-                let success = response.status().is_success();
-                if response.into_body().collect().await.is_ok() && success {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
+/// Starts a mock for each of [`UPSTREAMS`]; returns them, easeoff's config for them,
+/// and the CA file the https one's certificate is trusted from.
+async fn upstreams() -> Result<(Vec<MockUpstream>, String, CaFile), DemoError> {
+    let (tls, ca_pem) = certificate().map_err(|e| DemoError::Mock(std::io::Error::other(e)))?;
+    let ca = CaFile::write(&ca_pem).map_err(DemoError::Mock)?;
+    let ca_path = toml::Value::String(ca.0.display().to_string());
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut config = String::from("[server]\nadmin_listen = \"127.0.0.1:0\"\n");
+    let mut mocks = Vec::new();
+    for &(name, preset, recipe, style, rate) in UPSTREAMS {
+        let options = MockOptions::new(rate, (rate / 10.0).min(1e6) as u32, style);
+        let (mock, addr) = if recipe {
+            mock_upstream::spawn_tls(options, loopback, Arc::clone(&tls)).await
+        } else {
+            mock_upstream::spawn(options, loopback).await
+        }
+        .map_err(DemoError::Mock)?;
+        mocks.push(mock);
+        let scheme = if recipe { "https" } else { "http" };
+        config.push_str(&format!(
+            "[[upstream]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\nurl = \"{scheme}://{addr}\"\n"
+        ));
+        if !preset.is_empty() {
+            config.push_str(&format!("preset = \"{preset}\"\n"));
+        }
+        if recipe {
+            config.push_str(&format!(
+                "ca_file = {ca_path}\n[upstream.sigv4]\nservice = \"dynamodb\"\nregion = \"us-east-1\"\n"
+            ));
+        }
     }
-    while senders.join_next().await.is_some() {}
-    ok.load(Ordering::Relaxed)
+    Ok((mocks, config, ca))
+}
+
+/// A CA of the run's own and a certificate for 127.0.0.1 it signed: the https mock's
+/// server config, and the CA in PEM for easeoff to trust.
+fn certificate() -> Result<(Arc<rustls::ServerConfig>, String), Box<dyn Error + Send + Sync>> {
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "easeoff train CA");
+    let ca_key = KeyPair::generate()?;
+    let ca_pem = ca.self_signed(&ca_key)?.pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf_key = KeyPair::generate()?;
+    let leaf =
+        CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&leaf_key, &issuer)?;
+    let key = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let mut server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf.der().clone()], key)?;
+    // As DynamoDB's endpoints: HTTP/1.1 only.
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok((Arc::new(server), ca_pem))
+}
+
+/// A CA certificate in a file of its own for `ca_file`, removed when dropped.
+struct CaFile(PathBuf);
+
+impl CaFile {
+    fn write(pem: &str) -> std::io::Result<CaFile> {
+        let path = std::env::temp_dir().join(format!("easeoff-train-{}.pem", std::process::id()));
+        std::fs::write(&path, pem)?;
+        Ok(CaFile(path))
+    }
+}
+
+impl Drop for CaFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -11,7 +11,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use easeoff::load::{self, Tally, Until};
+use easeoff::load::{self, Shot, Tally, Until};
 use easeoff::mock_upstream::{self, MockCounts, MockOptions, Style};
 use support::*;
 use tokio::time::Instant;
@@ -65,6 +65,7 @@ async fn absorb(style: Style) -> Figures {
     let tally: Arc<Tally> = Arc::default();
     load::write(
         proxy.addr,
+        &Shot::PUT_ITEM,
         16,
         Until::Requests(requests),
         Arc::clone(&tally),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use easeoff::load::{self, Tally, Until};
+use easeoff::load::{self, Shot, Tally, Until};
 use easeoff::plot::{self, Point};
 use tokio::time::Instant;
 
@@ -260,7 +260,14 @@ async fn measure(
             (Kind::Easeoff(_), Some(p)) => {
                 let listen = p.listen;
                 tokio::spawn(async move {
-                    load::write(listen, clients, Until::Deadline(deadline), tally).await
+                    load::write(
+                        listen,
+                        &Shot::PUT_ITEM,
+                        clients,
+                        Until::Deadline(deadline),
+                        tally,
+                    )
+                    .await
                 })
             }
             (Kind::SdkAdaptive, _) | (Kind::SdkStandard, _) | (Kind::Easeoff(_), None) => {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use easeoff::load::{self, Tally, Until};
+use easeoff::load::{self, Shot, Tally, Until};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -146,6 +146,7 @@ async fn measure(o: &Options, interval: Duration) -> Result<Spacing, String> {
     let deadline = tokio::time::Instant::now() + length;
     load::write(
         listen,
+        &Shot::PUT_ITEM,
         o.clients,
         Until::Deadline(deadline),
         Arc::clone(&tally),
