@@ -3,7 +3,7 @@
 # callgrind: deterministic, so it tells a 2% change apart on a noisy shared machine
 # where wall-clock figures swing 10-25%.
 #
-# Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2]
+# Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2] [--tls]
 #                              [--header 'NAME: VALUE' ...] [--data FILE] 'COMMAND' ...
 #   COMMAND starts a proxy in the foreground on 127.0.0.1:$PORT forwarding to
 #   $UPSTREAM (the overhead.sh convention), e.g.
@@ -11,6 +11,9 @@
 #   Several commands are measured one after another against the same upstream.
 #   --header adds a request header (repeatable); --data FILE sends POSTs with that body
 #   (a DynamoDB call, say, to measure the lanes: see bench/passthrough-dynamodb.toml).
+#   --tls serves the upstream over https (HTTP/1.1) with a certificate for 127.0.0.1
+#   from a CA of its own, whose PEM file is $UPSTREAM_CA; $UPSTREAM_SCHEME is then
+#   https (otherwise http). bench/passthrough-recipe.toml uses both.
 # An nginx upstream answers "ok". Each proxy runs under callgrind; after a warm-up of
 # 2000 requests the counters are zeroed, N requests (default 20000) are sent with
 # h2load (HTTP/1.1 keep-alive unless --h2), and the instructions of every thread
@@ -23,6 +26,7 @@ N=20000
 C=16
 P=/
 H2=0
+TLS=0
 CMDS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -31,6 +35,7 @@ while [ $# -gt 0 ]; do
     --conns) C=${2:?}; shift 2 ;;
     --path) P=${2:?}; shift 2 ;;
     --h2) H2=1; shift ;;
+    --tls) TLS=1; shift ;;
     --header) EXTRA+=(-H "${2:?}"); shift 2 ;;
     --data) EXTRA+=(-d "${2:?}"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -68,6 +73,24 @@ wait_port() { # PORT SECONDS PID
 
 UP_PORT=$(free_port)
 mkdir -p "$WORK/up"
+UPSTREAM_SCHEME=http
+UPSTREAM_CA=
+LISTEN="listen 127.0.0.1:$UP_PORT;"
+if [ "$TLS" = 1 ]; then
+  command -v openssl >/dev/null || { echo "instructions.sh: missing tool: openssl" >&2; exit 2; }
+  ( cd "$WORK/up"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+      -subj "/CN=instructions.sh CA" -keyout ca.key -out ca.pem
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -subj "/CN=127.0.0.1" -keyout up.key -out up.csr
+    printf 'subjectAltName=IP:127.0.0.1\n' >up.ext
+    openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+      -extfile up.ext -out up.pem ) >"$WORK/openssl.log" 2>&1 \
+    || { cat "$WORK/openssl.log" >&2; exit 1; }
+  UPSTREAM_SCHEME=https
+  UPSTREAM_CA="$WORK/up/ca.pem"
+  LISTEN="listen 127.0.0.1:$UP_PORT ssl; ssl_certificate $WORK/up/up.pem; ssl_certificate_key $WORK/up/up.key;"
+fi
 cat >"$WORK/up/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
@@ -80,7 +103,7 @@ http {
   fastcgi_temp_path $WORK/up/f; uwsgi_temp_path $WORK/up/u; scgi_temp_path $WORK/up/s;
   keepalive_requests 100000000;
   server {
-    listen 127.0.0.1:$UP_PORT;
+    $LISTEN
     location / { default_type text/plain; return 200 "ok"; }
   }
 }
@@ -102,7 +125,7 @@ load() { # PORT REQUESTS
 for cmd in "${CMDS[@]}"; do
   PORT=$(free_port)
   out="$WORK/cg.$PORT"
-  export PORT UPSTREAM="127.0.0.1:$UP_PORT"
+  export PORT UPSTREAM="127.0.0.1:$UP_PORT" UPSTREAM_SCHEME UPSTREAM_CA
   valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$out.%p" --dump-instr=no \
     bash -c "$cmd" >"$WORK/proxy.log" 2>&1 &
   pid=$!
@@ -113,7 +136,7 @@ for cmd in "${CMDS[@]}"; do
   load "$PORT" "$N"
   rm -f "$out".*
   callgrind_control --dump "$pid" >/dev/null 2>&1 || callgrind_control --dump >/dev/null
-  total=$(cat "$out".* 2>/dev/null | awk '/^summary:/ {s += $2} END {print s + 0}')
+  total=$(cat "$out".* 2>/dev/null | awk '/^summary:/ {s += $2} END {printf "%.0f\n", s}')
   printf 'instructions/request=%d requests=%d conns=%d path=%s%s  %s\n' \
     $(( total / N )) "$N" "$C" "$P" "$([ "$H2" = 1 ] && echo ' h2')" "$cmd"
   cp "$out".* "${TMPDIR:-/tmp}/" 2>/dev/null || true
