@@ -1,7 +1,7 @@
 //! `easeoff train`: runs the request path the way production does, for a
 //! profile-guided build (the Dockerfile's): HTTP/1.1 and h2c clients, pass-through,
-//! the dynamodb preset's lanes, SigV4 signing, gRPC, throttles and retries, against
-//! in-process mocks.
+//! the dynamodb preset's lanes, the DynamoDB recipe (an https upstream, SigV4 signing),
+//! gRPC, throttles and retries, against in-process mocks.
 //! The build optimises the code this run makes hot, so every path a user takes is in
 //! it; a path left out is compiled as cold: smaller, and no faster than without a
 //! profile (BENCHMARKS.md).
