@@ -66,6 +66,12 @@ command_of() { # the overhead.sh --under-test command of a candidate
   esac
 }
 for c in $CANDIDATES; do command_of "$c" >/dev/null; done
+# Each candidate's binary must be there: --no-build builds nothing, and EASEOFF_BIN may
+# point anywhere.
+for c in $CANDIDATES; do
+  case "$c" in easeoff-*) bin=$EASEOFF ;; *) bin=$MINPROXY ;; esac
+  [ -x "$bin" ] || { echo "bench/overhead.sh: $c: no executable at $bin (build it, or drop --no-build)" >&2; exit 2; }
+done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/easeoff-overhead.XXXXXX")
 PROBE=""
