@@ -51,7 +51,14 @@ fn free_port() -> u16 {
 fn wait_for_port(port: u16, what: &str, child: &mut Killed, timeout: Duration) {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+    // A port from the ephemeral range can connect to itself while nothing listens
+    // (TCP simultaneous open, when the kernel picks that same port as the source):
+    // that is not the server.
+    let listening = || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+            .is_ok_and(|stream| stream.local_addr().is_ok_and(|local| local != addr))
+    };
+    while !listening() {
         if let Ok(Some(status)) = child.0.try_wait() {
             panic!("{what} exited early: {status}");
         }
