@@ -218,6 +218,7 @@ impl MockUpstream {
         }
     }
 
+    /// Serves one connection, HTTP/1.1 or HTTP/2 as the client speaks.
     async fn serve_connection<I>(self, io: I)
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,

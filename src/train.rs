@@ -97,14 +97,54 @@ const PHASES: &[Phase] = &[
     },
 ];
 
-/// The upstreams: name, preset, whether it is the DynamoDB recipe (https, signed by
-/// easeoff), the mock's style and its rate.
-const UPSTREAMS: &[(&str, &str, bool, Style, f64)] = &[
-    ("plain", "", false, Style::Http429, 1e9),
-    ("dynamodb", "dynamodb", false, Style::Dynamodb, 1e9),
-    ("signed", "dynamodb", true, Style::Dynamodb, 1e9),
-    ("throttled", "dynamodb", false, Style::Dynamodb, 2000.0),
-    ("grpc", "grpc", false, Style::Grpc, 1e9),
+/// One mock upstream of the training and how easeoff is configured for it.
+struct Upstream {
+    name: &'static str,
+    /// The `preset` easeoff applies, if any.
+    preset: Option<&'static str>,
+    /// The DynamoDB recipe: https to the upstream, signed by easeoff.
+    recipe: bool,
+    style: Style,
+    /// The mock's capacity in requests per second.
+    rate: f64,
+}
+
+const UPSTREAMS: &[Upstream] = &[
+    Upstream {
+        name: "plain",
+        preset: None,
+        recipe: false,
+        style: Style::Http429,
+        rate: 1e9,
+    },
+    Upstream {
+        name: "dynamodb",
+        preset: Some("dynamodb"),
+        recipe: false,
+        style: Style::Dynamodb,
+        rate: 1e9,
+    },
+    Upstream {
+        name: "signed",
+        preset: Some("dynamodb"),
+        recipe: true,
+        style: Style::Dynamodb,
+        rate: 1e9,
+    },
+    Upstream {
+        name: "throttled",
+        preset: Some("dynamodb"),
+        recipe: false,
+        style: Style::Dynamodb,
+        rate: 2000.0,
+    },
+    Upstream {
+        name: "grpc",
+        preset: Some("grpc"),
+        recipe: false,
+        style: Style::Grpc,
+        rate: 1e9,
+    },
 ];
 
 /// Runs every phase, `requests` in all, with `clients` concurrent senders each;
@@ -176,7 +216,14 @@ async fn upstreams() -> Result<(Vec<MockUpstream>, String, CaFile), DemoError> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut config = String::from("[server]\nadmin_listen = \"127.0.0.1:0\"\n");
     let mut mocks = Vec::new();
-    for &(name, preset, recipe, style, rate) in UPSTREAMS {
+    for upstream in UPSTREAMS {
+        let &Upstream {
+            name,
+            preset,
+            recipe,
+            style,
+            rate,
+        } = upstream;
         let options = MockOptions::new(rate, (rate / 10.0).min(1e6) as u32, style);
         let (mock, addr) = if recipe {
             mock_upstream::spawn_tls(options, loopback, Arc::clone(&tls)).await
@@ -189,7 +236,7 @@ async fn upstreams() -> Result<(Vec<MockUpstream>, String, CaFile), DemoError> {
         config.push_str(&format!(
             "[[upstream]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\nurl = \"{scheme}://{addr}\"\n"
         ));
-        if !preset.is_empty() {
+        if let Some(preset) = preset {
             config.push_str(&format!("preset = \"{preset}\"\n"));
         }
         if recipe {
