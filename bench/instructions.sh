@@ -4,7 +4,8 @@
 # where wall-clock figures swing 10-25%.
 #
 # Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2] [--tls]
-#                              [--header 'NAME: VALUE' ...] [--data FILE] 'COMMAND' ...
+#                              [--header 'NAME: VALUE' ...] [--data FILE] [--by-crate]
+#                              'COMMAND' ...
 #   COMMAND starts a proxy in the foreground on 127.0.0.1:$PORT forwarding to
 #   $UPSTREAM (the overhead.sh convention), e.g.
 #     bench/instructions.sh 'exec target/release/easeoff --config bench/passthrough.toml'
@@ -14,6 +15,9 @@
 #   --tls serves the upstream over https (HTTP/1.1) with a certificate for 127.0.0.1
 #   from a CA of its own, whose PEM file is $UPSTREAM_CA; $UPSTREAM_SCHEME is then
 #   https (otherwise http). bench/passthrough-recipe.toml uses both.
+#   --by-crate also prints each command's instructions per request by the crate (and
+#   easeoff's file) whose source they came from, inlined code included (bench/by_crate.py;
+#   build with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only for the line tables).
 # An nginx upstream answers "ok". Each proxy runs under callgrind; after a warm-up of
 # 2000 requests the counters are zeroed, N requests (default 20000) are sent with
 # h2load (HTTP/1.1 keep-alive unless --h2), and the instructions of every thread
@@ -27,6 +31,7 @@ C=16
 P=/
 H2=0
 TLS=0
+BY_CRATE=0
 CMDS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -36,6 +41,7 @@ while [ $# -gt 0 ]; do
     --path) P=${2:?}; shift 2 ;;
     --h2) H2=1; shift ;;
     --tls) TLS=1; shift ;;
+    --by-crate) BY_CRATE=1; shift ;;
     --header) EXTRA+=(-H "${2:?}"); shift 2 ;;
     --data) EXTRA+=(-d "${2:?}"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -47,20 +53,8 @@ for t in nginx valgrind callgrind_control callgrind_annotate h2load curl; do
   command -v "$t" >/dev/null || { echo "instructions.sh: missing tool: $t" >&2; exit 2; }
 done
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/instructions.XXXXXX")
-chmod 755 "$WORK"
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf -- "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
 . "$(cd "$(dirname "$0")" && pwd)/lib.sh"
+start_work instructions
 wait_port() { # PORT SECONDS PID
   local i
   for i in $(seq 1 $(( $2 * 10 ))); do
@@ -127,6 +121,7 @@ for cmd in "${CMDS[@]}"; do
   out="$WORK/cg.$PORT"
   export PORT UPSTREAM="127.0.0.1:$UP_PORT" UPSTREAM_SCHEME UPSTREAM_CA
   valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$out.%p" --dump-instr=no \
+    "--dump-line=$([ "$BY_CRATE" = 1 ] && echo yes || echo no)" \
     bash -c "$cmd" >"$WORK/proxy.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
@@ -139,6 +134,7 @@ for cmd in "${CMDS[@]}"; do
   total=$(cat "$out".* 2>/dev/null | awk '/^summary:/ {s += $2} END {printf "%.0f\n", s}')
   printf 'instructions/request=%d requests=%d conns=%d path=%s%s  %s\n' \
     $(( total / N )) "$N" "$C" "$P" "$([ "$H2" = 1 ] && echo ' h2')" "$cmd"
+  if [ "$BY_CRATE" = 1 ]; then python3 "$(dirname "$0")/by_crate.py" "$N" "$out".*; fi
   cp "$out".* "${TMPDIR:-/tmp}/" 2>/dev/null || true
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true

@@ -1,4 +1,4 @@
-# Shared by the bench scripts (sourced): loopback port helpers.
+# Shared by the bench scripts (sourced): loopback port helpers, a work directory.
 
 # True when something listens on 127.0.0.1:PORT.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -14,4 +14,22 @@ free_port() {
     p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000) ))
     port_busy "$p" || { echo "$p"; return; }
   done
+}
+
+# start_work NAME: a fresh directory $WORK (readable by nginx's workers) and an empty
+# $PIDS; on exit every process in $PIDS is stopped and $WORK removed.
+start_work() {
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  chmod 755 "$WORK"
+  PIDS=()
+  trap stop_work EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+stop_work() {
+  local p
+  for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in ${PIDS[@]+"${PIDS[@]}"}; do wait "$p" 2>/dev/null || true; done
+  rm -rf -- "$WORK"
 }
