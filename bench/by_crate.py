@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Instructions per request by the crate whose source they came from, inlining resolved.
 
-Reads callgrind output files written with --dump-line=yes (bench/instructions.sh
---by-crate) and attributes every instruction to the source file it was compiled from,
-the inlined one when there is one, so hyper's code inlined into easeoff's counts as
-hyper's. Files are grouped by crate (a registry crate with its version, std's crates as
-std:NAME, glibc's by file as libc:FILE); easeoff's own files are listed one by one.
+Reads callgrind output files (with line numbers, callgrind's default; run by
+bench/instructions.sh --by-crate) and attributes every instruction to the source file
+it was compiled from, the inlined one when there is one, so hyper's code inlined into
+easeoff's counts as hyper's. Files are grouped by crate (a registry crate with its
+version, std's crates as std:NAME, glibc's by file as libc:FILE); easeoff's own files
+are listed one by one.
 
 Usage: by_crate.py REQUESTS FILE...
 The binary needs line tables: CARGO_PROFILE_RELEASE_DEBUG=line-tables-only.

@@ -121,7 +121,6 @@ for cmd in "${CMDS[@]}"; do
   out="$WORK/cg.$PORT"
   export PORT UPSTREAM="127.0.0.1:$UP_PORT" UPSTREAM_SCHEME UPSTREAM_CA
   valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$out.%p" --dump-instr=no \
-    "--dump-line=$([ "$BY_CRATE" = 1 ] && echo yes || echo no)" \
     bash -c "$cmd" >"$WORK/proxy.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
