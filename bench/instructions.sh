@@ -5,7 +5,7 @@
 #
 # Usage: bench/instructions.sh [--requests N] [--conns C] [--path P] [--h2] [--tls]
 #                              [--header 'NAME: VALUE' ...] [--data FILE] [--by-crate]
-#                              'COMMAND' ...
+#                              [--cache-sim] 'COMMAND' ...
 #   COMMAND starts a proxy in the foreground on 127.0.0.1:$PORT forwarding to
 #   $UPSTREAM (the overhead.sh convention), e.g.
 #     bench/instructions.sh 'exec target/release/easeoff --config bench/passthrough.toml'
@@ -18,6 +18,8 @@
 #   --by-crate also prints each command's instructions per request by the crate (and
 #   easeoff's file) whose source they came from, inlined code included (bench/by_crate.py;
 #   build with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only for the line tables).
+#   --cache-sim runs callgrind's cache and branch model too, and prints each command's
+#   misses per request (I1, D1 read and write, mispredicted conditional branches).
 # An nginx upstream answers "ok". Each proxy runs under callgrind; after a warm-up of
 # 2000 requests the counters are zeroed, N requests (default 20000) are sent with
 # h2load (HTTP/1.1 keep-alive unless --h2), and the instructions of every thread
@@ -32,6 +34,7 @@ P=/
 H2=0
 TLS=0
 BY_CRATE=0
+SIM=()
 CMDS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
     --h2) H2=1; shift ;;
     --tls) TLS=1; shift ;;
     --by-crate) BY_CRATE=1; shift ;;
+    --cache-sim) SIM=(--cache-sim=yes --branch-sim=yes); shift ;;
     --header) EXTRA+=(-H "${2:?}"); shift 2 ;;
     --data) EXTRA+=(-d "${2:?}"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -121,6 +125,7 @@ for cmd in "${CMDS[@]}"; do
   out="$WORK/cg.$PORT"
   export PORT UPSTREAM="127.0.0.1:$UP_PORT" UPSTREAM_SCHEME UPSTREAM_CA
   valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$out.%p" --dump-instr=no \
+    ${SIM[@]+"${SIM[@]}"} \
     bash -c "$cmd" >"$WORK/proxy.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
@@ -133,6 +138,13 @@ for cmd in "${CMDS[@]}"; do
   total=$(cat "$out".* 2>/dev/null | awk '/^summary:/ {s += $2} END {printf "%.0f\n", s}')
   printf 'instructions/request=%d requests=%d conns=%d path=%s%s  %s\n' \
     $(( total / N )) "$N" "$C" "$P" "$([ "$H2" = 1 ] && echo ' h2')" "$cmd"
+  if [ ${#SIM[@]} -gt 0 ]; then
+    # Each file names its events in order; the summary line sums them.
+    awk -v n="$N" '/^events:/ { for (i = 2; i <= NF; i++) name[i] = $i }
+      /^summary:/ { for (i = 2; i <= NF; i++) sum[name[i]] += $i }
+      END { printf "  per request: I1 misses=%.0f D1 read misses=%.0f D1 write misses=%.0f mispredicted branches=%.0f\n",
+        sum["I1mr"] / n, sum["D1mr"] / n, sum["D1mw"] / n, sum["Bcm"] / n }' "$out".*
+  fi
   if [ "$BY_CRATE" = 1 ]; then python3 "$(dirname "$0")/by_crate.py" "$N" "$out".*; fi
   cp "$out".* "${TMPDIR:-/tmp}/" 2>/dev/null || true
   kill -TERM "$pid" 2>/dev/null || true
