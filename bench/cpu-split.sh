@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     *) BIN=$1; shift ;;
   esac
 done
-for t in nginx h2load curl; do
+for t in nginx h2load curl pgrep; do
   command -v "$t" >/dev/null || { echo "cpu-split.sh: missing tool: $t" >&2; exit 2; }
 done
 [ -x "$BIN" ] || { echo "cpu-split.sh: no executable at $BIN (cargo build --release)" >&2; exit 2; }
