@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     *) BIN=$1; shift ;;
   esac
 done
-for t in nginx h2load curl pgrep; do
+for t in nginx h2load pgrep; do
   command -v "$t" >/dev/null || { echo "cpu-split.sh: missing tool: $t" >&2; exit 2; }
 done
 [ -x "$BIN" ] || { echo "cpu-split.sh: no executable at $BIN (cargo build --release)" >&2; exit 2; }
@@ -67,17 +67,6 @@ http {
 EOF
 }
 
-# wait_up PORT PID: true once something answers on PORT, false if PID dies first.
-wait_up() {
-  local i
-  for i in $(seq 1 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-
 # ticks PID: "utime stime" of PID and its children, in clock ticks.
 ticks() {
   local p u=0 s=0 pu ps
@@ -92,7 +81,7 @@ UP_PORT=$(free_port)
 nginx_conf "$WORK/up" 1 "server { listen 127.0.0.1:$UP_PORT; location / { default_type text/plain; return 200 \"ok\"; } }"
 nginx -p "$WORK/up/" -e "$WORK/up/error.log" -c "$WORK/up/nginx.conf" &
 PIDS+=($!)
-wait_up "$UP_PORT" "${PIDS[0]}" || { echo "cpu-split.sh: the upstream did not start" >&2; exit 1; }
+wait_listening "$UP_PORT" 10 "${PIDS[0]}" || { echo "cpu-split.sh: the upstream did not start" >&2; exit 1; }
 
 HZ=$(getconf CLK_TCK)
 # run KIND: one measured run of KIND (nginx, easeoff or minproxy); appends a line to
@@ -113,7 +102,7 @@ run() {
   fi
   pid=$!
   PIDS+=("$pid")
-  wait_up "$port" "$pid" || { echo "cpu-split.sh: $1 did not start" >&2; tail -5 "$WORK/proxy.log" >&2 || true; exit 1; }
+  wait_listening "$port" 60 "$pid" || { echo "cpu-split.sh: $1 did not start" >&2; tail -5 "$WORK/proxy.log" >&2 || true; exit 1; }
   h2load --h1 -c"$C" -n20000 "http://127.0.0.1:$port/" >/dev/null
   before=$(ticks "$pid")
   out=$(h2load --h1 -c"$C" -n"$N" "http://127.0.0.1:$port/")

@@ -59,15 +59,6 @@ done
 
 . "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 start_work instructions
-wait_port() { # PORT SECONDS PID
-  local i
-  for i in $(seq 1 $(( $2 * 10 ))); do
-    port_busy "$1" && return 0
-    kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
 
 UP_PORT=$(free_port)
 mkdir -p "$WORK/up"
@@ -108,7 +99,7 @@ http {
 EOF
 nginx -p "$WORK/up/" -e "$WORK/up/error.log" -c "$WORK/up/nginx.conf" &
 PIDS+=($!)
-wait_port "$UP_PORT" 10 "${PIDS[0]}" || { echo "instructions.sh: upstream did not start" >&2; exit 1; }
+wait_listening "$UP_PORT" 10 "${PIDS[0]}" || { echo "instructions.sh: upstream did not start" >&2; exit 1; }
 
 load() { # PORT REQUESTS
   local proto=(--h1)
@@ -129,7 +120,7 @@ for cmd in "${CMDS[@]}"; do
     bash -c "$cmd" >"$WORK/proxy.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
-  wait_port "$PORT" 120 "$pid" || { tail -20 "$WORK/proxy.log" >&2; exit 1; }
+  wait_listening "$PORT" 120 "$pid" || { tail -20 "$WORK/proxy.log" >&2; exit 1; }
   load "$PORT" 2000
   callgrind_control --zero "$pid" >/dev/null 2>&1 || callgrind_control --zero >/dev/null
   load "$PORT" "$N"

@@ -16,6 +16,18 @@ free_port() {
   done
 }
 
+# wait_listening PORT SECONDS PID: true once something listens on 127.0.0.1:PORT, false
+# after SECONDS or as soon as PID has exited.
+wait_listening() {
+  local i
+  for i in $(seq 1 $(( $2 * 10 ))); do
+    port_busy "$1" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
 # start_work NAME: a fresh directory $WORK (readable by nginx's workers) and an empty
 # $PIDS; on exit every process in $PIDS is stopped and $WORK removed.
 start_work() {
