@@ -20,6 +20,7 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 const ITEMS: usize = 25;
@@ -40,6 +41,18 @@ fn venv() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/easeoff-e2e")))?;
     let ready = dir.join("bin/python").exists() && dir.join("bin/moto_server").exists();
     ready.then_some(dir)
+}
+
+/// Held from drawing a free port until the server started on it listens. The tests of
+/// this file run at once: a port drawn but not yet bound could be drawn again by
+/// another test, whose server would then take it; this one's would fail to bind, its
+/// wait would find the other test's listener, and that listener goes when the other
+/// test ends (boto3's setup then got "Connection refused" from a moto that had
+/// "listened").
+static DRAWING: Mutex<()> = Mutex::new(());
+
+fn drawing() -> MutexGuard<'static, ()> {
+    DRAWING.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn free_port() -> u16 {
@@ -107,6 +120,7 @@ fn easeoff_for(
     upstreams: &[&str],
     keys: (&str, &str),
 ) -> (Killed, Vec<u16>) {
+    let drawing = drawing();
     let admin = free_port();
     let mut text =
         format!("[server]\nadmin_listen = \"127.0.0.1:{admin}\"\nshutdown_grace = \"1s\"\n");
@@ -140,6 +154,7 @@ fn easeoff_for(
     for port in &ports {
         wait_for_port(*port, "easeoff", &mut child, Duration::from_secs(10));
     }
+    drop(drawing);
     (child, ports)
 }
 
@@ -158,6 +173,7 @@ impl Moto {
     fn start(venv: &Path, test: &str) -> Moto {
         let dir = std::env::temp_dir().join(format!("easeoff-e2e-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let drawing = drawing();
         let port = free_port();
         let server = Command::new(venv.join("bin/moto_server"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
@@ -169,6 +185,7 @@ impl Moto {
             .unwrap();
         let mut server = Killed(server);
         wait_for_port(port, "moto_server", &mut server, Duration::from_secs(30));
+        drop(drawing);
         let setup = python(venv, &["setup", &format!("http://127.0.0.1:{port}")]);
         let stdout = String::from_utf8_lossy(&setup.stdout);
         assert!(
