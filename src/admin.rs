@@ -260,17 +260,17 @@ fn lanes(u: &Upstream) -> Value {
                 .map(|s| {
                     (
                         s.as_str().to_string(),
-                        json!(lane.metrics.throttle(*s).get()),
+                        json!(lane.metrics().throttle(*s).get()),
                     )
                 })
                 .collect();
             json!({
                 "name": lane.name(),
                 "interval_ms": lane.interval().as_secs_f64() * 1e3,
-                "waiting": lane.pacer.waiting(),
+                "waiting": lane.waiting(),
                 "paused_until": u.paused_until_in(lane).map(httpdate::fmt_http_date),
                 "metrics_name": if lane.named() { lane.name() } else { "other" },
-                "dispatches": lane.named().then(|| lane.metrics.dispatches.get()),
+                "dispatches": lane.named().then(|| lane.metrics().dispatches.get()),
                 "throttles": lane.named().then_some(Value::Object(throttles)),
                 "last_throttle": last.map(|t| json!({
                     "reason": t.reason,

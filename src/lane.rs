@@ -8,7 +8,7 @@
 //! read lock and one hash lookup per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -20,12 +20,13 @@ use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::fleet::{Decision, Fleet, LaneLink};
-use crate::metrics::{LaneMetrics, Metrics};
-use crate::pacer::{Limits, Pacer, Slot};
+use crate::hints::{self, Hint, Quota};
+use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
+use crate::pacer::{Limits, Pacer, Shed, Slot};
 use crate::route::{self, Rule};
 use crate::shed::Spread;
 use crate::sleeper::Step;
-use crate::upstream::CappedHint;
+use crate::throttle::{Signal, Verdict};
 
 mod slow_start;
 pub use slow_start::SlowStart;
@@ -46,25 +47,52 @@ pub struct LastThrottle {
     pub at: SystemTime,
 }
 
+/// A pause or rate-limit window an upstream header asked for that was cut to
+/// `max_pause`, as `/status` shows it while it lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CappedHint {
+    pub header: Hint,
+    /// What the header asked for.
+    pub asked: Duration,
+    /// When the cut-down pause or window ends.
+    pub until: Instant,
+}
+
+/// What every lane of one upstream shares: the upstream's name, settings, clock and
+/// counters, so a lane applies a verdict, a hint or a fleet decision on its own.
+struct Common {
+    upstream: Box<str>,
+    settings: Arc<UpstreamSettings>,
+    clock: Clock,
+    /// Time zero for the controllers' clocks.
+    origin: Instant,
+    metrics: Arc<UpstreamMetrics>,
+    /// Per header kind: a capped pause was logged (once is enough to find the cause).
+    capped_logged: [AtomicBool; Hint::ALL.len()],
+}
+
 /// One lane's decision state.
 pub struct Lane {
     name: Box<str>,
+    /// Whether this is the upstream's `default` lane, which its gauges show.
+    is_default: bool,
+    common: Arc<Common>,
     /// Spacing, queue and pauses of this lane's dispatches.
-    pub pacer: Pacer,
+    pacer: Pacer,
     controller: Mutex<Controller<fastrand::Rng>>,
     /// Where this lane's shed requests are told to come back.
-    pub(crate) spread: Spread,
+    spread: Spread,
     /// This lane's series, or the `other` ones it shares.
-    pub metrics: Arc<LaneMetrics>,
+    metrics: Arc<LaneMetrics>,
     /// Whether `metrics` are this lane's own.
     named: bool,
     /// The latest capped hint; written only when a header asks for too much.
-    pub(crate) capped: Mutex<Option<CappedHint>>,
+    capped: Mutex<Option<CappedHint>>,
     last_throttle: Mutex<Option<LastThrottle>>,
     /// The lane's link to the fleet, with `[fleet]`.
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
-    pub(crate) start: SlowStart,
+    start: SlowStart,
 }
 
 impl std::fmt::Debug for Lane {
@@ -76,13 +104,14 @@ impl std::fmt::Debug for Lane {
 impl Lane {
     fn new(
         name: &str,
-        settings: &UpstreamSettings,
-        clock: &Clock,
+        common: &Arc<Common>,
         (rng, spread_seed): (fastrand::Rng, u64),
         metrics: Arc<LaneMetrics>,
         named: bool,
         reach: Duration,
     ) -> Lane {
+        let settings = &common.settings;
+        let clock = &common.clock;
         let limits = Limits {
             max_waiting: settings.queue.max_waiting,
         };
@@ -97,6 +126,8 @@ impl Lane {
         }
         Lane {
             name: name.into(),
+            is_default: name == route::DEFAULT,
+            common: Arc::clone(common),
             pacer,
             controller: Mutex::new(controller),
             spread: Spread::new(clock.now(), reach, spread_seed),
@@ -117,7 +148,7 @@ impl Lane {
     /// Hands the controller's interval to the pacer and the lane's gauge; returns the
     /// spacing the pacer keeps. With a fleet the controller's interval is the fleet's,
     /// and this member keeps it over its share.
-    pub(crate) fn pace(&self, controller: &Controller<fastrand::Rng>) -> Duration {
+    fn pace(&self, controller: &Controller<fastrand::Rng>) -> Duration {
         let interval = match self.fleet.get() {
             Some(link) => link.pacing(controller.interval()),
             None => controller.interval(),
@@ -130,7 +161,7 @@ impl Lane {
     }
 
     /// Tells the fleet of a controller step that moved the interval.
-    pub(crate) fn stepped(&self, controller: &Controller<fastrand::Rng>, step: Step) {
+    fn stepped(&self, controller: &Controller<fastrand::Rng>, step: Step) {
         if let Some(link) = self.fleet.get() {
             let epoch = controller.epoch();
             let raised_from = (step == Step::Up).then(|| epoch.saturating_sub(1));
@@ -138,15 +169,20 @@ impl Lane {
         }
     }
 
-    /// Takes what the fleet decided (from the fleet's sync task); `now` is on the
-    /// controller's clock. Returns the spacing the pacer keeps.
-    fn adopt(&self, decision: &Decision, now: Duration) -> Duration {
+    /// Takes what the fleet decided (from the fleet's sync task). Returns the spacing
+    /// the pacer keeps.
+    fn adopt(&self, decision: &Decision) -> Duration {
+        let now = self.since_origin(self.common.clock.now());
         let mut controller = self.lock();
         if decision.rescale != 1.0 {
             controller.rescale(decision.rescale);
         }
         controller.adopt(decision.interval, decision.epoch, now);
-        self.pace(&controller)
+        let spacing = self.pace(&controller);
+        if self.is_default {
+            self.common.metrics.interval.set(spacing.as_secs_f64());
+        }
+        spacing
     }
 
     /// The lane's name: `default`, `orders:write`, `/pkg.Service/Method`, ...
@@ -159,13 +195,23 @@ impl Lane {
         self.named
     }
 
+    /// The lane's series, or the `other` ones it shares.
+    pub fn metrics(&self) -> &LaneMetrics {
+        &self.metrics
+    }
+
     /// The current interval, as the pacer applies it.
     pub fn interval(&self) -> Duration {
         self.pacer.interval()
     }
 
+    /// Requests waiting for a slot in this lane.
+    pub fn waiting(&self) -> usize {
+        self.pacer.waiting()
+    }
+
     /// The controller, briefly; never held across `.await`.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Controller<fastrand::Rng>> {
+    fn lock(&self) -> MutexGuard<'_, Controller<fastrand::Rng>> {
         // A panic while holding the lock cannot leave the controller half-updated in a
         // way that matters more than stopping the proxy would.
         self.controller
@@ -200,10 +246,246 @@ impl Lane {
             && now.saturating_duration_since(self.pacer.last_active() + self.pacer.interval())
                 >= idle
     }
+
+    /// Time since the controllers' time zero.
+    fn since_origin(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.common.origin)
+    }
+
+    /// Waits for a slot (or is shed at once, told when to come back; see
+    /// [`crate::shed::Spread`]) and counts the wait; `patient`: see
+    /// [`crate::pacer::Pacer::acquire_with`]. A lane that left a slot unused for
+    /// `idle_decay` first forgets its throttles.
+    pub async fn acquire(&self, deadline: Instant, patient: bool) -> Result<Slot, Shed> {
+        let clock = &self.common.clock;
+        if let Some(link) = self.fleet() {
+            link.arrived();
+        }
+        if !self.pacer.interval().is_zero() {
+            self.forget_if_idle(clock.now());
+        }
+        let started = if self.start.is_over() {
+            Duration::ZERO
+        } else if self.pacer.interval().is_zero() {
+            self.start.enter(clock, deadline).await
+        } else {
+            self.start.end();
+            Duration::ZERO
+        };
+        let slot = match self.pacer.acquire_with(deadline, patient).await {
+            Ok(slot) if started.is_zero() => slot,
+            // Counted as waiting, not as a sleep: the sleeper did not hold it.
+            Ok(slot) => Slot {
+                waited: slot.waited + started,
+                ..slot
+            },
+            Err(shed) => {
+                let now = clock.now();
+                let spacing = self.pacer.spacing();
+                return Err(Shed {
+                    retry_after: self.spread.retry_after(now, shed.retry_after, spacing),
+                    ..shed
+                });
+            }
+        };
+        self.metrics.dispatches.inc();
+        let waited = slot.waited.as_secs_f64();
+        let upstream = &self.common.metrics;
+        upstream.queue_wait.observe(waited);
+        if slot.held {
+            upstream.sleeps.inc();
+            upstream.sleep_seconds.inc_by(waited);
+        }
+        Ok(slot)
+    }
+
+    /// Takes the interval of a lane that left its slots unused for `idle_decay` to
+    /// 0, as a run of successes would: a throttle storm at night does not tax the
+    /// morning's traffic.
+    pub fn forget_if_idle(&self, now: Instant) {
+        let decay = self.common.settings.lanes.idle_decay;
+        // A fleet's interval is the fleet's: one idle member does not lower it.
+        if decay.is_zero() || self.fleet().is_some() || !self.idle_for(decay, now) {
+            return;
+        }
+        let mut controller = self.lock();
+        if controller.forget() {
+            tracing::debug!(upstream = %self.common.upstream, lane = self.name(), "idle lane forgot its throttles");
+            self.common.metrics.decreases.inc();
+            self.publish(&controller);
+        }
+    }
+
+    /// Feeds a verdict to the lane's controller; `slot` is the lane's slot of the
+    /// attempt (its epoch decides whether a throttle raises); `pause` is the
+    /// throttle's requested delay and the header that asked for it, which holds the
+    /// lane (capped by `max_pause` and `max_interval`). Upstream-level counts of the
+    /// verdict are the caller's.
+    pub fn record(&self, slot: &Slot, verdict: Option<Verdict>, pause: Option<(Duration, Hint)>) {
+        let clock = &self.common.clock;
+        match verdict {
+            Some(Verdict::Throttle(signal)) => {
+                self.metrics.throttle(signal).inc();
+                self.throttled(signal.as_str(), None, clock.wall());
+                let now = clock.now();
+                if let Some((asked, header)) = pause {
+                    let delay = self.cap(asked, header, now);
+                    if self.pacer.paused_until(now).is_none() {
+                        tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
+                    }
+                    self.pacer.pause_until(now + delay);
+                }
+                let spacing = self.pacer.observed_spacing(now);
+                let mut controller = self.lock();
+                let step = controller.on_throttle(slot.epoch, spacing, self.since_origin(now));
+                self.apply(&controller, step);
+                // After the raise, so the requests it lets go meet the new interval.
+                self.start.answered(true, false);
+            }
+            Some(Verdict::Success) => {
+                self.start.answered(false, true);
+                // Successes at interval 0 change nothing: no lock on the fast path.
+                if self.pacer.interval().is_zero() {
+                    self.common.metrics.invocations.inc();
+                    return;
+                }
+                let at = self.since_origin(clock.now());
+                let mut controller = self.lock();
+                let step = controller.on_success(slot.epoch, at);
+                self.apply(&controller, step);
+            }
+            Some(Verdict::Failure) | None => self.start.answered(false, false),
+        }
+    }
+
+    /// Applies an answer's rate-limit quota: nothing left pauses the lane until the
+    /// reset (a `ratelimit` throttle); otherwise what is left is spread over the
+    /// window. The window counts as at most `max_pause` long.
+    pub fn apply_quota(&self, quota: Quota, now: Instant) {
+        let wall = self.common.clock.wall();
+        let reset = self.cap(quota.reset_in(wall), Hint::RateLimit, now);
+        if quota.remaining == 0 {
+            self.common.metrics.throttle(Signal::RateLimit).inc();
+            self.metrics.throttle(Signal::RateLimit).inc();
+            if self.pacer.paused_until(now).is_none() {
+                tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+            }
+            self.pacer.pause_until(now + reset);
+        } else {
+            self.pacer
+                .set_floor(quota.spacing(wall).min(reset), now + reset);
+        }
+    }
+
+    /// Cuts a pause a header asked for to `max_pause` (and `max_interval`); a cut is
+    /// counted, remembered for `/status` and logged the first time each header does it.
+    fn cap(&self, asked: Duration, header: Hint, now: Instant) -> Duration {
+        let settings = &self.common.settings;
+        let max = settings.max_pause.min(settings.sleeper.max_interval);
+        let (pause, capped) = hints::cap(asked, max);
+        if !capped {
+            return pause;
+        }
+        self.common.metrics.hint_capped(header).inc();
+        let until = now + pause;
+        *self.capped.lock().unwrap_or_else(PoisonError::into_inner) = Some(CappedHint {
+            header,
+            asked,
+            until,
+        });
+        if !self.common.capped_logged[header as usize].swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                upstream = %self.common.upstream,
+                header = header.as_str(),
+                asked_s = asked.as_secs_f64(),
+                max_pause_s = max.as_secs_f64(),
+                "the upstream asked for a longer pause than max_pause; capped (logged once per header)"
+            );
+        }
+        pause
+    }
+
+    /// The latest capped hint while its pause or window lasts.
+    pub fn capped_hint(&self) -> Option<CappedHint> {
+        let now = self.common.clock.now();
+        let capped = *self.capped.lock().unwrap_or_else(PoisonError::into_inner);
+        capped.filter(|c| c.until > now)
+    }
+
+    /// The rate-limit floor in force (the least spacing) and when it ends, in
+    /// wall-clock time.
+    pub fn rate_limit_floor(&self) -> Option<(Duration, SystemTime)> {
+        let clock = &self.common.clock;
+        let now = clock.now();
+        let (spacing, end) = self.pacer.floor(now)?;
+        Some((spacing, clock.wall() + (end - now)))
+    }
+
+    /// When the lane's pause ends, in wall-clock time.
+    pub fn paused_until(&self) -> Option<SystemTime> {
+        let clock = &self.common.clock;
+        let now = clock.now();
+        let end = self.pacer.paused_until(now)?;
+        Some(clock.wall() + (end - now))
+    }
+
+    /// How much of the lane's pause is left at `now`.
+    pub fn pause_left(&self, now: Instant) -> Option<Duration> {
+        self.pacer.paused_until(now).map(|end| end - now)
+    }
+
+    /// The epoch the lane had at `at`.
+    pub fn epoch_at(&self, at: Instant) -> u64 {
+        self.pacer.epoch_at(at)
+    }
+
+    /// Puts the interval back to 0 and lifts any pause (admin reset).
+    pub fn reset(&self) {
+        let mut controller = self.lock();
+        controller.reset(&self.common.settings.sleeper);
+        self.pacer.lift_pause();
+        self.publish(&controller);
+    }
+
+    fn apply(&self, controller: &Controller<fastrand::Rng>, step: Option<Step>) {
+        let Some(step) = step else {
+            return;
+        };
+        let metrics = &self.common.metrics;
+        metrics.invocations.inc();
+        match step {
+            Step::Up => metrics.increases.inc(),
+            Step::Down => metrics.decreases.inc(),
+            Step::Unchanged => return,
+        }
+        self.stepped(controller, step);
+        self.publish(controller);
+    }
+
+    /// Hands the controller's interval to the pacer and gauges; the upstream's
+    /// interval gauge shows the default lane.
+    fn publish(&self, controller: &Controller<fastrand::Rng>) {
+        let before = self.pacer.interval();
+        let interval = self.pace(controller);
+        let interval_ms = interval.as_secs_f64() * 1e3;
+        let (upstream, name) = (&self.common.upstream, self.name());
+        if before.is_zero() && !interval.is_zero() {
+            tracing::info!(upstream = %upstream, lane = name, interval_ms, "the upstream throttles; pacing requests");
+        } else if !before.is_zero() && interval.is_zero() {
+            tracing::info!(upstream = %upstream, lane = name, "throttling over; requests go at once");
+        }
+        if self.is_default {
+            self.common.metrics.interval.set(interval.as_secs_f64());
+        }
+        tracing::debug!(upstream = %upstream, lane = name, interval_ms, "interval changed");
+    }
 }
 
-/// The slots one attempt holds: one per lane it takes, the first inline.
-#[derive(Clone, Debug)]
+/// The slots one attempt holds: one per lane it takes, the first inline. It ends in
+/// one settling call that takes it whole ([`Pass::settle`], through
+/// `Control::settle`), which yields the [`Settled`] the request path must return.
+#[must_use = "an attempt's pass is settled, or its lanes never hear how it went"]
+#[derive(Debug)]
 pub struct Pass {
     first: (Arc<Lane>, Slot),
     more: Vec<(Arc<Lane>, Slot)>,
@@ -248,6 +530,56 @@ impl Pass {
         self.iter()
             .find(|(held, _)| std::ptr::eq(held.as_ref(), lane))
             .map(|(_, slot)| slot)
+    }
+
+    /// A pass for `lane` standing in for this one when the answer named a lane the
+    /// attempt did not hold (the upstream's own bucket, a hot key's lane made after
+    /// it went): it counts as dispatched in the epoch that lane had when it went.
+    pub fn for_lane(&self, lane: Arc<Lane>) -> Pass {
+        if let Some(slot) = self.slot_in(&lane) {
+            let slot = *slot;
+            return Pass::one(lane, slot);
+        }
+        let slot = Slot {
+            epoch: lane.epoch_at(self.slot().dispatched_at),
+            ..*self.slot()
+        };
+        Pass::one(lane, slot)
+    }
+
+    /// Ends the attempt: `settle` tells the lanes how it went.
+    pub fn settle(self, settle: impl FnOnce(&Pass)) -> Settled {
+        settle(&self);
+        Settled(())
+    }
+
+    /// Hands the pass to what settles it later (a watched body); the request path is
+    /// done with it.
+    pub fn defer(self) -> (Deferred, Settled) {
+        (Deferred(self), Settled(()))
+    }
+}
+
+/// Proof that an attempt's [`Pass`] was settled, or handed to what settles it: the
+/// request path's steps that hold a pass return one, so a path that drops a pass
+/// unsettled does not compile.
+#[must_use]
+#[derive(Debug)]
+pub struct Settled(());
+
+/// A pass handed on to be settled later (when a watched body ends).
+#[derive(Debug)]
+pub struct Deferred(Pass);
+
+impl Deferred {
+    /// The pass, to settle now.
+    pub fn into_pass(self) -> Pass {
+        self.0
+    }
+
+    /// The pass, to look at before it is settled.
+    pub fn pass(&self) -> &Pass {
+        &self.0
     }
 }
 
@@ -314,7 +646,7 @@ pub struct Lanes {
     named: AtomicUsize,
     /// The series lanes past `metrics_lanes` share.
     other_metrics: Arc<LaneMetrics>,
-    upstream: Box<str>,
+    common: Arc<Common>,
     settings: Arc<UpstreamSettings>,
     clock: Clock,
     metrics: Metrics,
@@ -323,16 +655,7 @@ pub struct Lanes {
     /// The shutdown drain's deadline, once it began.
     drain_by: Mutex<Option<Instant>>,
     /// The fleet every lane joins, once the upstream joined it.
-    fleet: OnceLock<Enlisted>,
-}
-
-/// What a lane needs to join the fleet.
-struct Enlisted {
-    fleet: Arc<Fleet>,
-    /// The controllers' time zero.
-    origin: Instant,
-    /// The upstream's interval gauge, which shows the default lane.
-    interval: prometheus::Gauge,
+    fleet: OnceLock<Arc<Fleet>>,
 }
 
 impl Lanes {
@@ -348,6 +671,14 @@ impl Lanes {
     ) -> Lanes {
         let later = fastrand::Rng::with_seed(rng.get_seed() ^ 0x9e37_79b9_7f4a_7c15);
         let upstream: Box<str> = settings.name.as_str().into();
+        let common = Arc::new(Common {
+            metrics: Arc::new(metrics.upstream(&upstream)),
+            upstream: upstream.clone(),
+            settings: Arc::clone(&settings),
+            origin: clock.now(),
+            clock: clock.clone(),
+            capped_logged: Hint::ALL.map(|_| AtomicBool::new(false)),
+        });
         let lanes = &settings.lanes;
         let rule = Rule::of(
             settings.preset,
@@ -357,13 +688,14 @@ impl Lanes {
         let default_metrics = Arc::new(metrics.lane(&upstream, route::DEFAULT));
         let default = Arc::new(Lane::new(
             route::DEFAULT,
-            &settings,
-            &clock,
+            &common,
             (rng, spread_seed),
             default_metrics,
             true,
             reach,
         ));
+        // `constant` starts at its interval, which the upstream's gauge shows.
+        default.publish(&default.lock());
         Lanes {
             rule,
             default,
@@ -372,7 +704,7 @@ impl Lanes {
             hot: AtomicUsize::new(0),
             named: AtomicUsize::new(1),
             other_metrics: Arc::new(metrics.lane(&upstream, "other")),
-            upstream,
+            common,
             settings,
             clock,
             metrics: metrics.clone(),
@@ -383,38 +715,36 @@ impl Lanes {
         }
     }
 
-    /// Joins the fleet: `default` now, every later lane when it is made. `origin` is
-    /// the controllers' time zero; `interval` the upstream's gauge of `default`.
-    pub fn join_fleet(&self, fleet: Arc<Fleet>, origin: Instant, interval: prometheus::Gauge) {
-        let enlisted = Enlisted {
-            fleet,
-            origin,
-            interval,
-        };
-        if self.fleet.set(enlisted).is_ok() {
+    /// Joins the fleet: `default` now, every later lane when it is made.
+    pub fn join_fleet(&self, fleet: Arc<Fleet>) {
+        if self.fleet.set(fleet).is_ok() {
             self.enlist(&self.default);
         }
+    }
+
+    /// The upstream's own counters, which its lanes update.
+    pub fn upstream_metrics(&self) -> &Arc<UpstreamMetrics> {
+        &self.common.metrics
+    }
+
+    /// The controllers' and the retry budget's time zero.
+    pub fn origin(&self) -> Instant {
+        self.common.origin
     }
 
     /// Joins `lane` to the fleet, if there is one: the fleet's decisions reach its
     /// controller and pacer; its queue and steps reach the fleet.
     fn enlist(&self, lane: &Arc<Lane>) {
-        let Some(enlisted) = self.fleet.get() else {
+        let Some(fleet) = self.fleet.get() else {
             return;
         };
         let weak = Arc::downgrade(lane);
-        let clock = self.clock.clone();
-        let origin = enlisted.origin;
-        let gauge = Arc::ptr_eq(lane, &self.default).then(|| enlisted.interval.clone());
-        let link = enlisted.fleet.join(
-            &self.upstream,
+        let link = fleet.join(
+            &self.common.upstream,
             lane.name(),
             Box::new(move |decision| {
-                let Some(lane) = weak.upgrade() else { return };
-                let now = clock.now().saturating_duration_since(origin);
-                let spacing = lane.adopt(decision, now);
-                if let Some(gauge) = &gauge {
-                    gauge.set(spacing.as_secs_f64());
+                if let Some(lane) = weak.upgrade() {
+                    lane.adopt(decision);
                 }
             }),
         );
@@ -628,7 +958,7 @@ impl Lanes {
             if !keep {
                 if lane.named {
                     self.named.fetch_sub(1, Ordering::Relaxed);
-                    self.metrics.remove_lane(&self.upstream, name);
+                    self.metrics.remove_lane(&self.common.upstream, name);
                 }
                 if name.contains(":key=") {
                     self.hot.fetch_sub(1, Ordering::Relaxed);
@@ -642,7 +972,7 @@ impl Lanes {
         let named = self.named.load(Ordering::Relaxed) < self.settings.lanes.metrics_lanes;
         let metrics = if named {
             self.named.fetch_add(1, Ordering::Relaxed);
-            Arc::new(self.metrics.lane(&self.upstream, name))
+            Arc::new(self.metrics.lane(&self.common.upstream, name))
         } else {
             Arc::clone(&self.other_metrics)
         };
@@ -652,15 +982,7 @@ impl Lanes {
             .unwrap_or_else(PoisonError::into_inner)
             .fork();
         let seed = rng.get_seed() ^ 0x5bd1_e995;
-        let lane = Lane::new(
-            name,
-            &self.settings,
-            &self.clock,
-            (rng, seed),
-            metrics,
-            named,
-            self.reach,
-        );
+        let lane = Lane::new(name, &self.common, (rng, seed), metrics, named, self.reach);
         if let Some(by) = *self.drain_by.lock().unwrap_or_else(PoisonError::into_inner) {
             lane.pacer.drain(by);
         }

@@ -29,7 +29,7 @@ use crate::pacer::Slot;
 use crate::plot::{self, CapacityStep, Point};
 use crate::throttle::{Signal, Verdict};
 use crate::transport::ConnectCause;
-use crate::upstream::Control;
+use crate::upstream::{Control, Settle};
 
 /// How the upstream's capacity changes over the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -460,13 +460,16 @@ pub async fn request(
                 retry_after: shed.retry_after,
             },
             Ok(pass) => match upstream.admit(pass.slot().dispatched_at) {
-                Admission::Closed(wait) => attempt::Outcome::BackoffClosed { wait },
+                Admission::Closed(wait) => {
+                    let _settled = upstream.settle(pass, Settle::Unsent);
+                    attempt::Outcome::BackoffClosed { wait }
+                }
                 Admission::Open | Admission::Probe => {
                     let answer = send(pass.slot(), retry);
                     if !latency.is_zero() {
                         clock.sleep(latency).await;
                     }
-                    match observe(upstream, &pass, answer) {
+                    match observe(upstream, pass, answer) {
                         Some(outcome) => outcome,
                         None => return (Ending::Success, Duration::ZERO),
                     }
@@ -498,20 +501,21 @@ pub async fn request(
 
 /// Records the modelled upstream's answer as the proxy records a real one; `None`
 /// for a success, which ends the request.
-fn observe(upstream: &Control, pass: &Pass, answer: Answer) -> Option<attempt::Outcome> {
+fn observe(upstream: &Control, pass: Pass, answer: Answer) -> Option<attempt::Outcome> {
     match answer {
         Answer::Success => {
             upstream.connected();
-            upstream.settle(pass, Some(Verdict::Success), None);
+            let _settled = upstream.settle(pass, Settle::Answer(Some(Verdict::Success), None));
             None
         }
         Answer::Throttle => {
             upstream.connected();
-            upstream.settle(pass, Some(Verdict::Throttle(Signal::Body)), None);
+            let throttle = Some(Verdict::Throttle(Signal::Body));
+            let _settled = upstream.settle(pass, Settle::Answer(throttle, None));
             Some(attempt::Outcome::Throttled { refused: false })
         }
         Answer::Unreachable => {
-            upstream.settle(pass, None, None);
+            let _settled = upstream.settle(pass, Settle::Answer(None, None));
             let now = upstream.clock().now();
             upstream.connect_failed(now, &ConnectCause::Refused);
             let wait = upstream.connect_backoff_remaining(now);

@@ -3,9 +3,9 @@
 //! without I/O (`easeoff simulate` runs it in virtual time). [`Upstream`] adds the I/O:
 //! the listen address, the classifier, the HTTP client and the signer.
 //!
-//! `record` is where an attempt's verdict reaches the controller and the new interval
-//! reaches the pacer. The fast path (a success at interval 0, a healthy connection)
-//! reads atomics and takes no lock.
+//! An attempt ends in [`Control::settle`], which takes its [`Pass`] and tells each
+//! lane ([`Lane::record`]) how it went. The fast path (a success at interval 0, a
+//! healthy connection) reads atomics and takes no lock.
 
 use std::net::SocketAddr;
 use std::ops::Deref;
@@ -19,17 +19,15 @@ use crate::attempt::Cause;
 use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
-use crate::controller::Controller;
 use crate::fleet::Fleet;
-use crate::hints::{self, Hint, Quota};
-use crate::lane::{Lane, Lanes, Pass, Route};
+use crate::hints::Hint;
+use crate::lane::{CappedHint, Lane, Lanes, Pass, Route, Settled};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
 use crate::pacer::{Shed, Slot};
 use crate::retry::RetryBudget;
 use crate::shed::SDK_HINT_CAP;
 use crate::sigv4::Signer;
-use crate::sleeper::Step;
 use crate::throttle::{Classifier, Preset, Signal, Verdict};
 use crate::transport::{ClientError, ConnectCause, UpstreamClient};
 
@@ -45,15 +43,23 @@ pub struct Attempt {
     pub verdict: Option<Verdict>,
 }
 
-/// A pause or rate-limit window an upstream header asked for that was cut to
-/// `max_pause`, as `/status` shows it while it lasts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CappedHint {
-    pub header: Hint,
-    /// What the header asked for.
-    pub asked: Duration,
-    /// When the cut-down pause or window ends.
-    pub until: Instant,
+/// How an attempt ended, as [`Control::settle`] tells its lanes.
+pub enum Settle<'a> {
+    /// It never went (the connection backoff turned it away): its lanes only get
+    /// their slow start's place back.
+    Unsent,
+    /// Its verdict (`None` when no answer came) for every lane it held; `pause` is a
+    /// throttle's requested delay and the header that asked for it, which holds
+    /// those lanes (capped by `max_pause` and `max_interval`).
+    Answer(Option<Verdict>, Option<(Duration, Hint)>),
+    /// A throttle whose answer named the lanes throttled, with the upstream's reason
+    /// and resource: each is raised (as a throttle dispatched in its current epoch,
+    /// unless the attempt held it); the lanes it held and the answer did not name are
+    /// told nothing.
+    Routed(Signal, &'a [(Arc<Lane>, &'a str, &'a str)]),
+    /// A batch answer that left the tables this says yes to unprocessed: their lanes
+    /// (`TABLE:access`) are told of a partial throttle, the others of a success.
+    ByTable(&'a dyn Fn(&str) -> bool),
 }
 
 /// Called once per finished attempt.
@@ -79,7 +85,7 @@ pub struct Control {
     pub settings: Arc<UpstreamSettings>,
     /// The upstream's lanes, each with its own controller and pacer.
     pub lanes: Lanes,
-    pub metrics: UpstreamMetrics,
+    pub metrics: Arc<UpstreamMetrics>,
     pub budget: RetryBudget,
     clock: Clock,
     /// Time zero for the budget's and the controllers' clocks.
@@ -93,8 +99,6 @@ pub struct Control {
     auth_notice: Notice,
     /// One line per second about shed requests.
     shed_notice: Notice,
-    /// Per header kind: a capped pause was logged (once is enough to find the cause).
-    capped_logged: [AtomicBool; Hint::ALL.len()],
     observer: Option<Observer>,
 }
 
@@ -186,20 +190,19 @@ impl Control {
             reach,
         );
         let control = Control {
+            metrics: Arc::clone(lanes.upstream_metrics()),
+            origin: lanes.origin(),
             lanes,
-            metrics: metrics.upstream(&settings.name),
             budget: RetryBudget::new(
                 settings.retry.budget_ratio,
                 settings.retry.budget_min_per_second,
             ),
-            origin: clock.now(),
             clock,
             connect: Mutex::new((ConnectBackoff::new(&settings.connect_backoff), connect_rng)),
             connect_healthy: AtomicBool::new(true),
             connect_cause: Mutex::new(None),
             auth_notice: Notice::every(Duration::from_secs(10)),
             shed_notice: Notice::every(Duration::from_secs(1)),
-            capped_logged: Hint::ALL.map(|_| AtomicBool::new(false)),
             settings,
             observer,
         };
@@ -208,9 +211,6 @@ impl Control {
             .max_interval
             .set(control.settings.sleeper.max_interval.as_secs_f64());
         control.metrics.lanes.set(1);
-        // `constant` starts at its interval.
-        let lane = control.lanes.default_lane();
-        control.publish(lane, &lane.lock());
         control
     }
 
@@ -252,56 +252,6 @@ impl Control {
         ok
     }
 
-    /// Waits for a slot in `lane` (or is shed at once, told when to come back; see
-    /// [`crate::shed::Spread`]) and counts the wait; `patient`: see
-    /// [`crate::pacer::Pacer::acquire_with`]. A lane that left a slot unused for
-    /// `idle_decay` first forgets its throttles.
-    pub async fn acquire(
-        &self,
-        lane: &Lane,
-        deadline: Instant,
-        patient: bool,
-    ) -> Result<Slot, Shed> {
-        if let Some(link) = lane.fleet() {
-            link.arrived();
-        }
-        if !lane.pacer.interval().is_zero() {
-            self.forget_if_idle(lane, self.clock.now());
-        }
-        let started = if lane.start.is_over() {
-            Duration::ZERO
-        } else if lane.pacer.interval().is_zero() {
-            lane.start.enter(&self.clock, deadline).await
-        } else {
-            lane.start.end();
-            Duration::ZERO
-        };
-        let slot = match lane.pacer.acquire_with(deadline, patient).await {
-            Ok(slot) if started.is_zero() => slot,
-            // Counted as waiting, not as a sleep: the sleeper did not hold it.
-            Ok(slot) => Slot {
-                waited: slot.waited + started,
-                ..slot
-            },
-            Err(shed) => {
-                let now = self.clock.now();
-                let spacing = lane.pacer.spacing();
-                return Err(Shed {
-                    retry_after: lane.spread.retry_after(now, shed.retry_after, spacing),
-                    ..shed
-                });
-            }
-        };
-        lane.metrics.dispatches.inc();
-        let waited = slot.waited.as_secs_f64();
-        self.metrics.queue_wait.observe(waited);
-        if slot.held {
-            self.metrics.sleeps.inc();
-            self.metrics.sleep_seconds.inc_by(waited);
-        }
-        Ok(slot)
-    }
-
     /// Whether the connection backoff lets a request try the upstream now.
     pub fn admit(&self, now: Instant) -> Admission {
         if self.connect_healthy.load(Ordering::Relaxed) {
@@ -341,25 +291,8 @@ impl Control {
         let at = self.clock.now().saturating_duration_since(self.origin);
         if let Some(shed) = self.shed_notice.hit(at) {
             let interval_ms = lane.interval().as_secs_f64() * 1e3;
-            let waiting = lane.pacer.waiting();
+            let waiting = lane.waiting();
             tracing::info!(upstream = %self.name(), lane = lane.name(), shed, waiting, interval_ms, "shedding requests");
-        }
-    }
-
-    /// Takes the interval of a lane that left its slots unused for `idle_decay` to
-    /// 0, as a run of successes would: a throttle storm at night does not tax the
-    /// morning's traffic.
-    pub fn forget_if_idle(&self, lane: &Lane, now: Instant) {
-        let decay = self.settings.lanes.idle_decay;
-        // A fleet's interval is the fleet's: one idle member does not lower it.
-        if decay.is_zero() || lane.fleet().is_some() || !lane.idle_for(decay, now) {
-            return;
-        }
-        let mut controller = lane.lock();
-        if controller.forget() {
-            tracing::debug!(upstream = %self.name(), lane = lane.name(), "idle lane forgot its throttles");
-            self.metrics.decreases.inc();
-            self.publish(lane, &controller);
         }
     }
 
@@ -390,55 +323,6 @@ impl Control {
         self.lock_connect().0.remaining(now.into_std())
     }
 
-    /// Applies an answer's rate-limit quota to `lane`: nothing left pauses it until
-    /// the reset (a `ratelimit` throttle); otherwise what is left is spread over the
-    /// window. The window counts as at most `max_pause` long.
-    pub fn apply_quota(&self, lane: &Lane, quota: Quota, now: Instant) {
-        let wall = self.clock.wall();
-        let reset = self.cap(lane, quota.reset_in(wall), Hint::RateLimit, now);
-        if quota.remaining == 0 {
-            self.metrics.throttle(Signal::RateLimit).inc();
-            lane.metrics.throttle(Signal::RateLimit).inc();
-            if lane.pacer.paused_until(now).is_none() {
-                tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
-            }
-            lane.pacer.pause_until(now + reset);
-        } else {
-            lane.pacer
-                .set_floor(quota.spacing(wall).min(reset), now + reset);
-        }
-    }
-
-    /// Cuts a pause a header asked for to `max_pause` (and `max_interval`); a cut is
-    /// counted, remembered for `/status` and logged the first time each header does it.
-    fn cap(&self, lane: &Lane, asked: Duration, header: Hint, now: Instant) -> Duration {
-        let max = self
-            .settings
-            .max_pause
-            .min(self.settings.sleeper.max_interval);
-        let (pause, capped) = hints::cap(asked, max);
-        if !capped {
-            return pause;
-        }
-        self.metrics.hint_capped(header).inc();
-        let until = now + pause;
-        *lane.capped.lock().unwrap_or_else(PoisonError::into_inner) = Some(CappedHint {
-            header,
-            asked,
-            until,
-        });
-        if !self.capped_logged[header as usize].swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                upstream = %self.name(),
-                header = header.as_str(),
-                asked_s = asked.as_secs_f64(),
-                max_pause_s = max.as_secs_f64(),
-                "the upstream asked for a longer pause than max_pause; capped (logged once per header)"
-            );
-        }
-        pause
-    }
-
     /// The default lane's latest capped hint while its pause or window lasts.
     pub fn capped_hint(&self) -> Option<CappedHint> {
         self.capped_hint_in(self.lanes.default_lane())
@@ -446,9 +330,7 @@ impl Control {
 
     /// A lane's latest capped hint while its pause or window lasts.
     pub fn capped_hint_in(&self, lane: &Lane) -> Option<CappedHint> {
-        let now = self.clock.now();
-        let capped = *lane.capped.lock().unwrap_or_else(PoisonError::into_inner);
-        capped.filter(|c| c.until > now)
+        lane.capped_hint()
     }
 
     /// The default lane's rate-limit floor in force (the least spacing) and when it
@@ -459,27 +341,34 @@ impl Control {
 
     /// A lane's rate-limit floor in force and when it ends, in wall-clock time.
     pub fn rate_limit_floor_in(&self, lane: &Lane) -> Option<(Duration, SystemTime)> {
-        let now = self.clock.now();
-        let (spacing, end) = lane.pacer.floor(now)?;
-        Some((spacing, self.clock.wall() + (end - now)))
+        lane.rate_limit_floor()
     }
 
-    /// Feeds one attempt's verdict to every lane it held; `pause` is the throttle's
-    /// requested delay and the header that asked for it, which holds those lanes
-    /// (capped by `max_pause` and `max_interval`).
-    pub fn settle(&self, pass: &Pass, verdict: Option<Verdict>, pause: Option<(Duration, Hint)>) {
-        self.observe(pass.slot(), verdict);
-        if let Some(Verdict::Throttle(signal)) = verdict {
-            self.metrics.throttle(signal).inc();
-        }
-        for (lane, slot) in pass.iter() {
-            self.record(lane, slot, verdict, pause);
-        }
+    /// Ends an attempt: takes its pass and tells each lane it concerns how it went.
+    pub fn settle(&self, pass: Pass, how: Settle<'_>) -> Settled {
+        pass.settle(|pass| match how {
+            Settle::Unsent => {
+                for (lane, slot) in pass.iter() {
+                    lane.record(slot, None, None);
+                }
+            }
+            Settle::Answer(verdict, pause) => {
+                self.observe(pass.slot(), verdict);
+                if let Some(Verdict::Throttle(signal)) = verdict {
+                    self.metrics.throttle(signal).inc();
+                }
+                for (lane, slot) in pass.iter() {
+                    lane.record(slot, verdict, pause);
+                }
+            }
+            Settle::ByTable(unprocessed) => self.settle_by_table(pass, unprocessed),
+            Settle::Routed(signal, named) => self.settle_routed(pass, signal, named),
+        })
     }
 
     /// A batch answer that left some tables' items unprocessed: the lanes of those
     /// tables (`TABLE:access`) are told of a partial throttle, the others of a success.
-    pub fn settle_by_table(&self, pass: &Pass, unprocessed: impl Fn(&str) -> bool) {
+    fn settle_by_table(&self, pass: &Pass, unprocessed: &dyn Fn(&str) -> bool) {
         let partial = Some(Verdict::Throttle(Signal::Partial));
         self.observe(pass.slot(), partial);
         self.metrics.throttle(Signal::Partial).inc();
@@ -490,12 +379,12 @@ impl Control {
             } else {
                 Some(Verdict::Success)
             };
-            self.record(lane, slot, verdict, None);
+            lane.record(slot, verdict, None);
         }
     }
 
     /// Tells observers (the demo's plot, traces) of one attempt.
-    pub fn observe(&self, slot: &Slot, verdict: Option<Verdict>) {
+    fn observe(&self, slot: &Slot, verdict: Option<Verdict>) {
         if let Some(observe) = &self.observer {
             observe(&Attempt {
                 dispatched_at: slot.dispatched_at,
@@ -503,52 +392,6 @@ impl Control {
                 held: slot.held,
                 verdict,
             });
-        }
-    }
-
-    /// Feeds a verdict to one lane's controller; `slot` is the lane's slot of the
-    /// attempt (its epoch decides whether a throttle raises). Upstream-level counts are
-    /// [`Control::settle`]'s.
-    pub fn record(
-        &self,
-        lane: &Lane,
-        slot: &Slot,
-        verdict: Option<Verdict>,
-        pause: Option<(Duration, Hint)>,
-    ) {
-        match verdict {
-            Some(Verdict::Throttle(signal)) => {
-                lane.metrics.throttle(signal).inc();
-                lane.throttled(signal.as_str(), None, self.clock.wall());
-                let now = self.clock.now();
-                if let Some((asked, header)) = pause {
-                    let delay = self.cap(lane, asked, header, now);
-                    if lane.pacer.paused_until(now).is_none() {
-                        tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
-                    }
-                    lane.pacer.pause_until(now + delay);
-                }
-                let spacing = lane.pacer.observed_spacing(now);
-                let mut controller = lane.lock();
-                let at = now.saturating_duration_since(self.origin);
-                let step = controller.on_throttle(slot.epoch, spacing, at);
-                self.apply(lane, &controller, step);
-                // After the raise, so the requests it lets go meet the new interval.
-                lane.start.answered(true, false);
-            }
-            Some(Verdict::Success) => {
-                lane.start.answered(false, true);
-                // Successes at interval 0 change nothing: no lock on the fast path.
-                if lane.pacer.interval().is_zero() {
-                    self.metrics.invocations.inc();
-                    return;
-                }
-                let at = self.clock.now().saturating_duration_since(self.origin);
-                let mut controller = lane.lock();
-                let step = controller.on_success(slot.epoch, at);
-                self.apply(lane, &controller, step);
-            }
-            Some(Verdict::Failure) | None => lane.start.answered(false, false),
         }
     }
 
@@ -560,14 +403,15 @@ impl Control {
         deadline: Instant,
         patient: bool,
     ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
-        let slot = self
-            .acquire(&route.first, deadline, patient)
+        let slot = route
+            .first
+            .acquire(deadline, patient)
             .await
             .map_err(|shed| (shed, &route.first))?;
         let mut pass = Pass::one(Arc::clone(&route.first), slot);
         for lane in &route.more {
-            let slot = self
-                .acquire(lane, deadline, patient)
+            let slot = lane
+                .acquire(deadline, patient)
                 .await
                 .map_err(|shed| (shed, lane))?;
             pass.add(Arc::clone(lane), slot);
@@ -575,49 +419,31 @@ impl Control {
         Ok(pass)
     }
 
-    /// A pass for `lane` standing in for `pass` when the answer named a lane the
-    /// attempt did not hold (the upstream's own bucket, a hot key's lane made after it
-    /// went): it counts as dispatched in the epoch that lane had when it went.
-    pub fn pass_for(&self, lane: Arc<Lane>, pass: &Pass) -> Pass {
-        if let Some(slot) = pass.slot_in(&lane) {
-            let slot = *slot;
-            return Pass::one(lane, slot);
-        }
-        let slot = Slot {
-            epoch: lane.pacer.epoch_at(pass.slot().dispatched_at),
-            ..*pass.slot()
-        };
-        Pass::one(lane, slot)
-    }
-
     /// A throttle whose answer named the resources throttled: each named lane is
     /// raised (as a throttle dispatched in its current epoch, unless the attempt
     /// held it) and remembers the upstream's reason; the lanes the attempt held and
     /// the answer did not name are told nothing.
-    pub fn settle_routed(&self, pass: &Pass, signal: Signal, named: &[(Arc<Lane>, &str, &str)]) {
+    fn settle_routed(&self, pass: &Pass, signal: Signal, named: &[(Arc<Lane>, &str, &str)]) {
         let verdict = Some(Verdict::Throttle(signal));
         self.observe(pass.slot(), verdict);
         self.metrics.throttle(signal).inc();
         for (lane, reason, resource) in named {
-            let routed = self.pass_for(Arc::clone(lane), pass);
-            self.record(lane, routed.slot(), verdict, None);
+            let routed = pass.for_lane(Arc::clone(lane));
+            lane.record(routed.slot(), verdict, None);
+            let _ = routed.settle(|_| ());
             lane.throttled(reason, Some(resource), self.clock.wall());
         }
     }
 
     /// Joins the fleet with every lane, those made later included.
     pub fn join_fleet(&self, fleet: Arc<Fleet>) {
-        self.lanes
-            .join_fleet(fleet, self.origin, self.metrics.interval.clone());
+        self.lanes.join_fleet(fleet);
     }
 
     /// Puts every lane's interval back to 0 and lifts any pause (admin reset).
     pub fn reset(&self) {
         for lane in self.lanes.all() {
-            let mut controller = lane.lock();
-            controller.reset(&self.settings.sleeper);
-            lane.pacer.lift_pause();
-            self.publish(&lane, &controller);
+            lane.reset();
         }
     }
 
@@ -633,14 +459,12 @@ impl Control {
 
     /// When a lane's pause ends, in wall-clock time.
     pub fn paused_until_in(&self, lane: &Lane) -> Option<SystemTime> {
-        let now = self.clock.now();
-        let end = lane.pacer.paused_until(now)?;
-        Some(self.clock.wall() + (end - now))
+        lane.paused_until()
     }
 
     /// Requests waiting for a slot, over all lanes.
     pub fn waiting(&self) -> usize {
-        self.lanes.all().iter().map(|l| l.pacer.waiting()).sum()
+        self.lanes.all().iter().map(|l| l.waiting()).sum()
     }
 
     /// From now on no request waits past `by` (the shutdown drain), in every lane.
@@ -658,12 +482,12 @@ impl Control {
         let mut waiting = 0;
         for lane in &lanes {
             if !lane.interval().is_zero() {
-                self.forget_if_idle(lane, now);
+                lane.forget_if_idle(now);
             }
-            if let Some(end) = lane.pacer.paused_until(now) {
-                pause = pause.max(end - now);
+            if let Some(left) = lane.pause_left(now) {
+                pause = pause.max(left);
             }
-            waiting += lane.pacer.waiting();
+            waiting += lane.waiting();
         }
         self.lanes.refresh_gauges();
         self.metrics.lanes.set(lanes.len() as i64);
@@ -672,38 +496,6 @@ impl Control {
         self.metrics
             .connect_backoff
             .set(self.connect_backoff_remaining(now).as_secs_f64());
-    }
-
-    fn apply(&self, lane: &Lane, controller: &Controller<fastrand::Rng>, step: Option<Step>) {
-        let Some(step) = step else {
-            return;
-        };
-        self.metrics.invocations.inc();
-        match step {
-            Step::Up => self.metrics.increases.inc(),
-            Step::Down => self.metrics.decreases.inc(),
-            Step::Unchanged => return,
-        }
-        lane.stepped(controller, step);
-        self.publish(lane, controller);
-    }
-
-    /// Hands a lane controller's interval to its pacer and gauges; the upstream's
-    /// interval gauge shows the default lane.
-    fn publish(&self, lane: &Lane, controller: &Controller<fastrand::Rng>) {
-        let before = lane.pacer.interval();
-        let interval = lane.pace(controller);
-        let interval_ms = interval.as_secs_f64() * 1e3;
-        let name = lane.name();
-        if before.is_zero() && !interval.is_zero() {
-            tracing::info!(upstream = %self.name(), lane = name, interval_ms, "the upstream throttles; pacing requests");
-        } else if !before.is_zero() && interval.is_zero() {
-            tracing::info!(upstream = %self.name(), lane = name, "throttling over; requests go at once");
-        }
-        if std::ptr::eq(lane, self.lanes.default_lane().as_ref()) {
-            self.metrics.interval.set(interval.as_secs_f64());
-        }
-        tracing::debug!(upstream = %self.name(), lane = name, interval_ms, "interval changed");
     }
 
     fn lock_connect(&self) -> MutexGuard<'_, (ConnectBackoff, fastrand::Rng)> {

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::pacer::Slot;
 use crate::route::Part;
 use crate::throttle::{Preset, Signal, Verdict};
-use crate::upstream::Control;
+use crate::upstream::{Control, Settle};
 
 fn control(
     preset: Preset,
@@ -80,8 +80,9 @@ fn attempt(
     let pass = runtime
         .block_on(control.acquire_route(&route, far, false))
         .unwrap();
-    control.settle(&pass, Some(verdict), None);
-    *pass.slot()
+    let slot = *pass.slot();
+    let _ = control.settle(pass, Settle::Answer(Some(verdict), None));
+    slot
 }
 
 #[test]
@@ -175,7 +176,7 @@ fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
                 .slot()
                 .to_owned()
         };
-        control.record(&lane, &slot, Some(Verdict::Throttle(Signal::Status)), None);
+        lane.record(&slot, Some(Verdict::Throttle(Signal::Status)), None);
     }
     let interval = control.interval();
     assert!(interval > Duration::from_secs(1), "{interval:?}");

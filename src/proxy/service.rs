@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
-use crate::lane::{Lane, Pass, Route};
+use crate::lane::{Lane, Pass, Route, Settled};
 use crate::metrics::{Outcome, ShardedGauge};
 use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
@@ -34,7 +34,7 @@ use crate::transport::{
     Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
     read_up_to, strip_hop_by_hop,
 };
-use crate::upstream::Upstream;
+use crate::upstream::{Settle, Upstream};
 
 /// The header that says why a connection failed (`tls: unknown issuer`).
 pub const CAUSE_HEADER: &str = "x-easeoff-cause";
@@ -122,8 +122,8 @@ pub fn handle<'a>(
                 let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
                 let (next, answer, message, shed) =
                     match ctx.attempt(request, wait_until, &mut policy, &route).await {
-                        Turn::Answer(response) => break 'served response,
-                        Turn::Next(next, answer, message) => (next, answer, message, None),
+                        Turn::Answer(response, _) => break 'served response,
+                        Turn::Next(next, answer, message, _) => (next, answer, message, None),
                         Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
                     };
                 let Next::Retry { after, cause } = next else {
@@ -163,10 +163,16 @@ struct Ending {
 }
 
 /// What one attempt left to do: the request's answer, or the policy's decision with
-/// the throttle answer it concerns and the words for the client if it gives up.
+/// the throttle answer it concerns and the words for the client if it gives up. An
+/// attempt that got a slot took a pass, and ends only with it settled ([`Settled`]).
 enum Turn {
-    Answer(Response<ProxyBody>),
-    Next(Next, Option<Response<ProxyBody>>, Cow<'static, str>),
+    Answer(Response<ProxyBody>, Settled),
+    Next(
+        Next,
+        Option<Response<ProxyBody>>,
+        Cow<'static, str>,
+        Settled,
+    ),
     /// No slot came; the policy's decision and why.
     Shed(Next, ShedReason),
 }
@@ -314,17 +320,19 @@ impl<'a> Ctx<'a> {
             let slot = *pass.slot();
             if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
                 discard_request(request);
+                let settled = upstream.settle(pass, Settle::Unsent);
                 let outcome = attempt::Outcome::BackoffClosed { wait };
-                return self.decide(policy, outcome, None, backoff_message(upstream));
+                return self.decide(policy, outcome, backoff_message(upstream), settled);
             }
             // Signed at dispatch: a retry minutes later needs a signature of its own.
             if let Some(signer) = &upstream.signer
                 && let Err(error) = Box::pin(signer.sign(&mut request)).await
             {
                 upstream.metrics.signing_failures.inc();
-                upstream.settle(&pass, None, None);
+                let settled = upstream.settle(pass, Settle::Answer(None, None));
                 let message = error.to_string();
-                return Turn::Answer(self.local(Reason::Signing, Outcome::Error, &message, None));
+                let answer = self.local(Reason::Signing, Outcome::Error, &message, None);
+                return Turn::Answer(answer, settled);
             }
             let sent = {
                 let _in_flight = InFlight::enter(&upstream.metrics.in_flight);
@@ -342,7 +350,7 @@ impl<'a> Ctx<'a> {
             match sent {
                 Ok(response) => self.answered(response, pass, policy, route).await,
                 Err(SendError::Connect(cause)) => {
-                    upstream.settle(&pass, None, None);
+                    let settled = upstream.settle(pass, Settle::Answer(None, None));
                     let now = self.clock.now();
                     upstream.connect_failed(now, &cause);
                     let wait = upstream.connect_backoff_remaining(now);
@@ -352,13 +360,13 @@ impl<'a> Ctx<'a> {
                         // the client hears why now, and the backoff spares the upstream.
                         let reason = Reason::UpstreamUnavailable;
                         let answer = self.local(reason, Outcome::Error, &message, Some(wait));
-                        return Turn::Answer(with_cause(answer, &cause));
+                        return Turn::Answer(with_cause(answer, &cause), settled);
                     }
                     let outcome = attempt::Outcome::ConnectFailed { wait };
-                    self.decide(policy, outcome, None, Cow::Owned(message))
+                    self.decide(policy, outcome, Cow::Owned(message), settled)
                 }
                 Err(error) => {
-                    upstream.settle(&pass, None, None);
+                    let settled = upstream.settle(pass, Settle::Answer(None, None));
                     let (reason, outcome) = match error {
                         SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
                         // It connected, whatever broke afterwards.
@@ -367,7 +375,8 @@ impl<'a> Ctx<'a> {
                             (Reason::UpstreamUnavailable, Outcome::Error)
                         }
                     };
-                    Turn::Answer(self.local(reason, outcome, &error.to_string(), None))
+                    let answer = self.local(reason, outcome, &error.to_string(), None);
+                    Turn::Answer(answer, settled)
                 }
             }
         }
@@ -391,23 +400,27 @@ impl<'a> Ctx<'a> {
         }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        // The lanes the attempt held are told nothing when the answer names another.
         let pass = match self.named_lane(route, &parts.headers) {
-            Some(lane) => upstream.pass_for(lane, &pass),
+            Some(lane) => pass.for_lane(lane),
             None => pass,
         };
         if let Some(quota) = hints::quota(&parts.headers) {
-            upstream.apply_quota(pass.lane(), quota, self.clock.now());
+            pass.lane().apply_quota(quota, self.clock.now());
         }
         let deadline = after(pass.slot().dispatched_at, upstream.client.request_timeout());
-        let (verdict, body, bytes) = match self.classify(&parts, body, &pass, deadline).await {
+        let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
             Ok(classified) => classified,
-            Err(answer) => return Turn::Answer(answer),
+            Err(answer) => {
+                let settled = upstream.settle(pass, Settle::Answer(None, None));
+                return Turn::Answer(answer, settled);
+            }
         };
         let Verdict::Throttle(signal) = verdict else {
-            let body = self.watch(pass, verdict, &parts.headers, body);
+            let (body, settled) = self.watch(pass, verdict, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
             self.count(outcome);
-            return Turn::Answer(Response::from_parts(parts, body));
+            return Turn::Answer(Response::from_parts(parts, body), settled);
         };
         let pushback = hints::pushback(&parts.headers, self.clock.wall());
         let pause = match pushback {
@@ -418,27 +431,27 @@ impl<'a> Ctx<'a> {
             .as_deref()
             .map(|bytes| self.throttled_lanes(bytes, route))
             .unwrap_or_default();
-        if routed.is_empty() {
-            upstream.settle(&pass, Some(verdict), pause);
+        let settled = if routed.is_empty() {
+            upstream.settle(pass, Settle::Answer(Some(verdict), pause))
         } else {
             let named: Vec<_> = routed
                 .iter()
                 .map(|(lane, r)| (Arc::clone(lane), r.reason.as_str(), r.resource.as_str()))
                 .collect();
-            upstream.settle_routed(&pass, signal, &named);
-        }
+            upstream.settle(pass, Settle::Routed(signal, &named))
+        };
         let refused = matches!(pushback, Some((Pushback::Refuse, _)));
         let outcome = attempt::Outcome::Throttled { refused };
         let next = policy.after(outcome, self.elapsed(), || false);
         if next != Next::ReadThrottle {
             let answer = Some(Response::from_parts(parts, body));
-            return Turn::Next(next, answer, Cow::Borrowed(""));
+            return Turn::Next(next, answer, Cow::Borrowed(""), settled);
         }
         let reading = self.clock.timeout_at(deadline, read_error_body_of(body));
         let Some(Some(body)) = Box::pin(reading).await else {
             let message = "the upstream's throttle answer broke off";
             let reason = Reason::UpstreamUnavailable;
-            return Turn::Answer(self.local(reason, Outcome::Error, message, None));
+            return Turn::Answer(self.local(reason, Outcome::Error, message, None), settled);
         };
         let held = !matches!(body, ProxyBody::Prefixed { .. } | ProxyBody::Stream(_));
         let outcome = attempt::Outcome::ThrottleRead { held };
@@ -448,16 +461,17 @@ impl<'a> Ctx<'a> {
             next,
             Some(Response::from_parts(parts, body)),
             Cow::Borrowed(""),
+            settled,
         )
     }
 
     /// The verdict on an answer, reading a small error body when the head alone does
-    /// not decide (the body read is returned too); an error is the client's answer.
+    /// not decide (the body read is returned too); an error is the client's answer
+    /// (the attempt got none).
     async fn classify(
         &self,
         parts: &http::response::Parts,
         body: Incoming,
-        pass: &Pass,
         deadline: Instant,
     ) -> Result<(Verdict, ProxyBody, Option<Bytes>), Response<ProxyBody>> {
         let upstream = self.upstream;
@@ -475,13 +489,11 @@ impl<'a> Ctx<'a> {
             )),
             Some(Ok((body, None))) => Ok((Verdict::Success, body, None)),
             Some(Err(error)) => {
-                upstream.settle(pass, None, None);
                 let message = format!("the upstream's answer broke off: {error}");
                 let reason = Reason::UpstreamUnavailable;
                 Err(self.local(reason, Outcome::Error, &message, None))
             }
             None => {
-                upstream.settle(pass, None, None);
                 let message = format!(
                     "no complete answer within {:?}",
                     upstream.client.request_timeout()
@@ -496,12 +508,12 @@ impl<'a> Ctx<'a> {
         &self,
         policy: &mut Attempts,
         outcome: attempt::Outcome,
-        answer: Option<Response<ProxyBody>>,
         message: Cow<'static, str>,
+        settled: Settled,
     ) -> Turn {
         let now = self.clock.now();
         let next = policy.after(outcome, now - self.arrived, || self.upstream.withdraw(now));
-        Turn::Next(next, answer, message)
+        Turn::Next(next, None, message, settled)
     }
 
     fn elapsed(&self) -> Duration {
@@ -641,24 +653,32 @@ impl<'a> Ctx<'a> {
         verdict: Verdict,
         headers: &HeaderMap,
         body: ProxyBody,
-    ) -> ProxyBody {
+    ) -> (ProxyBody, Settled) {
         let ProxyBody::Stream(inner) = body else {
-            self.upstream.settle(&pass, Some(verdict), None);
-            return body;
+            return (
+                body,
+                self.upstream
+                    .settle(pass, Settle::Answer(Some(verdict), None)),
+            );
         };
-        let upstream = Arc::clone(self.upstream);
-        let watch = if verdict == Verdict::Success && self.watch_batch {
-            Watch::batch(upstream, pass)
-        } else if verdict == Verdict::Success
+        let batch = verdict == Verdict::Success && self.watch_batch;
+        let grpc = verdict == Verdict::Success
             && self.dialect.preset == Preset::Grpc
-            && !headers.contains_key("grpc-status")
-        {
-            Watch::grpc(upstream, pass)
+            && !headers.contains_key("grpc-status");
+        if !batch && !grpc {
+            let settled = self
+                .upstream
+                .settle(pass, Settle::Answer(Some(verdict), None));
+            return (ProxyBody::Stream(inner), settled);
+        }
+        let upstream = Arc::clone(self.upstream);
+        let (pass, settled) = pass.defer();
+        let watch = if batch {
+            Watch::batch(upstream, pass)
         } else {
-            self.upstream.settle(&pass, Some(verdict), None);
-            return ProxyBody::Stream(inner);
+            Watch::grpc(upstream, pass)
         };
-        ProxyBody::Watched { inner, watch }
+        (ProxyBody::Watched { inner, watch }, settled)
     }
 }
 

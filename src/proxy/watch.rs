@@ -7,22 +7,22 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body::Frame;
 
-use crate::lane::Pass;
+use crate::lane::Deferred;
 use crate::route::dynamodb::unprocessed_tables;
 use crate::throttle::{Signal, UnprocessedScan, Verdict};
 use crate::transport::WatchFrames;
-use crate::upstream::Upstream;
+use crate::upstream::{Settle, Upstream};
 
 /// What a watched body looks for, and where it reports.
 pub struct Watch {
     upstream: Arc<Upstream>,
-    pass: Pass,
+    /// Taken when the verdict is recorded.
+    pass: Option<Deferred>,
     /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
     scan: Option<UnprocessedScan>,
     /// A gRPC answer: `grpc-status` in the trailers decides.
     grpc: bool,
     verdict: Verdict,
-    reported: bool,
     /// The start of a batch answer that spans several tables' lanes, to tell which
     /// tables were left unprocessed; `None` past `KEPT_MAX` (then every lane is told).
     kept: Option<Vec<u8>>,
@@ -33,7 +33,7 @@ const KEPT_MAX: usize = 1 << 20;
 
 impl Watch {
     /// Watches a DynamoDB batch answer.
-    pub fn batch(upstream: Arc<Upstream>, pass: Pass) -> Box<Watch> {
+    pub fn batch(upstream: Arc<Upstream>, pass: Deferred) -> Box<Watch> {
         Box::new(Watch::new(
             upstream,
             pass,
@@ -43,41 +43,42 @@ impl Watch {
     }
 
     /// Watches a gRPC answer's trailers.
-    pub fn grpc(upstream: Arc<Upstream>, pass: Pass) -> Box<Watch> {
+    pub fn grpc(upstream: Arc<Upstream>, pass: Deferred) -> Box<Watch> {
         Box::new(Watch::new(upstream, pass, None, true))
     }
 
     fn new(
         upstream: Arc<Upstream>,
-        pass: Pass,
+        pass: Deferred,
         scan: Option<UnprocessedScan>,
         grpc: bool,
     ) -> Watch {
-        let kept = (scan.is_some() && pass.is_many()).then(Vec::new);
+        let kept = (scan.is_some() && pass.pass().is_many()).then(Vec::new);
         Watch {
             upstream,
-            pass,
+            pass: Some(pass),
             scan,
             grpc,
             kept,
             verdict: Verdict::Success,
-            reported: false,
         }
     }
 
     fn record(&mut self) {
-        if self.reported {
+        let Some(pass) = self.pass.take() else {
             return;
-        }
-        self.reported = true;
-        match (&self.kept, self.verdict) {
+        };
+        let pass = pass.into_pass();
+        let _settled = match (&self.kept, self.verdict) {
             (Some(kept), Verdict::Throttle(Signal::Partial)) => {
                 let tables = unprocessed_tables(kept);
-                self.upstream
-                    .settle_by_table(&self.pass, |table| tables.contains(table));
+                let unprocessed = |table: &str| tables.contains(table);
+                self.upstream.settle(pass, Settle::ByTable(&unprocessed))
             }
-            _ => self.upstream.settle(&self.pass, Some(self.verdict), None),
-        }
+            _ => self
+                .upstream
+                .settle(pass, Settle::Answer(Some(self.verdict), None)),
+        };
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderValue};
 
 use super::*;
-use crate::hints::{self, Pushback};
+use crate::hints::{self, Pushback, Quota};
 use crate::metrics::Metrics;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -63,7 +63,10 @@ fn throttle(control: &Control, headers: &HeaderMap) {
         other => panic!("no delay in {headers:?}: {other:?}"),
     };
     let verdict = Some(Verdict::Throttle(Signal::Status));
-    control.record(control.lanes.default_lane(), &slot(control), verdict, pause);
+    control
+        .lanes
+        .default_lane()
+        .record(&slot(control), verdict, pause);
 }
 
 #[test]
@@ -141,11 +144,10 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
         for (name, value) in pair {
             headers.insert(name, HeaderValue::from_static(value));
         }
-        control.apply_quota(
-            control.lanes.default_lane(),
-            hints::quota(&headers).unwrap(),
-            control.clock().now(),
-        );
+        control
+            .lanes
+            .default_lane()
+            .apply_quota(hints::quota(&headers).unwrap(), control.clock().now());
         assert_eq!(control.paused_until(), Some(epoch() + MINUTE), "{reset}");
         assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 1);
         assert_eq!(control.capped_hint().unwrap().header, Hint::RateLimit);
@@ -159,11 +161,10 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
         "ratelimit",
         "remaining=1, reset=18446744073709551615",
     ));
-    control.apply_quota(
-        control.lanes.default_lane(),
-        quota.unwrap(),
-        control.clock().now(),
-    );
+    control
+        .lanes
+        .default_lane()
+        .apply_quota(quota.unwrap(), control.clock().now());
     assert_eq!(control.paused_until(), None, "a floor, not a pause");
     assert_eq!(control.rate_limit_floor(), Some((MINUTE, epoch() + MINUTE)));
     assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 1);
@@ -176,7 +177,10 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
 fn a_quota_within_max_pause_is_spread_as_advertised() {
     let (control, _runtime, _) = control();
     let quota = hints::quota(&header("ratelimit", r#""default";r=10;t=30"#)).unwrap();
-    control.apply_quota(control.lanes.default_lane(), quota, control.clock().now());
+    control
+        .lanes
+        .default_lane()
+        .apply_quota(quota, control.clock().now());
     let thirty = Duration::from_secs(30);
     assert_eq!(
         control.rate_limit_floor(),
@@ -217,7 +221,10 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
             remaining: 0,
             reset: u64::MAX,
         };
-        control.apply_quota(control.lanes.default_lane(), quota, control.clock().now());
+        control
+            .lanes
+            .default_lane()
+            .apply_quota(quota, control.clock().now());
     });
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let logged: Vec<&str> = text.lines().filter(|l| l.contains("max_pause")).collect();
