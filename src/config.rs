@@ -22,12 +22,11 @@ use std::path::Path;
 
 use toml::de::DeTable;
 
-pub use kinds::{ca_roots, client_identity};
+pub use kinds::{UpstreamUrl, ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
     AccessLog, ConnectBackoffSettings, FleetSettings, LaneSettings, PoolSettings, QueueSettings,
     RedisUrl, RetrySettings, RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings,
-    UpstreamUrl,
 };
 
 /// The largest config file read: a real one is a few KiB, so anything near this is

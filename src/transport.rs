@@ -10,7 +10,7 @@ mod plain;
 mod verifier;
 
 pub use body::{ProxyBody, WatchFrames, discard, expects_continue, read_error_body, read_up_to};
-pub use cause::ConnectCause;
-pub use client::{ClientError, SendError, UpstreamClient, set_worker, worker_count};
+pub use cause::{ConnectCause, SendError};
+pub use client::{ClientError, UpstreamClient, set_worker, worker_count};
 pub use headers::strip_hop_by_hop;
 pub use plain::Bound;

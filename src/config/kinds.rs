@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::HeaderName;
-use http::uri::{Scheme, Uri};
+use http::uri::{Authority, Scheme, Uri};
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -16,7 +16,6 @@ use toml::Spanned;
 
 use super::keys::{Bounds, Kind, quote, strings};
 use super::reader::TableReader;
-use super::schema::UpstreamUrl;
 use super::units::{format_duration, parse_duration};
 use crate::route::{Part, parse_part};
 use crate::sleeper::Initial;
@@ -358,6 +357,28 @@ pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, String> {
     text.parse().map_err(|_| {
         format!("invalid address \"{text}\": write an IP and a port, e.g. \"127.0.0.1:8000\" or \"[::1]:8000\"")
     })
+}
+
+/// The upstream's address, split the way forwarding needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamUrl {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// Prefixed to every request path; empty or starting with `/`, never ending in `/`.
+    pub base_path: String,
+}
+
+impl UpstreamUrl {
+    /// Scheme, host and port, for `/status` and logs: a base path can carry a token.
+    pub fn origin(&self) -> String {
+        format!("{}://{}", self.scheme, self.authority)
+    }
+}
+
+impl std::fmt::Display for UpstreamUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.base_path)
+    }
 }
 
 /// An upstream url: http or https, a host, an optional base path, nothing else.

@@ -23,7 +23,7 @@ use http::uri::{Authority, Scheme};
 use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
 use super::kinds::{
     CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
-    Needles, Statuses, TlsName, parse_socket_addr, parse_url,
+    Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
 };
 use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
@@ -360,28 +360,6 @@ pub fn parse_access_log(text: &str) -> Result<AccessLog, String> {
                     "must be \"off\", \"full\" or \"sample:N\" (one request in N), got \"{text}\""
                 )
             }),
-    }
-}
-
-/// The upstream's address, split the way forwarding needs it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct UpstreamUrl {
-    pub scheme: Scheme,
-    pub authority: Authority,
-    /// Prefixed to every request path; empty or starting with `/`, never ending in `/`.
-    pub base_path: String,
-}
-
-impl UpstreamUrl {
-    /// Scheme, host and port, for `/status` and logs: a base path can carry a token.
-    pub fn origin(&self) -> String {
-        format!("{}://{}", self.scheme, self.authority)
-    }
-}
-
-impl std::fmt::Display for UpstreamUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}://{}{}", self.scheme, self.authority, self.base_path)
     }
 }
 

@@ -9,6 +9,17 @@ use std::io;
 
 use rustls::{AlertDescription, CertificateError};
 
+/// Why an attempt got no response.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("no response within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("cannot connect: {0}")]
+    Connect(ConnectCause),
+    #[error("{0}")]
+    Failed(Box<dyn Error + Send + Sync>),
+}
+
 /// What went wrong while connecting: TCP, DNS, TLS, or a peer that does not speak TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectCause {

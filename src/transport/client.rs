@@ -17,7 +17,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::ServerName;
 
 use super::body::ProxyBody;
-use super::cause::ConnectCause;
+use super::cause::{ConnectCause, SendError};
 use super::headers::strip_hop_by_hop;
 use super::plain::{Bound, Plain};
 use super::verifier::Verifier;
@@ -37,17 +37,6 @@ pub enum ClientError {
     ClientIdentity(String),
     #[error("invalid server_name \"{0}\"")]
     ServerName(String),
-}
-
-/// Why an attempt got no response.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    #[error("no response within {0:?}")]
-    Timeout(Duration),
-    #[error("cannot connect: {0}")]
-    Connect(ConnectCause),
-    #[error("{0}")]
-    Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
 type Pooled = Client<HttpsConnector<HttpConnector>, ProxyBody>;

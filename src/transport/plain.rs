@@ -30,8 +30,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use super::body::ProxyBody;
-use super::cause::ConnectCause;
-use super::client::SendError;
+use super::cause::{ConnectCause, SendError};
 use crate::flag_waker::{FlagWaker, Pass};
 
 /// An upstream connection's own future: it reads and writes while polled.
