@@ -28,6 +28,7 @@ pub use schema::{
     AccessLog, ConnectBackoffSettings, FleetSettings, LaneSettings, PoolSettings, QueueSettings,
     RedisUrl, RetrySettings, RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings,
 };
+pub use sections::ALL_SECTIONS;
 
 /// The largest config file read: a real one is a few KiB, so anything near this is
 /// the wrong file (or a device such as `/dev/zero`).

@@ -25,6 +25,22 @@ pub const UPSTREAM_SECTIONS: &[Section] = &[
     LANES.section(),
 ];
 
+/// Every table of the file with its keys; the README's configuration tables list the
+/// same (a test compares them).
+pub const ALL_SECTIONS: &[Section] = &[
+    SERVER.section(),
+    FLEET.section(),
+    UPSTREAM.section(),
+    SLEEPER.section(),
+    THROTTLE.section(),
+    RETRY.section(),
+    QUEUE.section(),
+    SIGV4.section(),
+    CONNECT_BACKOFF.section(),
+    POOL.section(),
+    LANES.section(),
+];
+
 /// `[server]`, or its defaults when the file has none.
 pub fn read_server(table: Option<TableReader<'_, '_>>) -> ServerSettings {
     read_section(table, &SERVER, ServerSettings::default(), |_, _, _| {})
