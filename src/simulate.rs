@@ -17,10 +17,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use std::borrow::Cow;
+
 use crate::attempt::{self, Attempts, Next};
 use crate::clock::{Clock, ManualClock};
 use crate::config::{FleetSettings, UpstreamSettings};
-use crate::connect_backoff::Admission;
 use crate::fleet::{Fleet, Memory};
 use crate::lane::{Pass, Route};
 use crate::metrics::Metrics;
@@ -29,6 +30,7 @@ use crate::pacer::Slot;
 use crate::plot::{self, CapacityStep, Point};
 use crate::throttle::{Signal, Verdict};
 use crate::transport::ConnectCause;
+use crate::upstream::drive::{Dispatch, Ended, Turn};
 use crate::upstream::{Control, Settle};
 
 /// How the upstream's capacity changes over the run.
@@ -435,91 +437,109 @@ pub const TABLES: [(&str, f64); 2] = [("slow", 0.2), ("fast", 1.0)];
 /// time a client that asked again at once would never let the clock move.
 const MIN_HOLD_OFF: Duration = Duration::from_millis(1);
 
-/// One client request through easeoff's decisions, as `proxy/service.rs` makes them:
-/// wait for a slot, pass the connection backoff, let `send` (the modelled upstream,
-/// told whether this is a retry) answer, which takes `latency`, record the verdict
-/// and ask the attempt policy. Also returns how long the client then holds off: a
-/// shed's or an unreachable upstream's Retry-After, which a client that backs off on
-/// easeoff's answer roughly honours; nothing otherwise.
+/// One client request through easeoff's decisions, by the attempt driver the proxy
+/// uses ([`Control::drive`]): wait for a slot, pass the connection backoff, let `send`
+/// (the modelled upstream, told whether this is a retry) answer, which takes
+/// `latency`, record the verdict and ask the attempt policy. Also returns how long
+/// the client then holds off: a shed's or an unreachable upstream's Retry-After,
+/// which a client that backs off on easeoff's answer roughly honours; nothing
+/// otherwise.
 pub async fn request(
     upstream: &Control,
     route: &Route,
     latency: Duration,
-    mut send: impl FnMut(&Slot, bool) -> Answer,
+    send: impl FnMut(&Slot, bool) -> Answer,
 ) -> (Ending, Duration) {
-    let clock = upstream.clock();
-    let settings = &upstream.settings;
-    let arrived = clock.now();
+    let arrived = upstream.clock().now();
     upstream.deposit(arrived);
-    let mut policy = Attempts::new(&settings.retry, settings.queue.max_wait, true, None);
-    loop {
-        let retry = policy.attempts() > 0;
-        let wait_until = arrived + policy.begin(clock.now() - arrived);
-        let outcome = match upstream.acquire_route(route, wait_until, false).await {
-            Err((shed, _)) => attempt::Outcome::Shed {
-                retry_after: shed.retry_after,
-            },
-            Ok(pass) => match upstream.admit(pass.slot().dispatched_at) {
-                Admission::Closed(wait) => {
-                    let _settled = upstream.settle(pass, Settle::Unsent);
-                    attempt::Outcome::BackoffClosed { wait }
-                }
-                Admission::Open | Admission::Probe => {
-                    let answer = send(pass.slot(), retry);
-                    if !latency.is_zero() {
-                        clock.sleep(latency).await;
-                    }
-                    match observe(upstream, pass, answer) {
-                        Some(outcome) => outcome,
-                        None => return (Ending::Success, Duration::ZERO),
-                    }
-                }
-            },
-        };
-        let now = clock.now();
-        let mut next = policy.after(outcome, now - arrived, || upstream.withdraw(now));
-        if next == Next::ReadThrottle {
-            // The modelled answer is always held.
-            let read = attempt::Outcome::ThrottleRead { held: true };
-            next = policy.after(read, now - arrived, || upstream.withdraw(now));
-        }
-        match next {
-            Next::Retry { after, cause } => {
-                upstream.retried(cause);
-                if !after.is_zero() {
-                    clock.sleep(after).await;
-                }
+    // The modelled body is always held, so every request can be sent again.
+    let policy = upstream.policy(None, true, None);
+    let mut modelled = Modelled {
+        upstream,
+        latency,
+        send,
+        arrived,
+    };
+    let mut route = route.clone();
+    let ended = upstream.drive(&mut modelled, &mut route, policy, (arrived, false));
+    match ended.await {
+        Ended::Answer(()) => (Ending::Success, Duration::ZERO),
+        Ended::Exhausted(_) => (Ending::Throttled, Duration::ZERO),
+        Ended::Concluded(ending) => match ending.next {
+            Next::Retry { .. } | Next::GiveBack(_) | Next::ReadThrottle => {
+                (Ending::Throttled, Duration::ZERO)
             }
-            Next::GiveBack(_) | Next::ReadThrottle => return (Ending::Throttled, Duration::ZERO),
-            Next::Shed { retry_after } => return (Ending::Shed, retry_after.max(MIN_HOLD_OFF)),
+            Next::Shed { retry_after } => (Ending::Shed, retry_after.max(MIN_HOLD_OFF)),
             Next::Unreachable { retry_after, .. } => {
-                return (Ending::Unreachable, retry_after.max(MIN_HOLD_OFF));
+                (Ending::Unreachable, retry_after.max(MIN_HOLD_OFF))
             }
-        }
+        },
     }
 }
 
-/// Records the modelled upstream's answer as the proxy records a real one; `None`
-/// for a success, which ends the request.
-fn observe(upstream: &Control, pass: Pass, answer: Answer) -> Option<attempt::Outcome> {
-    match answer {
-        Answer::Success => {
-            upstream.connected();
-            let _settled = upstream.settle(pass, Settle::Answer(Some(Verdict::Success), None));
-            None
-        }
-        Answer::Throttle => {
-            upstream.connected();
-            let throttle = Some(Verdict::Throttle(Signal::Body));
-            let _settled = upstream.settle(pass, Settle::Answer(throttle, None));
-            Some(attempt::Outcome::Throttled { refused: false })
-        }
-        Answer::Unreachable => {
-            let _settled = upstream.settle(pass, Settle::Answer(None, None));
-            let now = upstream.clock().now();
-            upstream.connect_failed(now, &ConnectCause::Refused);
-            let wait = upstream.connect_backoff_remaining(now);
-            Some(attempt::Outcome::ConnectFailed { wait })
+/// The modelled upstream as the attempt driver sends to it; a success is the only
+/// answer that ends a request.
+struct Modelled<'u, F> {
+    upstream: &'u Control,
+    latency: Duration,
+    send: F,
+    arrived: Instant,
+}
+
+impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
+    type Answer = ();
+
+    fn ready(&mut self) -> bool {
+        true
+    }
+
+    fn drop_attempt(&mut self, _queued: Duration) {}
+
+    fn send<'s>(
+        &'s mut self,
+        pass: Pass,
+        _queued: Duration,
+        policy: &'s mut Attempts,
+        _route: &'s Route,
+    ) -> impl Future<Output = Turn<()>> + 's {
+        async move {
+            let upstream = self.upstream;
+            let answer = (self.send)(pass.slot(), policy.attempts() > 1);
+            if !self.latency.is_zero() {
+                upstream.clock().sleep(self.latency).await;
+            }
+            let outcome = match answer {
+                Answer::Success => {
+                    upstream.connected();
+                    let success = Some(Verdict::Success);
+                    return Turn::Answer((), upstream.settle(pass, Settle::Answer(success, None)));
+                }
+                Answer::Throttle => {
+                    upstream.connected();
+                    let throttle = Some(Verdict::Throttle(Signal::Body));
+                    let settled = upstream.settle(pass, Settle::Answer(throttle, None));
+                    let elapsed = upstream.clock().now() - self.arrived;
+                    let throttled = attempt::Outcome::Throttled { refused: false };
+                    let next = policy.after(throttled, elapsed, || false);
+                    if next != Next::ReadThrottle {
+                        return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
+                    }
+                    // The modelled answer is always held.
+                    let read = attempt::Outcome::ThrottleRead { held: true };
+                    let next = upstream.decide(policy, read, self.arrived);
+                    return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
+                }
+                Answer::Unreachable => {
+                    let settled = upstream.settle(pass, Settle::Answer(None, None));
+                    let now = upstream.clock().now();
+                    upstream.connect_failed(now, &ConnectCause::Refused);
+                    let wait = upstream.connect_backoff_remaining(now);
+                    (attempt::Outcome::ConnectFailed { wait }, settled)
+                }
+            };
+            let (outcome, settled) = outcome;
+            let next = upstream.decide(policy, outcome, self.arrived);
+            Turn::Next(next, None, Cow::Borrowed(""), settled)
         }
     }
 }

@@ -503,5 +503,7 @@ impl Control {
     }
 }
 
+pub mod drive;
+
 #[cfg(test)]
 mod tests;

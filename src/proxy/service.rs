@@ -20,7 +20,6 @@ use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
 use crate::attempt::{self, Attempts, Next};
 use crate::clock::Clock;
-use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::lane::{Lane, Pass, Route, Settled};
@@ -34,6 +33,7 @@ use crate::transport::{
     Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
     read_up_to, strip_hop_by_hop,
 };
+use crate::upstream::drive::{Conclusion, Dispatch, Ended, Turn};
 use crate::upstream::{Settle, Upstream};
 
 /// The header that says why a connection failed (`tls: unknown issuer`).
@@ -98,51 +98,19 @@ pub fn handle<'a>(
             };
             let mut route = upstream.lanes.route(&head, body.held());
             ctx.watch_batch |= route.batch;
-            let settings = &upstream.settings;
-            let mut policy = Attempts::new(
-                &settings.retry,
-                settings
-                    .queue
-                    .max_wait
-                    .max(ctx.patience.unwrap_or_default()),
-                template.is_some(),
-                ctx.grpc_timeout,
-            )
-            .with_client_retries(settings.preset.is_aws());
-            let mut first = Some(Request::from_parts(head, body));
-            // The latest throttle, kept for the client in case the next attempt cannot go.
-            let mut kept: Option<Response<ProxyBody>> = None;
-            loop {
-                let Some(request) = first
-                    .take()
-                    .or_else(|| template.as_ref().map(Template::request))
-                else {
-                    break 'served ctx.give_up(kept, None);
-                };
-                let wait_until = after(ctx.arrived, policy.begin(clock.now() - ctx.arrived));
-                let (next, answer, message, shed) =
-                    match ctx.attempt(request, wait_until, &mut policy, &route).await {
-                        Turn::Answer(response, _) => break 'served response,
-                        Turn::Next(next, answer, message, _) => (next, answer, message, None),
-                        Turn::Shed(next, why) => (next, None, Cow::Borrowed(""), Some(why)),
-                    };
-                let Next::Retry { after, cause } = next else {
-                    let ending = Ending {
-                        kept,
-                        answer,
-                        message,
-                        shed,
-                    };
-                    break 'served ctx.conclude(next, ending, policy.attempts());
-                };
-                upstream.retried(cause);
-                upstream.lanes.refresh(&mut route);
-                if answer.is_some() {
-                    kept = answer;
-                }
-                if !after.is_zero() {
-                    Box::pin(clock.sleep(after)).await;
-                }
+            let policy = upstream.policy(ctx.patience, template.is_some(), ctx.grpc_timeout);
+            let mut attempts = Sender {
+                ctx: &ctx,
+                first: Some(Request::from_parts(head, body)),
+                template,
+                readied: None,
+            };
+            let patient = ctx.patience.is_some();
+            let driven = upstream.drive(&mut attempts, &mut route, policy, (ctx.arrived, patient));
+            match driven.await {
+                Ended::Answer(response) => response,
+                Ended::Exhausted(kept) => ctx.give_up(kept, None),
+                Ended::Concluded(ending) => ctx.conclude(ending),
             }
         };
         if let Some(line) = line {
@@ -152,29 +120,48 @@ pub fn handle<'a>(
     }
 }
 
-/// What a request that ends without an upstream answer of its own has to go on: the
-/// latest throttle kept for the client, the last attempt's answer, the words for the
-/// client and why the last slot was refused, if it was.
-struct Ending {
-    kept: Option<Response<ProxyBody>>,
-    answer: Option<Response<ProxyBody>>,
-    message: Cow<'static, str>,
-    shed: Option<ShedReason>,
+/// One request's attempts as the driver sends them: the request to send first, a
+/// template for the ones sent again, and the one readied.
+struct Sender<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    first: Option<Request<ProxyBody>>,
+    template: Option<Template>,
+    readied: Option<Request<ProxyBody>>,
 }
 
-/// What one attempt left to do: the request's answer, or the policy's decision with
-/// the throttle answer it concerns and the words for the client if it gives up. An
-/// attempt that got a slot took a pass, and ends only with it settled ([`Settled`]).
-enum Turn {
-    Answer(Response<ProxyBody>, Settled),
-    Next(
-        Next,
-        Option<Response<ProxyBody>>,
-        Cow<'static, str>,
-        Settled,
-    ),
-    /// No slot came; the policy's decision and why.
-    Shed(Next, ShedReason),
+impl Dispatch for Sender<'_, '_> {
+    type Answer = Response<ProxyBody>;
+
+    fn ready(&mut self) -> bool {
+        self.readied = self
+            .first
+            .take()
+            .or_else(|| self.template.as_ref().map(Template::request));
+        self.readied.is_some()
+    }
+
+    fn drop_attempt(&mut self, queued: Duration) {
+        if let Some(request) = self.readied.take() {
+            discard_request(request);
+        }
+        self.ctx.record.queued_for(queued);
+    }
+
+    #[inline(always)]
+    fn send<'s>(
+        &'s mut self,
+        pass: Pass,
+        queued: Duration,
+        policy: &'s mut Attempts,
+        route: &'s Route,
+    ) -> impl Future<Output = Turn<Response<ProxyBody>>> + 's {
+        self.ctx.record.queued_for(queued);
+        let request = self
+            .readied
+            .take()
+            .unwrap_or_else(|| Request::new(ProxyBody::full("")));
+        self.ctx.attempt(request, pass, policy, route)
+    }
 }
 
 /// What every step of one request needs.
@@ -281,49 +268,20 @@ impl<'a> Ctx<'a> {
         Ok((body, template))
     }
 
-    /// One attempt: a slot in each of its lanes, the connection backoff, the
-    /// signature, the send. Not an `async fn`: that would hold the request twice in
-    /// its state (its argument and a local), and the state is moved on every request.
+    /// One attempt that has its slots: the signature, the send. Not an `async fn`:
+    /// that would hold the request twice in its state (its argument and a local), and
+    /// the state is moved on every request.
     #[inline(always)]
     fn attempt<'b>(
         &'b self,
         mut request: Request<ProxyBody>,
-        wait_until: Instant,
+        pass: Pass,
         policy: &'b mut Attempts,
         route: &'b Route,
-    ) -> impl Future<Output = Turn> + 'b {
+    ) -> impl Future<Output = Turn<Response<ProxyBody>>> + 'b {
         let upstream = self.upstream;
-        let asked = self.clock.now();
         async move {
-            let pass = match upstream
-                .acquire_route(route, wait_until, self.patience.is_some())
-                .await
-            {
-                Ok(pass) => {
-                    let waited = pass.slot().dispatched_at.saturating_duration_since(asked);
-                    self.record.queued_for(waited);
-                    pass
-                }
-                Err((shed, lane)) => {
-                    discard_request(request);
-                    upstream.shed_noticed(lane);
-                    self.record
-                        .queued_for(self.clock.now().saturating_duration_since(asked));
-                    let outcome = attempt::Outcome::Shed {
-                        retry_after: shed.retry_after,
-                    };
-                    let now = self.clock.now();
-                    let next = policy.after(outcome, now - self.arrived, || upstream.withdraw(now));
-                    return Turn::Shed(next, shed.reason);
-                }
-            };
             let slot = *pass.slot();
-            if let Admission::Closed(wait) = upstream.admit(slot.dispatched_at) {
-                discard_request(request);
-                let settled = upstream.settle(pass, Settle::Unsent);
-                let outcome = attempt::Outcome::BackoffClosed { wait };
-                return self.decide(policy, outcome, backoff_message(upstream), settled);
-            }
             // Signed at dispatch: a retry minutes later needs a signature of its own.
             if let Some(signer) = &upstream.signer
                 && let Err(error) = Box::pin(signer.sign(&mut request)).await
@@ -363,7 +321,8 @@ impl<'a> Ctx<'a> {
                         return Turn::Answer(with_cause(answer, &cause), settled);
                     }
                     let outcome = attempt::Outcome::ConnectFailed { wait };
-                    self.decide(policy, outcome, Cow::Owned(message), settled)
+                    let next = upstream.decide(policy, outcome, self.arrived);
+                    Turn::Next(next, None, Cow::Owned(message), settled)
                 }
                 Err(error) => {
                     let settled = upstream.settle(pass, Settle::Answer(None, None));
@@ -390,7 +349,7 @@ impl<'a> Ctx<'a> {
         pass: Pass,
         policy: &mut Attempts,
         route: &Route,
-    ) -> Turn {
+    ) -> Turn<Response<ProxyBody>> {
         let upstream = self.upstream;
         upstream.connected();
         let status = response.status().as_u16();
@@ -455,8 +414,7 @@ impl<'a> Ctx<'a> {
         };
         let held = !matches!(body, ProxyBody::Prefixed { .. } | ProxyBody::Stream(_));
         let outcome = attempt::Outcome::ThrottleRead { held };
-        let now = self.clock.now();
-        let next = policy.after(outcome, now - self.arrived, || upstream.withdraw(now));
+        let next = upstream.decide(policy, outcome, self.arrived);
         Turn::Next(
             next,
             Some(Response::from_parts(parts, body)),
@@ -503,19 +461,6 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Asks the policy about an attempt that got no answer.
-    fn decide(
-        &self,
-        policy: &mut Attempts,
-        outcome: attempt::Outcome,
-        message: Cow<'static, str>,
-        settled: Settled,
-    ) -> Turn {
-        let now = self.clock.now();
-        let next = policy.after(outcome, now - self.arrived, || self.upstream.withdraw(now));
-        Turn::Next(next, None, message, settled)
-    }
-
     fn elapsed(&self) -> Duration {
         self.clock.now().saturating_duration_since(self.arrived)
     }
@@ -540,9 +485,10 @@ impl<'a> Ctx<'a> {
     }
 
     /// The answer for a decision that ends the request: the throttle given back, a
-    /// shed, or the upstream unreachable; `attempts` so far.
-    fn conclude(&self, next: Next, ending: Ending, attempts: u32) -> Response<ProxyBody> {
-        match next {
+    /// shed, or the upstream unreachable.
+    fn conclude(&self, ending: Conclusion<Response<ProxyBody>>) -> Response<ProxyBody> {
+        let attempts = ending.attempts;
+        match ending.next {
             Next::Shed { retry_after } => {
                 let mut why = ending.shed.unwrap_or(ShedReason::Deadline);
                 // A retry's deadline is the retry time, not the queue's.
@@ -709,16 +655,6 @@ impl Template {
         *request.version_mut() = self.version;
         *request.headers_mut() = self.headers.clone();
         request
-    }
-}
-
-/// Why an attempt cannot go while the connection backoff is closed.
-fn backoff_message(upstream: &Upstream) -> Cow<'static, str> {
-    match upstream.connect_cause() {
-        Some(cause) => Cow::Owned(format!(
-            "the upstream cannot be reached ({cause}); connection backoff in force"
-        )),
-        None => Cow::Borrowed("the upstream cannot be reached; connection backoff in force"),
     }
 }
 

@@ -1,0 +1,182 @@
+//! The attempt driver: one client request's attempts, as the proxy and `easeoff
+//! simulate` both run them. Each attempt waits for a slot in each of its lanes (or is
+//! shed), passes the connection backoff, and is sent by a [`Dispatch`] (the network,
+//! or the modelled upstream); the attempt policy then says what follows, and a retry
+//! takes in the lanes the answer made (`Lanes::refresh`).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Control, Settle};
+use crate::attempt::{self, Attempts, Next};
+use crate::connect_backoff::Admission;
+use crate::deadline::after;
+use crate::lane::{Pass, Route, Settled};
+use crate::pacer::ShedReason;
+
+/// What one attempt that got its slots left to do: the request's answer, or the
+/// policy's decision with the answer it concerns (a throttle kept for the client) and
+/// the words for the client if it gives up. Either way its pass was settled.
+pub enum Turn<A> {
+    Answer(A, Settled),
+    Next(Next, Option<A>, Cow<'static, str>, Settled),
+}
+
+/// Sends attempts: the proxy's network, or `simulate`'s modelled upstream.
+pub trait Dispatch {
+    /// An upstream's (or easeoff's own) answer.
+    type Answer;
+
+    /// Readies the next attempt; `false` when there is nothing to send again (a body
+    /// that cannot be replayed).
+    fn ready(&mut self) -> bool;
+
+    /// The readied attempt will not go (no slot, or the connection backoff is
+    /// closed); `queued` is how long it waited for a slot.
+    fn drop_attempt(&mut self, queued: Duration);
+
+    /// Sends the readied attempt holding `pass`, `queued` after it asked for its
+    /// slots, and asks `policy` what follows an answer or a failure.
+    fn send<'s>(
+        &'s mut self,
+        pass: Pass,
+        queued: Duration,
+        policy: &'s mut Attempts,
+        route: &'s Route,
+    ) -> impl Future<Output = Turn<Self::Answer>> + 's;
+}
+
+/// How a request's attempts ended.
+pub enum Ended<A> {
+    /// The request's answer.
+    Answer(A),
+    /// Nothing could be sent again: the latest throttle kept, if any, goes back.
+    Exhausted(Option<A>),
+    /// The policy ended the request.
+    Concluded(Conclusion<A>),
+}
+
+/// A decision that ends a request without an answer of its own: the latest throttle
+/// kept for the client, the last attempt's answer, the words for the client and why
+/// the last slot was refused, if it was.
+pub struct Conclusion<A> {
+    pub next: Next,
+    pub kept: Option<A>,
+    pub answer: Option<A>,
+    pub message: Cow<'static, str>,
+    pub shed: Option<ShedReason>,
+    /// Attempts begun.
+    pub attempts: u32,
+}
+
+impl Control {
+    /// The attempt policy of one request: `patience` is how long an AWS SDK's request
+    /// may wait for its slot, `replayable` whether its body can be sent again,
+    /// `deadline` a gRPC client's own.
+    pub fn policy(
+        &self,
+        patience: Option<Duration>,
+        replayable: bool,
+        deadline: Option<Duration>,
+    ) -> Attempts {
+        let settings = &self.settings;
+        let max_wait = settings.queue.max_wait.max(patience.unwrap_or_default());
+        Attempts::new(&settings.retry, max_wait, replayable, deadline)
+            .with_client_retries(settings.preset.is_aws())
+    }
+
+    /// Runs one request's attempts, arrived at `arrived`, through `dispatch` until
+    /// it has an answer or the policy ends it; `patient`: see
+    /// [`crate::pacer::Pacer::acquire_with`].
+    pub async fn drive<D: Dispatch>(
+        &self,
+        dispatch: &mut D,
+        route: &mut Route,
+        mut policy: Attempts,
+        (arrived, patient): (Instant, bool),
+    ) -> Ended<D::Answer> {
+        let clock = self.clock();
+        // The latest throttle, kept for the client in case the next attempt cannot go.
+        let mut kept = None;
+        loop {
+            if !dispatch.ready() {
+                return Ended::Exhausted(kept);
+            }
+            let wait_until = after(arrived, policy.begin(clock.now() - arrived));
+            let asked = clock.now();
+            let (next, answer, message, shed) =
+                match self.acquire_route(route, wait_until, patient).await {
+                    Err((shed, lane)) => {
+                        dispatch.drop_attempt(clock.now().saturating_duration_since(asked));
+                        self.shed_noticed(lane);
+                        let outcome = attempt::Outcome::Shed {
+                            retry_after: shed.retry_after,
+                        };
+                        let next = self.decide(&mut policy, outcome, arrived);
+                        (next, None, Cow::Borrowed(""), Some(shed.reason))
+                    }
+                    Ok(pass) => {
+                        let queued = pass.slot().dispatched_at.saturating_duration_since(asked);
+                        match self.admit(pass.slot().dispatched_at) {
+                            Admission::Closed(wait) => {
+                                dispatch.drop_attempt(queued);
+                                let _settled: Settled = self.settle(pass, Settle::Unsent);
+                                let outcome = attempt::Outcome::BackoffClosed { wait };
+                                let next = self.decide(&mut policy, outcome, arrived);
+                                (next, None, self.backoff_message(), None)
+                            }
+                            Admission::Open | Admission::Probe => {
+                                match dispatch.send(pass, queued, &mut policy, route).await {
+                                    Turn::Answer(answer, _) => return Ended::Answer(answer),
+                                    Turn::Next(next, answer, message, _) => {
+                                        (next, answer, message, None)
+                                    }
+                                }
+                            }
+                        }
+                    }
+                };
+            let Next::Retry { after, cause } = next else {
+                return Ended::Concluded(Conclusion {
+                    next,
+                    kept,
+                    answer,
+                    message,
+                    shed,
+                    attempts: policy.attempts(),
+                });
+            };
+            self.retried(cause);
+            self.lanes.refresh(route);
+            if answer.is_some() {
+                kept = answer;
+            }
+            if !after.is_zero() {
+                Box::pin(clock.sleep(after)).await;
+            }
+        }
+    }
+
+    /// Asks the policy about an attempt that got no answer, the retry budget last.
+    pub fn decide(
+        &self,
+        policy: &mut Attempts,
+        outcome: attempt::Outcome,
+        arrived: Instant,
+    ) -> Next {
+        let now = self.clock().now();
+        policy.after(outcome, now - arrived, || self.withdraw(now))
+    }
+
+    /// Why an attempt cannot go while the connection backoff is closed.
+    pub fn backoff_message(&self) -> Cow<'static, str> {
+        match self.connect_cause() {
+            Some(cause) => Cow::Owned(format!(
+                "the upstream cannot be reached ({cause}); connection backoff in force"
+            )),
+            None => Cow::Borrowed("the upstream cannot be reached; connection backoff in force"),
+        }
+    }
+}
