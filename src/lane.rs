@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use foldhash::fast::RandomState;
@@ -20,6 +20,7 @@ use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::fleet::{Decision, Fleet, LaneLink};
+use crate::hints::Hint;
 use crate::metrics::{LaneMetrics, Metrics};
 use crate::pacer::{Limits, Pacer, Slot};
 use crate::route::{self, Rule};
@@ -61,6 +62,8 @@ pub struct Lane {
     /// The latest capped hint; written only when a header asks for too much.
     pub(crate) capped: Mutex<Option<CappedHint>>,
     last_throttle: Mutex<Option<LastThrottle>>,
+    /// The header behind the lane's latest pause or floor.
+    pause_header: Mutex<Option<Hint>>,
     /// The lane's link to the fleet, with `[fleet]`.
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
@@ -104,6 +107,7 @@ impl Lane {
             named,
             capped: Mutex::new(None),
             last_throttle: Mutex::new(None),
+            pause_header: Mutex::new(None),
             fleet: OnceLock::new(),
             start,
         }
@@ -175,6 +179,8 @@ impl Lane {
 
     /// Remembers a throttle for `/status`.
     pub(crate) fn throttled(&self, reason: &str, resource: Option<&str>, at: SystemTime) {
+        let unix = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.metrics.throttled(reason, unix.as_secs_f64());
         *self
             .last_throttle
             .lock()
@@ -191,6 +197,34 @@ impl Lane {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Remembers the header behind a pause or floor, for `/status`.
+    pub(crate) fn paused_by(&self, header: Hint) {
+        *self
+            .pause_header
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(header);
+    }
+
+    /// The header behind the lane's latest pause or floor.
+    pub fn pause_header(&self) -> Option<Hint> {
+        *self
+            .pause_header
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Dispatches over the last second against the rate the spacing in force allows:
+    /// 1 runs at the limit; 0 while unpaced or idle. In `observe` mode it can pass 1.
+    pub fn near_limit(&self, now: Instant) -> f64 {
+        let spacing = self.pacer.spacing();
+        match self.pacer.observed_spacing(now) {
+            Some(observed) if !spacing.is_zero() && !observed.is_zero() => {
+                spacing.as_secs_f64() / observed.as_secs_f64()
+            }
+            _ => 0.0,
+        }
     }
 
     /// Whether the lane had a free slot it did not use for `idle` by `now`: nothing
@@ -569,6 +603,21 @@ impl Lanes {
         learned.insert(key.into(), bucket.into());
     }
 
+    /// The lane with the largest interval, the slowest pace any request meets (of
+    /// equals, the first by name); `default` while none is paced. The upstream's
+    /// headline interval is this lane's.
+    pub fn slowest(&self) -> Arc<Lane> {
+        let others = self.read();
+        let mut slowest = &self.default;
+        for lane in others.values() {
+            let (a, b) = (lane.interval(), slowest.interval());
+            if a > b || (a == b && !a.is_zero() && lane.name() < slowest.name()) {
+                slowest = lane;
+            }
+        }
+        Arc::clone(slowest)
+    }
+
     /// Every lane alive, `default` first, then by name.
     pub fn all(&self) -> Vec<Arc<Lane>> {
         let mut others: Vec<Arc<Lane>> = self.read().values().cloned().collect();
@@ -607,18 +656,23 @@ impl Lanes {
     /// Sets the `other` gauges: the largest interval and the sum of the waiting of
     /// the lanes without series of their own; and each named lane's waiting.
     pub fn refresh_gauges(&self) {
+        let now = self.clock.now();
         let mut interval = Duration::ZERO;
         let mut waiting = 0;
+        let mut near = 0.0_f64;
         for lane in self.all() {
             if lane.named {
                 lane.metrics.waiting.set(lane.pacer.waiting() as i64);
+                lane.metrics.near_limit.set(lane.near_limit(now));
             } else {
                 interval = interval.max(lane.interval());
                 waiting += lane.pacer.waiting();
+                near = near.max(lane.near_limit(now));
             }
         }
         self.other_metrics.interval.set(interval.as_secs_f64());
         self.other_metrics.waiting.set(waiting as i64);
+        self.other_metrics.near_limit.set(near);
     }
 
     fn sweep(&self, others: &mut LaneMap, now: Instant) {

@@ -396,6 +396,7 @@ impl Control {
     pub fn apply_quota(&self, lane: &Lane, quota: Quota, now: Instant) {
         let wall = self.clock.wall();
         let reset = self.cap(lane, quota.reset_in(wall), Hint::RateLimit, now);
+        lane.paused_by(Hint::RateLimit);
         if quota.remaining == 0 {
             self.metrics.throttle(Signal::RateLimit).inc();
             lane.metrics.throttle(Signal::RateLimit).inc();
@@ -523,6 +524,7 @@ impl Control {
                 let now = self.clock.now();
                 if let Some((asked, header)) = pause {
                     let delay = self.cap(lane, asked, header, now);
+                    lane.paused_by(header);
                     if lane.pacer.paused_until(now).is_none() {
                         tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
                     }
@@ -667,6 +669,8 @@ impl Control {
         }
         self.lanes.refresh_gauges();
         self.metrics.lanes.set(lanes.len() as i64);
+        let headline = self.lanes.slowest().interval();
+        self.metrics.interval.set(headline.as_secs_f64());
         self.metrics.pause.set(pause.as_secs_f64());
         self.metrics.queue_waiting.set(waiting as i64);
         self.metrics
@@ -689,7 +693,7 @@ impl Control {
     }
 
     /// Hands a lane controller's interval to its pacer and gauges; the upstream's
-    /// interval gauge shows the default lane.
+    /// interval gauge shows the largest over its lanes.
     fn publish(&self, lane: &Lane, controller: &Controller<fastrand::Rng>) {
         let before = lane.pacer.interval();
         let interval = lane.pace(controller);
@@ -700,9 +704,8 @@ impl Control {
         } else if !before.is_zero() && interval.is_zero() {
             tracing::info!(upstream = %self.name(), lane = name, "throttling over; requests go at once");
         }
-        if std::ptr::eq(lane, self.lanes.default_lane().as_ref()) {
-            self.metrics.interval.set(interval.as_secs_f64());
-        }
+        let headline = self.lanes.slowest().interval();
+        self.metrics.interval.set(headline.as_secs_f64());
         tracing::debug!(upstream = %self.name(), lane = name, interval_ms, "interval changed");
     }
 
