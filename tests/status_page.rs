@@ -145,7 +145,7 @@ async fn chromium_renders_every_upstream_with_its_interval_chart() {
         );
     }
     let interval = dom
-        .split("<span class=\"interval\">")
+        .split("<span class=\"interval headline\">")
         .nth(1)
         .and_then(|rest| rest.split(" ms<").next())
         .unwrap_or_else(|| panic!("no interval in\n{dom}"));
@@ -168,14 +168,121 @@ async fn chromium_renders_every_upstream_with_its_interval_chart() {
     eprintln!("status page screenshot: {}", png.display());
 }
 
+/// `easeoff demo` killed when dropped.
+struct Demo(std::process::Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a new operator sees first: during `easeoff demo` (the dynamodb preset paces
+/// the demo's table in lane `demo:write`, the mock takes 50 requests a second) the
+/// page's headline is the paced lane's ~20 ms, that lane's chart has a line, and
+/// `easeoff_upstream_interval_seconds` is above 0.
+#[tokio::test]
+async fn during_the_demo_the_headline_is_the_interval_that_paces() {
+    if Command::new("chromium").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("EASEOFF_REQUIRE_CHROMIUM").is_none(),
+            "chromium is required (apt-get install chromium)"
+        );
+        eprintln!("note: chromium not installed; skipping the demo page check");
+        return;
+    }
+    let admin = dead_port().await;
+    let svg = std::env::temp_dir().join(format!("easeoff-demo-{}.svg", std::process::id()));
+    let _demo = Demo(
+        Command::new(env!("CARGO_BIN_EXE_easeoff"))
+            .args(["demo", "--duration", "120s", "--admin", &admin.to_string()])
+            .arg("--out")
+            .arg(&svg)
+            .env_remove("EASEOFF_CONFIG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("easeoff demo starts"),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the demo's admin server",
+        || async { tokio::net::TcpStream::connect(admin).await.is_ok() },
+    )
+    .await;
+    // Paced, and the paced lane sampled a few times.
+    wait_until(
+        Duration::from_secs(30),
+        "a paced lane with history",
+        || async {
+            let s = status(admin).await;
+            let sampled = s["lanes"].as_array().is_some_and(|lanes| {
+                lanes.iter().any(|l| {
+                    l["name"] == "demo:write"
+                        && l["history"]["interval_ms"].as_array().is_some_and(|v| {
+                            v.iter().filter(|x| x.as_f64() > Some(0.0)).count() >= 3
+                        })
+                })
+            });
+            sampled && s["interval_ms"].as_f64() > Some(0.0)
+        },
+    )
+    .await;
+    let gauge = metric(
+        admin,
+        "easeoff_upstream_interval_seconds{upstream=\"dynamodb\"}",
+    )
+    .await;
+    assert!(
+        gauge > 0.0,
+        "the headline metric is the paced lane's: {gauge}"
+    );
+
+    let url = format!("http://{admin}/");
+    let dom = chromium(&["--dump-dom", &url]).await;
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let headline = dom
+        .split("<span class=\"interval headline\">")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms<").next())
+        .unwrap_or_else(|| panic!("no headline interval in\n{dom}"));
+    let headline: f64 = headline.parse().unwrap_or_else(|_| panic!("{headline:?}"));
+    assert!(
+        (10.0..=40.0).contains(&headline),
+        "the headline is ~20 ms: {headline} ms"
+    );
+    assert!(dom.contains("interval (lane demo:write)"), "{dom}");
+    let lane = dom
+        .split("<div class=\"lane\" data-name=\"demo:write\">")
+        .nth(1)
+        .and_then(|rest| rest.split("<div class=\"lane\"").next())
+        .unwrap_or_else(|| panic!("no lane demo:write in\n{dom}"));
+    assert!(
+        lane.contains("<polyline class=\"interval-line\""),
+        "no line in the lane's chart:\n{lane}"
+    );
+
+    let png = target_dir().join("status-page-demo.png");
+    let shot = format!("--screenshot={}", png.display());
+    chromium(&[&shot, "--window-size=1200,1400", &url]).await;
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "a screenshot at {} ({size} bytes)",
+        png.display()
+    );
+    eprintln!("demo status page screenshot: {}", png.display());
+    let _ = std::fs::remove_file(&svg);
+}
+
 /// Runs headless Chromium with a fresh profile, off the async runtime so the server
 /// under test keeps serving.
 async fn chromium(args: &[&str]) -> Output {
-    let profile = std::env::temp_dir().join(format!(
-        "easeoff-chromium-{}-{}",
-        std::process::id(),
-        args.len()
-    ));
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile =
+        std::env::temp_dir().join(format!("easeoff-chromium-{}-{run}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
     let mut command = Command::new("chromium");
     command.args([
