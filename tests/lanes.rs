@@ -382,6 +382,20 @@ async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
         b["last_throttle"]["resource"],
         "arn:aws:dynamodb:us-east-1:000000000000:table/b/index/by-date"
     );
+    assert_eq!(
+        b["last_throttle"]["words"],
+        "DynamoDB throttled writes of an index \
+         (arn:aws:dynamodb:us-east-1:000000000000:table/b/index/by-date): \
+         above its provisioned capacity (IndexWriteProvisionedThroughputExceeded)"
+    );
+    let reasons = metrics(proxy.admin).await;
+    assert!(
+        reasons.contains(
+            "easeoff_lane_last_throttle_timestamp_seconds{lane=\"b:write\",\
+             reason=\"IndexWriteProvisionedThroughputExceeded\",upstream=\"up\"}"
+        ),
+        "{reasons}"
+    );
 
     // A hot partition: only its own lane is raised, and other keys of the table
     // go at once.

@@ -122,12 +122,7 @@ async fn the_status_command_says_when_easeoff_is_unreachable() {
 /// check is skipped with a note.
 #[tokio::test]
 async fn chromium_renders_every_upstream_with_its_interval_chart() {
-    if Command::new("chromium").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("EASEOFF_REQUIRE_CHROMIUM").is_none(),
-            "chromium is required (apt-get install chromium)"
-        );
-        eprintln!("note: chromium not installed; skipping the status page browser check");
+    if no_chromium() {
         return;
     }
     let (proxy, _orders, _inventory) = two_upstreams().await;
@@ -184,12 +179,7 @@ impl Drop for Demo {
 /// `easeoff_upstream_interval_seconds` is above 0.
 #[tokio::test]
 async fn during_the_demo_the_headline_is_the_interval_that_paces() {
-    if Command::new("chromium").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("EASEOFF_REQUIRE_CHROMIUM").is_none(),
-            "chromium is required (apt-get install chromium)"
-        );
-        eprintln!("note: chromium not installed; skipping the demo page check");
+    if no_chromium() {
         return;
     }
     let admin = dead_port().await;
@@ -274,6 +264,71 @@ async fn during_the_demo_the_headline_is_the_interval_that_paces() {
     );
     eprintln!("demo status page screenshot: {}", png.display());
     let _ = std::fs::remove_file(&svg);
+}
+
+/// A DynamoDB throttle's `ThrottlingReasons` on the page, in words, as Chromium
+/// renders it.
+#[tokio::test]
+async fn a_dynamodb_throttling_reason_reads_in_words_on_the_page() {
+    if no_chromium() {
+        return;
+    }
+    let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{"reason":"TableWriteKeyRangeThroughputExceeded","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/orders"}]}"#;
+    let up = upstream(move |_| async move {
+        respond(400, &[("content-type", "application/x-amz-json-1.0")], body)
+    })
+    .await;
+    let proxy = proxy_config(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
+         preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+        up.addr
+    ))
+    .await;
+    let put = r#"{"TableName":"orders","Item":{"pk":{"S":"1"}}}"#;
+    let answer = send(
+        &client(),
+        "POST",
+        &format!("http://{}/", proxy.addr),
+        &[
+            ("x-amz-target", "DynamoDB_20120810.PutItem"),
+            ("content-type", "application/x-amz-json-1.0"),
+        ],
+        bytes::Bytes::from_static(put.as_bytes()),
+    )
+    .await;
+    assert_eq!(answer.status, 400);
+    let words = "DynamoDB throttled writes of the table \
+                 (arn:aws:dynamodb:us-east-1:000000000000:table/orders): \
+                 above one partition&#39;s limit (a hot key) (TableWriteKeyRangeThroughputExceeded)";
+    let dom = chromium(&["--dump-dom", &format!("http://{}/", proxy.admin)]).await;
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let lane = dom
+        .split("<div class=\"lane\" data-name=\"orders:write\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lane orders:write in\n{dom}"));
+    let shown = lane
+        .split("<p class=\"why\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no reason shown in\n{lane}"));
+    assert!(
+        shown.starts_with(words) || shown.starts_with(&words.replace("&#39;", "'")),
+        "{shown}"
+    );
+}
+
+/// Whether Chromium is missing (the browser checks are then skipped with a note);
+/// CI sets EASEOFF_REQUIRE_CHROMIUM=1 so a missing browser fails there.
+fn no_chromium() -> bool {
+    if Command::new("chromium").arg("--version").output().is_ok() {
+        return false;
+    }
+    assert!(
+        std::env::var_os("EASEOFF_REQUIRE_CHROMIUM").is_none(),
+        "chromium is required (apt-get install chromium)"
+    );
+    eprintln!("note: chromium not installed; skipping a status page browser check");
+    true
 }
 
 /// Runs headless Chromium with a fresh profile, off the async runtime so the server
