@@ -27,14 +27,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::document::{
-    CappedStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus, LaneStatus, Status,
-    ThrottleStatus, UpstreamStatus,
+    CappedStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus, LaneStatus,
+    ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
 };
 use crate::admin::history::{History, Key, Sample};
 use crate::fleet::{Decision, Fleet};
 use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
+use crate::sleeper::Mode;
 use crate::throttle::Signal;
 use crate::upstream::Upstream;
 
@@ -264,7 +265,11 @@ fn describe(u: &Upstream, history: &History) -> UpstreamStatus {
         retries: by(RetryReason::ALL.map(|r| (r.as_str(), m.retry(r).get()))),
         retry_budget_exhausted: m.budget_exhausted.get(),
         connect_failures: m.connect_failures.get(),
-        observed: None,
+        observed: (s.sleeper.mode == Mode::Observe).then(|| ObservedStatus {
+            would_wait: m.would_wait.get(),
+            would_wait_seconds: m.would_wait_seconds.get(),
+            would_shed: m.would_shed.get(),
+        }),
         lanes: lanes(u, history),
         fleet: fleet_view(default),
         history: HistoryStatus::default(),

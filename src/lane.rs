@@ -22,9 +22,11 @@ use crate::controller::Controller;
 use crate::fleet::{Decision, Fleet, LaneLink};
 use crate::hints::Hint;
 use crate::metrics::{LaneMetrics, Metrics};
+use crate::observe::Goodput;
 use crate::pacer::{Limits, Pacer, Slot};
 use crate::route::{self, Rule};
 use crate::shed::Spread;
+use crate::sleeper::Mode;
 use crate::sleeper::Step;
 use crate::upstream::CappedHint;
 
@@ -68,6 +70,8 @@ pub struct Lane {
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
     pub(crate) start: SlowStart,
+    /// In observe mode, what the upstream let through, and the time zero of its clock.
+    goodput: Option<(Goodput, Instant)>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -95,7 +99,9 @@ impl Lane {
         pacer.set_interval(controller.interval(), controller.epoch());
         metrics.interval.set(controller.interval().as_secs_f64());
         let start = SlowStart::new(clock.now());
-        if !controller.interval().is_zero() {
+        let observe = settings.sleeper.mode == Mode::Observe;
+        // Observe mode never holds a request, slow start's few included.
+        if !controller.interval().is_zero() || observe {
             start.end();
         }
         Lane {
@@ -110,6 +116,7 @@ impl Lane {
             pause_header: Mutex::new(None),
             fleet: OnceLock::new(),
             start,
+            goodput: observe.then(|| (Goodput::default(), clock.now())),
         }
     }
 
@@ -199,6 +206,23 @@ impl Lane {
             .clone()
     }
 
+    /// Counts a success the upstream answered, in observe mode (reading the clock
+    /// only then).
+    pub(crate) fn succeeded(&self, clock: &Clock) {
+        if let Some((goodput, origin)) = &self.goodput {
+            goodput.succeeded(nanos_since(*origin, clock.now()));
+        }
+    }
+
+    /// Whether a throttle reaches the controller as one: always, except in observe
+    /// mode when pacing at the interval learned so far would not have met it (see
+    /// [`crate::observe`]).
+    pub(crate) fn would_throttle(&self, now: Instant) -> bool {
+        self.goodput.as_ref().is_none_or(|(goodput, origin)| {
+            goodput.would_throttle(self.pacer.interval(), nanos_since(*origin, now))
+        })
+    }
+
     /// Remembers the header behind a pause or floor, for `/status`.
     pub(crate) fn paused_by(&self, header: Hint) {
         *self
@@ -234,6 +258,10 @@ impl Lane {
             && now.saturating_duration_since(self.pacer.last_active() + self.pacer.interval())
                 >= idle
     }
+}
+
+fn nanos_since(origin: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The slots one attempt holds: one per lane it takes, the first inline.

@@ -178,6 +178,12 @@ per_upstream! {
         "Requests that waited for a slot.";
     pub sleep_seconds: ShardedFloatCounter = "easeoff_sleep_seconds_total",
         "Time requests waited for a slot.";
+    pub would_wait: ShardedCounter = "easeoff_observe_would_wait_total",
+        "With mode = \"observe\": requests pacing would have held (observe mode lets them go at once).";
+    pub would_wait_seconds: ShardedFloatCounter = "easeoff_observe_would_wait_seconds_total",
+        "With mode = \"observe\": how long pacing would have held those requests, summed.";
+    pub would_shed: ShardedCounter = "easeoff_observe_would_shed_total",
+        "With mode = \"observe\": requests pacing would have shed (their slot lay past their deadline).";
     retries: By<RetryReason> = "easeoff_retries_total",
         "Attempts easeoff sent again, by reason: throttle, connect.";
     sheds: By<ShedReason> = "easeoff_shed_total",
@@ -865,7 +871,7 @@ mod tests {
         let lane = m.lane("orders", "default");
         lane.throttled("status", 1.0);
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 31);
+        assert_eq!(families().count(), 34);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);

@@ -25,7 +25,7 @@ use crate::hints::{self, Hint, Quota};
 use crate::lane::{Lane, Lanes, Pass, Route};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
-use crate::pacer::{Shed, Slot};
+use crate::pacer::{Shed, Slot, Would};
 use crate::retry::RetryBudget;
 use crate::shed::SDK_HINT_CAP;
 use crate::sigv4::Signer;
@@ -299,6 +299,14 @@ impl Control {
             self.metrics.sleeps.inc();
             self.metrics.sleep_seconds.inc_by(waited);
         }
+        match slot.would {
+            None => {}
+            Some(Would::Wait(wait)) => {
+                self.metrics.would_wait.inc();
+                self.metrics.would_wait_seconds.inc_by(wait.as_secs_f64());
+            }
+            Some(Would::Shed) => self.metrics.would_shed.inc(),
+        }
         Ok(slot)
     }
 
@@ -530,6 +538,10 @@ impl Control {
                     }
                     lane.pacer.pause_until(now + delay);
                 }
+                if !lane.would_throttle(now) {
+                    // Observe mode: pacing would not have met this throttle.
+                    return self.succeeded(lane, slot);
+                }
                 let spacing = lane.pacer.observed_spacing(now);
                 let mut controller = lane.lock();
                 let at = now.saturating_duration_since(self.origin);
@@ -539,19 +551,25 @@ impl Control {
                 lane.start.answered(true, false);
             }
             Some(Verdict::Success) => {
-                lane.start.answered(false, true);
-                // Successes at interval 0 change nothing: no lock on the fast path.
-                if lane.pacer.interval().is_zero() {
-                    self.metrics.invocations.inc();
-                    return;
-                }
-                let at = self.clock.now().saturating_duration_since(self.origin);
-                let mut controller = lane.lock();
-                let step = controller.on_success(slot.epoch, at);
-                self.apply(lane, &controller, step);
+                lane.succeeded(&self.clock);
+                self.succeeded(lane, slot);
             }
             Some(Verdict::Failure) | None => lane.start.answered(false, false),
         }
+    }
+
+    /// Tells a lane's controller of a success.
+    fn succeeded(&self, lane: &Lane, slot: &Slot) {
+        lane.start.answered(false, true);
+        // Successes at interval 0 change nothing: no lock on the fast path.
+        if lane.pacer.interval().is_zero() {
+            self.metrics.invocations.inc();
+            return;
+        }
+        let at = self.clock.now().saturating_duration_since(self.origin);
+        let mut controller = lane.lock();
+        let step = controller.on_success(slot.epoch, at);
+        self.apply(lane, &controller, step);
     }
 
     /// Waits for a slot in each lane of `route`, in order (`patient`: see

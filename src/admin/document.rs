@@ -155,6 +155,8 @@ pub struct ObservedStatus {
     pub would_wait: u64,
     /// Their waits, summed.
     pub would_wait_seconds: f64,
+    /// Requests pacing would have shed.
+    pub would_shed: u64,
 }
 
 /// One sample a second, oldest first, up to `end`.
