@@ -8,7 +8,7 @@
 //! read lock and one hash lookup per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -64,8 +64,9 @@ pub struct Lane {
     /// The latest capped hint; written only when a header asks for too much.
     pub(crate) capped: Mutex<Option<CappedHint>>,
     last_throttle: Mutex<Option<LastThrottle>>,
-    /// The header behind the lane's latest pause or floor.
-    pause_header: Mutex<Option<Hint>>,
+    /// The header behind the lane's latest pause or floor: its index in [`Hint::ALL`]
+    /// plus one, 0 for none. An atomic, since every answer with a quota sets it.
+    pause_header: AtomicU8,
     /// The lane's link to the fleet, with `[fleet]`.
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
@@ -113,7 +114,7 @@ impl Lane {
             named,
             capped: Mutex::new(None),
             last_throttle: Mutex::new(None),
-            pause_header: Mutex::new(None),
+            pause_header: AtomicU8::new(0),
             fleet: OnceLock::new(),
             start,
             goodput: observe.then(|| (Goodput::default(), clock.now())),
@@ -225,18 +226,15 @@ impl Lane {
 
     /// Remembers the header behind a pause or floor, for `/status`.
     pub(crate) fn paused_by(&self, header: Hint) {
-        *self
-            .pause_header
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(header);
+        self.pause_header.store(header as u8 + 1, Ordering::Relaxed);
     }
 
     /// The header behind the lane's latest pause or floor.
     pub fn pause_header(&self) -> Option<Hint> {
-        *self
-            .pause_header
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let stored = usize::from(self.pause_header.load(Ordering::Relaxed));
+        stored
+            .checked_sub(1)
+            .and_then(|i| Hint::ALL.get(i).copied())
     }
 
     /// Dispatches over the last second against the rate the spacing in force allows:

@@ -710,8 +710,9 @@ impl Control {
         self.publish(lane, controller);
     }
 
-    /// Hands a lane controller's interval to its pacer and gauges; the upstream's
-    /// interval gauge shows the largest over its lanes.
+    /// Hands a lane controller's interval to its pacer and gauges. The upstream's
+    /// interval gauge, the largest over its lanes, is set at each scrape
+    /// ([`Control::refresh_gauges`]): finding it walks every lane, too much for a step.
     fn publish(&self, lane: &Lane, controller: &Controller<fastrand::Rng>) {
         let before = lane.pacer.interval();
         let interval = lane.pace(controller);
@@ -722,8 +723,6 @@ impl Control {
         } else if !before.is_zero() && interval.is_zero() {
             tracing::info!(upstream = %self.name(), lane = name, "throttling over; requests go at once");
         }
-        let headline = self.lanes.slowest().interval();
-        self.metrics.interval.set(headline.as_secs_f64());
         tracing::debug!(upstream = %self.name(), lane = name, interval_ms, "interval changed");
     }
 
