@@ -3,8 +3,11 @@
 //! `POST /upstreams/{name}/reset` endpoint; served with a connection limit and
 //! deadlines of its own.
 
+pub mod document;
 pub mod history;
+mod words;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -20,15 +23,19 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::admin::history::{History, Sample};
+use crate::admin::document::{
+    CappedStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus, LaneStatus,
+    ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
+};
+use crate::admin::history::{History, Key, Sample};
 use crate::fleet::{Decision, Fleet};
 use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
+use crate::sleeper::Mode;
 use crate::throttle::Signal;
 use crate::upstream::Upstream;
 
@@ -76,32 +83,21 @@ pub fn router(state: Arc<AdminState>, allow_mutations: bool) -> Router {
     router.with_state(state)
 }
 
-/// Samples every upstream once a second into the state's history, for the status
-/// page's charts; runs until dropped or aborted.
+/// Samples every upstream, and each of its lanes with series of its own, once a
+/// second into the state's history, for the status page's charts; runs until dropped
+/// or aborted.
 pub async fn sample_history(state: Arc<AdminState>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        let samples: Vec<(String, Sample)> = state
-            .upstreams()
-            .iter()
-            .map(|u| {
-                // Also where idle lanes forget their throttles and are dropped when
-                // nothing scrapes.
-                u.refresh_gauges();
-                let throttles_total = Signal::ALL
-                    .iter()
-                    .map(|s| u.metrics.throttle(*s).get())
-                    .sum();
-                let sample = Sample {
-                    interval_ms: u.interval().as_secs_f64() * 1e3,
-                    waiting: u.waiting() as u64,
-                    throttles_total,
-                };
-                (u.name().to_string(), sample)
-            })
-            .collect();
+        let mut samples = Vec::new();
+        for u in state.upstreams() {
+            // Also where idle lanes forget their throttles and are dropped when
+            // nothing scrapes.
+            u.refresh_gauges();
+            samples.extend(samples_of(&u));
+        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -110,11 +106,48 @@ pub async fn sample_history(state: Arc<AdminState>) {
     }
 }
 
+/// One sample of an upstream (its headline interval) and of each lane with series of
+/// its own (so the lanes kept are bounded by `metrics_lanes`).
+fn samples_of(u: &Upstream) -> Vec<(Key, Sample)> {
+    let throttles_total = Signal::ALL
+        .iter()
+        .map(|s| u.metrics.throttle(*s).get())
+        .sum();
+    let mut samples = vec![(
+        Key::upstream(u.name()),
+        Sample {
+            interval_ms: ms(u.lanes.slowest().interval()),
+            waiting: u.waiting() as u64,
+            throttles_total,
+            ..Sample::default()
+        },
+    )];
+    let lanes = u.lanes.all();
+    if lanes.len() < 2 {
+        return samples;
+    }
+    let now = u.clock().now();
+    for lane in lanes.iter().filter(|l| l.named()) {
+        let m = lane.metrics();
+        let sample = Sample {
+            interval_ms: ms(lane.interval()),
+            waiting: lane.waiting() as u64,
+            throttles_total: Signal::ALL.iter().map(|s| m.throttle(*s).get()).sum(),
+            dispatches_total: Some(m.dispatches.get()),
+            paused: lane.pause_left(now).is_some(),
+        };
+        samples.push((Key::lane(u.name(), lane.name()), sample));
+    }
+    samples
+}
+
 /// The page with the current status filled in, so it shows every upstream before its
 /// first refresh (and without JavaScript, in the page source).
 async fn page(State(state): State<Arc<AdminState>>) -> Response {
     // "</" inside a script element would end it early; JSON allows "<\/" for it.
-    let initial = status_json(&state).to_string().replace("</", "<\\/");
+    let initial = serde_json::to_string(&status_doc(&state))
+        .unwrap_or_else(|_| "null".to_string())
+        .replace("</", "<\\/");
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
         STATUS_PAGE.replacen("null/*initial status*/", &initial, 1),
@@ -154,28 +187,31 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> (StatusCode, &'static s
     }
 }
 
-async fn status(State(state): State<Arc<AdminState>>) -> Json<Value> {
-    Json(status_json(&state))
+async fn status(State(state): State<Arc<AdminState>>) -> Json<Status> {
+    Json(status_doc(&state))
 }
 
 /// Every upstream as `/status` lists it, with its history and effective config.
-fn status_json(state: &AdminState) -> Value {
-    let upstreams: Vec<Value> = state
+fn status_doc(state: &AdminState) -> Status {
+    let upstreams = state
         .upstreams()
         .iter()
         .map(|u| {
             u.refresh_gauges();
-            let mut entry = describe(u);
-            entry["history"] = state.history.to_json(u.name());
-            entry["config"] = json!(shown_config(&u.settings));
+            let mut entry = describe(u, &state.history);
+            entry.history = state.history.of(&Key::upstream(u.name()));
+            entry.config = shown_config(&u.settings);
             entry
         })
         .collect();
-    let mut status = json!({ "version": env!("CARGO_PKG_VERSION"), "upstreams": upstreams });
-    if let Some(fleet) = &state.fleet {
-        status["fleet"] = json!({ "connected": fleet.is_connected(), "member": fleet.member() });
+    Status {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        upstreams,
+        fleet: state.fleet.as_ref().map(|fleet| FleetStatus {
+            connected: fleet.is_connected(),
+            member: fleet.member().to_string(),
+        }),
     }
-    status
 }
 
 async fn reset(State(state): State<Arc<AdminState>>, Path(name): Path<String>) -> Response {
@@ -183,7 +219,7 @@ async fn reset(State(state): State<Arc<AdminState>>, Path(name): Path<String>) -
         Some(upstream) => {
             upstream.reset();
             tracing::info!(upstream = %name, "interval reset by the admin endpoint");
-            Json(describe(upstream)).into_response()
+            Json(describe(upstream, &state.history)).into_response()
         }
         None => (
             StatusCode::NOT_FOUND,
@@ -200,101 +236,134 @@ async fn reset_disabled() -> (StatusCode, &'static str) {
     )
 }
 
-fn describe(u: &Upstream) -> Value {
+fn describe(u: &Upstream, history: &History) -> UpstreamStatus {
     let m = &u.metrics;
     let s = &u.settings;
-    let by = |pairs: Vec<(&str, u64)>| -> Value {
-        Value::Object(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), json!(v)))
-                .collect::<Map<_, _>>(),
-        )
-    };
-    json!({
-        "name": s.name,
-        "listen": u.listen.to_string(),
-        "url": s.url.origin(),
-        "preset": s.preset.name(),
-        "strategy": s.sleeper.strategy.name(),
-        "mode": s.sleeper.mode.name(),
-        "interval_ms": u.interval().as_secs_f64() * 1e3,
-        "paused_until": u.paused_until().map(httpdate::fmt_http_date),
-        "pause_capped": u.capped_hint().map(|c| json!({
-            "header": c.header.as_str(),
-            "asked_s": c.asked.as_secs_f64(),
-        })),
-        "rate_limit_floor": u.rate_limit_floor().map(|(spacing, until)| json!({
-            "spacing_ms": spacing.as_secs_f64() * 1e3,
-            "until": httpdate::fmt_http_date(until),
-        })),
-        "waiting": u.waiting(),
-        "in_flight": m.in_flight.get(),
-        "requests": by(Outcome::ALL.iter().map(|o| (o.as_str(), m.request(*o).get())).collect()),
-        "throttles": by(Signal::ALL.iter().map(|s| (s.as_str(), m.throttle(*s).get())).collect()),
-        "interval_increases": m.increases.get(),
-        "interval_decreases": m.decreases.get(),
-        "sleeper_invocations": m.invocations.get(),
-        "sleeps": m.sleeps.get(),
-        "sleep_seconds": m.sleep_seconds.get(),
-        "retries": by(RetryReason::ALL.iter().map(|r| (r.as_str(), m.retry(*r).get())).collect()),
-        "retry_budget_exhausted": m.budget_exhausted.get(),
-        "connect_failures": m.connect_failures.get(),
-        "lanes": lanes(u),
-        "fleet": fleet_view(u.lanes.default_lane()),
+    let slowest = u.lanes.slowest();
+    let default = u.lanes.default_lane();
+    UpstreamStatus {
+        name: s.name.clone(),
+        listen: u.listen.to_string(),
+        url: s.url.origin(),
+        preset: s.preset.name().to_string(),
+        strategy: s.sleeper.strategy.name().to_string(),
+        mode: s.sleeper.mode.name().to_string(),
+        interval_ms: ms(slowest.interval()),
+        interval_lane: slowest.name().to_string(),
+        paused_until: u.paused_until().map(httpdate::fmt_http_date),
+        pause_capped: capped(u, default),
+        rate_limit_floor: floor(u, default),
+        waiting: u.waiting() as u64,
+        in_flight: m.in_flight.get(),
+        requests: by(Outcome::ALL.map(|o| (o.as_str(), m.request(o).get()))),
+        throttles: by(Signal::ALL.map(|s| (s.as_str(), m.throttle(s).get()))),
+        interval_increases: m.increases.get(),
+        interval_decreases: m.decreases.get(),
+        sleeper_invocations: m.invocations.get(),
+        sleeps: m.sleeps.get(),
+        sleep_seconds: m.sleep_seconds.get(),
+        retries: by(RetryReason::ALL.map(|r| (r.as_str(), m.retry(r).get()))),
+        retry_budget_exhausted: m.budget_exhausted.get(),
+        connect_failures: m.connect_failures.get(),
+        observed: (s.sleeper.mode == Mode::Observe).then(|| ObservedStatus {
+            would_wait: m.would_wait.get(),
+            would_wait_seconds: m.would_wait_seconds.get(),
+            would_shed: m.would_shed.get(),
+        }),
+        lanes: lanes(u, history),
+        fleet: fleet_view(default),
+        history: HistoryStatus::default(),
+        config: String::new(),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn by<const N: usize>(pairs: [(&str, u64); N]) -> BTreeMap<String, u64> {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+fn capped(u: &Upstream, lane: &Lane) -> Option<CappedStatus> {
+    u.capped_hint_in(lane).map(|c| CappedStatus {
+        header: c.header.as_str().to_string(),
+        asked_s: c.asked.as_secs_f64(),
     })
 }
 
-/// Every lane but `default` (whose state is the upstream's own above): interval,
-/// queue, pause, throttles and the last throttle's reason and resource.
-fn lanes(u: &Upstream) -> Value {
-    let lanes: Vec<Value> = u
-        .lanes
-        .all()
+fn floor(u: &Upstream, lane: &Lane) -> Option<FloorStatus> {
+    u.rate_limit_floor_in(lane)
+        .map(|(spacing, until)| FloorStatus {
+            spacing_ms: ms(spacing),
+            until: httpdate::fmt_http_date(until),
+            header: lane
+                .pause_header()
+                .map_or("ratelimit", |h| h.as_str())
+                .to_string(),
+        })
+}
+
+/// Every lane, `default` included, busiest first (by dispatches over the kept
+/// minutes, then in all), when the upstream has more than `default`; none otherwise.
+fn lanes(u: &Upstream, history: &History) -> Vec<LaneStatus> {
+    let all = u.lanes.all();
+    if all.len() < 2 {
+        return Vec::new();
+    }
+    let now = u.clock().now();
+    let mut lanes: Vec<LaneStatus> = all
         .iter()
-        .skip(1)
         .map(|lane| {
-            let last = lane.last_throttle();
-            let throttles: Map<_, _> = Signal::ALL
-                .iter()
-                .map(|s| {
-                    (
-                        s.as_str().to_string(),
-                        json!(lane.metrics().throttle(*s).get()),
-                    )
-                })
-                .collect();
-            json!({
-                "name": lane.name(),
-                "interval_ms": lane.interval().as_secs_f64() * 1e3,
-                "waiting": lane.waiting(),
-                "paused_until": u.paused_until_in(lane).map(httpdate::fmt_http_date),
-                "metrics_name": if lane.named() { lane.name() } else { "other" },
-                "dispatches": lane.named().then(|| lane.metrics().dispatches.get()),
-                "throttles": lane.named().then_some(Value::Object(throttles)),
-                "last_throttle": last.map(|t| json!({
-                    "reason": t.reason,
-                    "resource": t.resource,
-                    "at": httpdate::fmt_http_date(t.at),
-                })),
-                "fleet": fleet_view(lane),
-            })
+            let paused_until = u.paused_until_in(lane);
+            LaneStatus {
+                name: lane.name().to_string(),
+                interval_ms: ms(lane.interval()),
+                waiting: lane.waiting() as u64,
+                pause_header: paused_until
+                    .and(lane.pause_header())
+                    .map(|h| h.as_str().to_string()),
+                paused_until: paused_until.map(httpdate::fmt_http_date),
+                pause_capped: capped(u, lane),
+                rate_limit_floor: floor(u, lane),
+                near_limit: lane.near_limit(now),
+                metrics_name: if lane.named() { lane.name() } else { "other" }.to_string(),
+                dispatches: lane.named().then(|| lane.metrics().dispatches.get()),
+                throttles: lane.named().then(|| {
+                    by(Signal::ALL.map(|s| (s.as_str(), lane.metrics().throttle(s).get())))
+                }),
+                last_throttle: lane.last_throttle().map(|t| ThrottleStatus {
+                    words: words::throttle(&t.reason, t.resource.as_deref()),
+                    at: httpdate::fmt_http_date(t.at),
+                    reason: t.reason,
+                    resource: t.resource,
+                }),
+                fleet: fleet_view(lane),
+                history: history.get(&Key::lane(u.name(), lane.name())),
+            }
         })
         .collect();
-    Value::Array(lanes)
+    let recent =
+        |l: &LaneStatus| -> u64 { l.history.as_ref().map_or(0, |h| h.dispatches.iter().sum()) };
+    lanes.sort_by(|a, b| {
+        (recent(b), b.dispatches.unwrap_or(0))
+            .cmp(&(recent(a), a.dispatches.unwrap_or(0)))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    lanes
 }
 
 /// What the fleet last decided for a lane: members, this sidecar's share, the fleet's
-/// rate and interval; null without `[fleet]` or before the first sync.
-fn fleet_view(lane: &Lane) -> Value {
-    let decision: Option<Decision> = lane.fleet().and_then(|link| link.last());
-    json!(decision.map(|d| json!({
-        "members": d.members,
-        "share": d.share,
-        "rate": d.rate,
-        "interval_ms": d.interval.as_secs_f64() * 1e3,
-        "epoch": d.epoch,
-    })))
+/// rate and interval; none without `[fleet]` or before the first sync.
+fn fleet_view(lane: &Lane) -> Option<FleetDecision> {
+    let decision: Decision = lane.fleet().and_then(|link| link.last())?;
+    Some(FleetDecision {
+        members: decision.members,
+        share: decision.share,
+        rate: decision.rate,
+        interval_ms: ms(decision.interval),
+        epoch: decision.epoch,
+    })
 }
 
 /// How the admin server bounds its clients.

@@ -176,15 +176,10 @@ async fn every_second(
     }
 }
 
-/// The widest interval of any lane: the dynamodb preset paces the demo's table in a
-/// lane of its own, so the default lane stays at 0.
+/// The upstream's headline interval, the widest of any lane: the dynamodb preset
+/// paces the demo's table in a lane of its own, so the default lane stays at 0.
 fn pacing_interval(upstream: &Upstream) -> Duration {
-    let lanes = upstream.lanes.all();
-    lanes
-        .iter()
-        .map(|lane| lane.interval())
-        .max()
-        .unwrap_or_default()
+    upstream.lanes.slowest().interval()
 }
 
 /// One plot point per answered attempt, in seconds since `start`.

@@ -8,9 +8,9 @@
 //! read lock and one hash lookup per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use foldhash::fast::RandomState;
@@ -22,10 +22,11 @@ use crate::controller::Controller;
 use crate::fleet::{Decision, Fleet, LaneLink};
 use crate::hints::{self, Hint, Quota};
 use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
-use crate::pacer::{Limits, Pacer, Shed, Slot};
+use crate::observe::Goodput;
+use crate::pacer::{Limits, Pacer, Shed, Slot, Would};
 use crate::route::{self, Rule};
 use crate::shed::Spread;
-use crate::sleeper::Step;
+use crate::sleeper::{Mode, Step};
 use crate::throttle::{Signal, Verdict};
 
 mod slow_start;
@@ -74,8 +75,6 @@ struct Common {
 /// One lane's decision state.
 pub struct Lane {
     name: Box<str>,
-    /// Whether this is the upstream's `default` lane, which its gauges show.
-    is_default: bool,
     common: Arc<Common>,
     /// Spacing, queue and pauses of this lane's dispatches.
     pacer: Pacer,
@@ -89,10 +88,15 @@ pub struct Lane {
     /// The latest capped hint; written only when a header asks for too much.
     capped: Mutex<Option<CappedHint>>,
     last_throttle: Mutex<Option<LastThrottle>>,
+    /// The header behind the lane's latest pause or floor: its index in [`Hint::ALL`]
+    /// plus one, 0 for none. An atomic, since every answer with a quota sets it.
+    pause_header: AtomicU8,
     /// The lane's link to the fleet, with `[fleet]`.
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
     start: SlowStart,
+    /// In observe mode, what the upstream let through, and the time zero of its clock.
+    goodput: Option<(Goodput, Instant)>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -121,12 +125,13 @@ impl Lane {
         pacer.set_interval(controller.interval(), controller.epoch());
         metrics.interval.set(controller.interval().as_secs_f64());
         let start = SlowStart::new(clock.now());
-        if !controller.interval().is_zero() {
+        let observe = settings.sleeper.mode == Mode::Observe;
+        // Observe mode never holds a request, slow start's few included.
+        if !controller.interval().is_zero() || observe {
             start.end();
         }
         Lane {
             name: name.into(),
-            is_default: name == route::DEFAULT,
             common: Arc::clone(common),
             pacer,
             controller: Mutex::new(controller),
@@ -135,8 +140,10 @@ impl Lane {
             named,
             capped: Mutex::new(None),
             last_throttle: Mutex::new(None),
+            pause_header: AtomicU8::new(0),
             fleet: OnceLock::new(),
             start,
+            goodput: observe.then(|| (Goodput::default(), clock.now())),
         }
     }
 
@@ -178,11 +185,7 @@ impl Lane {
             controller.rescale(decision.rescale);
         }
         controller.adopt(decision.interval, decision.epoch, now);
-        let spacing = self.pace(&controller);
-        if self.is_default {
-            self.common.metrics.interval.set(spacing.as_secs_f64());
-        }
-        spacing
+        self.pace(&controller)
     }
 
     /// The lane's name: `default`, `orders:write`, `/pkg.Service/Method`, ...
@@ -221,6 +224,8 @@ impl Lane {
 
     /// Remembers a throttle for `/status`.
     pub(crate) fn throttled(&self, reason: &str, resource: Option<&str>, at: SystemTime) {
+        let unix = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        self.metrics.throttled(reason, unix.as_secs_f64());
         *self
             .last_throttle
             .lock()
@@ -237,6 +242,48 @@ impl Lane {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Counts a success the upstream answered, in observe mode (reading the clock
+    /// only then).
+    fn count_success(&self) {
+        if let Some((goodput, origin)) = &self.goodput {
+            goodput.succeeded(nanos_since(*origin, self.common.clock.now()));
+        }
+    }
+
+    /// Whether a throttle reaches the controller as one: always, except in observe
+    /// mode when pacing at the interval learned so far would not have met it (see
+    /// [`crate::observe`]).
+    fn would_throttle(&self, now: Instant) -> bool {
+        self.goodput.as_ref().is_none_or(|(goodput, origin)| {
+            goodput.would_throttle(self.pacer.interval(), nanos_since(*origin, now))
+        })
+    }
+
+    /// Remembers the header behind a pause or floor, for `/status`.
+    fn paused_by(&self, header: Hint) {
+        self.pause_header.store(header as u8 + 1, Ordering::Relaxed);
+    }
+
+    /// The header behind the lane's latest pause or floor.
+    pub fn pause_header(&self) -> Option<Hint> {
+        let stored = usize::from(self.pause_header.load(Ordering::Relaxed));
+        stored
+            .checked_sub(1)
+            .and_then(|i| Hint::ALL.get(i).copied())
+    }
+
+    /// Dispatches over the last second against the rate the spacing in force allows:
+    /// 1 runs at the limit; 0 while unpaced or idle. In `observe` mode it can pass 1.
+    pub fn near_limit(&self, now: Instant) -> f64 {
+        let spacing = self.pacer.spacing();
+        match self.pacer.observed_spacing(now) {
+            Some(observed) if !spacing.is_zero() && !observed.is_zero() => {
+                spacing.as_secs_f64() / observed.as_secs_f64()
+            }
+            _ => 0.0,
+        }
     }
 
     /// Whether the lane had a free slot it did not use for `idle` by `now`: nothing
@@ -296,6 +343,14 @@ impl Lane {
             upstream.sleeps.inc();
             upstream.sleep_seconds.inc_by(waited);
         }
+        match slot.would {
+            None => {}
+            Some(Would::Wait(wait)) => {
+                upstream.would_wait.inc();
+                upstream.would_wait_seconds.inc_by(wait.as_secs_f64());
+            }
+            Some(Would::Shed) => upstream.would_shed.inc(),
+        }
         Ok(slot)
     }
 
@@ -330,10 +385,15 @@ impl Lane {
                 let now = clock.now();
                 if let Some((asked, header)) = pause {
                     let delay = self.cap(asked, header, now);
+                    self.paused_by(header);
                     if self.pacer.paused_until(now).is_none() {
                         tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
                     }
                     self.pacer.pause_until(now + delay);
+                }
+                if !self.would_throttle(now) {
+                    // Observe mode: pacing would not have met this throttle.
+                    return self.succeeded(slot);
                 }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
@@ -343,19 +403,25 @@ impl Lane {
                 self.start.answered(true, false);
             }
             Some(Verdict::Success) => {
-                self.start.answered(false, true);
-                // Successes at interval 0 change nothing: no lock on the fast path.
-                if self.pacer.interval().is_zero() {
-                    self.common.metrics.invocations.inc();
-                    return;
-                }
-                let at = self.since_origin(clock.now());
-                let mut controller = self.lock();
-                let step = controller.on_success(slot.epoch, at);
-                self.apply(&controller, step);
+                self.count_success();
+                self.succeeded(slot);
             }
             Some(Verdict::Failure) | None => self.start.answered(false, false),
         }
+    }
+
+    /// Tells the controller of a success.
+    fn succeeded(&self, slot: &Slot) {
+        self.start.answered(false, true);
+        // Successes at interval 0 change nothing: no lock on the fast path.
+        if self.pacer.interval().is_zero() {
+            self.common.metrics.invocations.inc();
+            return;
+        }
+        let at = self.since_origin(self.common.clock.now());
+        let mut controller = self.lock();
+        let step = controller.on_success(slot.epoch, at);
+        self.apply(&controller, step);
     }
 
     /// Applies an answer's rate-limit quota: nothing left pauses the lane until the
@@ -364,6 +430,7 @@ impl Lane {
     pub fn apply_quota(&self, quota: Quota, now: Instant) {
         let wall = self.common.clock.wall();
         let reset = self.cap(quota.reset_in(wall), Hint::RateLimit, now);
+        self.paused_by(Hint::RateLimit);
         if quota.remaining == 0 {
             self.common.metrics.throttle(Signal::RateLimit).inc();
             self.metrics.throttle(Signal::RateLimit).inc();
@@ -462,8 +529,9 @@ impl Lane {
         self.publish(controller);
     }
 
-    /// Hands the controller's interval to the pacer and gauges; the upstream's
-    /// interval gauge shows the default lane.
+    /// Hands the controller's interval to the pacer and gauges. The upstream's
+    /// interval gauge, the largest over its lanes, is set at each scrape
+    /// (`Control::refresh_gauges`): finding it walks every lane, too much for a step.
     fn publish(&self, controller: &Controller<fastrand::Rng>) {
         let before = self.pacer.interval();
         let interval = self.pace(controller);
@@ -474,11 +542,12 @@ impl Lane {
         } else if !before.is_zero() && interval.is_zero() {
             tracing::info!(upstream = %upstream, lane = name, "throttling over; requests go at once");
         }
-        if self.is_default {
-            self.common.metrics.interval.set(interval.as_secs_f64());
-        }
         tracing::debug!(upstream = %upstream, lane = name, interval_ms, "interval changed");
     }
+}
+
+fn nanos_since(origin: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The slots one attempt holds: one per lane it takes, the first inline. It ends in
@@ -899,6 +968,21 @@ impl Lanes {
         learned.insert(key.into(), bucket.into());
     }
 
+    /// The lane with the largest interval, the slowest pace any request meets (of
+    /// equals, the first by name); `default` while none is paced. The upstream's
+    /// headline interval is this lane's.
+    pub fn slowest(&self) -> Arc<Lane> {
+        let others = self.read();
+        let mut slowest = &self.default;
+        for lane in others.values() {
+            let (a, b) = (lane.interval(), slowest.interval());
+            if a > b || (a == b && !a.is_zero() && lane.name() < slowest.name()) {
+                slowest = lane;
+            }
+        }
+        Arc::clone(slowest)
+    }
+
     /// Every lane alive, `default` first, then by name.
     pub fn all(&self) -> Vec<Arc<Lane>> {
         let mut others: Vec<Arc<Lane>> = self.read().values().cloned().collect();
@@ -937,18 +1021,23 @@ impl Lanes {
     /// Sets the `other` gauges: the largest interval and the sum of the waiting of
     /// the lanes without series of their own; and each named lane's waiting.
     pub fn refresh_gauges(&self) {
+        let now = self.common.clock.now();
         let mut interval = Duration::ZERO;
         let mut waiting = 0;
+        let mut near = 0.0_f64;
         for lane in self.all() {
             if lane.named {
                 lane.metrics.waiting.set(lane.pacer.waiting() as i64);
+                lane.metrics.near_limit.set(lane.near_limit(now));
             } else {
                 interval = interval.max(lane.interval());
                 waiting += lane.pacer.waiting();
+                near = near.max(lane.near_limit(now));
             }
         }
         self.other_metrics.interval.set(interval.as_secs_f64());
         self.other_metrics.waiting.set(waiting as i64);
+        self.other_metrics.near_limit.set(near);
     }
 
     fn sweep(&self, others: &mut LaneMap, now: Instant) {

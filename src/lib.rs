@@ -20,6 +20,7 @@ pub mod load;
 pub mod metrics;
 pub mod mock_upstream;
 pub mod notice;
+pub mod observe;
 pub mod pacer;
 pub mod plot;
 pub mod probe;

@@ -178,6 +178,12 @@ per_upstream! {
         "Requests that waited for a slot.";
     pub sleep_seconds: ShardedFloatCounter = "easeoff_sleep_seconds_total",
         "Time requests waited for a slot.";
+    pub would_wait: ShardedCounter = "easeoff_observe_would_wait_total",
+        "With mode = \"observe\": requests pacing would have held (observe mode lets them go at once).";
+    pub would_wait_seconds: ShardedFloatCounter = "easeoff_observe_would_wait_seconds_total",
+        "With mode = \"observe\": how long pacing would have held those requests, summed.";
+    pub would_shed: ShardedCounter = "easeoff_observe_would_shed_total",
+        "With mode = \"observe\": requests pacing would have shed (their slot lay past their deadline).";
     retries: By<RetryReason> = "easeoff_retries_total",
         "Attempts easeoff sent again, by reason: throttle, connect.";
     sheds: By<ShedReason> = "easeoff_shed_total",
@@ -210,12 +216,16 @@ macro_rules! per_lane {
         pub struct LaneMetrics {
             $( #[doc = $help] pub $field: $handle, )*
             throttles: Box<[IntCounter]>,
+            /// The last-throttle family and this lane's two label values, for
+            /// [`LaneMetrics::throttled`].
+            reasons: (GaugeVec, [Box<str>; 2]),
         }
 
         #[derive(Clone)]
         struct LaneFamilies {
             $( $field: $vec, )*
             throttles: IntCounterVec,
+            reasons: GaugeVec,
         }
 
         impl LaneFamilies {
@@ -223,6 +233,7 @@ macro_rules! per_lane {
                 Ok(LaneFamilies {
                     $( $field: register(registry, <$vec>::new(Opts::new($name, $help), &["upstream", "lane"])?)?, )*
                     throttles: register(registry, IntCounterVec::new(LANE_THROTTLES.opts(), LANE_THROTTLES.labels)?)?,
+                    reasons: register(registry, GaugeVec::new(LANE_LAST_THROTTLE.opts(), LANE_LAST_THROTTLE.labels)?)?,
                 })
             }
 
@@ -233,6 +244,7 @@ macro_rules! per_lane {
                         .iter()
                         .map(|s| self.throttles.with_label_values(&[upstream, lane, s.as_str()]))
                         .collect(),
+                    reasons: (self.reasons.clone(), [upstream.into(), lane.into()]),
                 }
             }
 
@@ -241,17 +253,22 @@ macro_rules! per_lane {
                 for s in Signal::ALL {
                     let _ = self.throttles.remove_label_values(&[upstream, lane, s.as_str()]);
                 }
+                withdraw_where(&self.reasons, &[("upstream", upstream), ("lane", lane)], |f, l| {
+                    let _ = f.remove(l);
+                });
             }
 
             fn withdraw(&self, upstream: &str) {
                 $( withdraw(&self.$field, upstream, |f, l| { let _ = f.remove(l); }); )*
                 withdraw(&self.throttles, upstream, |f, l| { let _ = f.remove(l); });
+                withdraw(&self.reasons, upstream, |f, l| { let _ = f.remove(l); });
             }
         }
 
         const LANE_FAMILIES: &[Family] = &[
             $( Family { name: $name, help: $help, kind: $kind, labels: &["upstream", "lane"] }, )*
             LANE_THROTTLES,
+            LANE_LAST_THROTTLE,
         ];
     };
 }
@@ -263,6 +280,8 @@ per_lane! {
         "Attempts a lane released to the upstream.", "counter";
     waiting: IntGaugeVec => IntGauge = "easeoff_lane_queue_waiting",
         "Requests waiting for a slot in a lane.", "gauge";
+    near_limit: GaugeVec => Gauge = "easeoff_lane_near_limit",
+        "How close a lane runs to its limit: dispatches over the last second against the rate its spacing (interval or rate-limit floor) allows; 1 is at the limit, 0 while unpaced.", "gauge";
 }
 
 /// Throttles per lane, by signal.
@@ -271,6 +290,14 @@ const LANE_THROTTLES: Family = Family {
     help: "Throttled attempts a lane was told of (by the answer to its own request, or one that named its table or bucket), by signal.",
     kind: "counter",
     labels: &["upstream", "lane", "signal"],
+};
+
+/// When a lane was last throttled, by reason.
+const LANE_LAST_THROTTLE: Family = Family {
+    name: "easeoff_lane_last_throttle_timestamp_seconds",
+    help: "Unix time of a lane's last throttle, by reason: the upstream's own (a DynamoDB ThrottlingReasons code) or the signal that gave it away; unknown reasons are \"other\".",
+    kind: "gauge",
+    labels: &["upstream", "lane", "reason"],
 };
 
 /// Reloads by `result` (success, error); not tied to an upstream.
@@ -587,6 +614,27 @@ impl LaneMetrics {
     pub fn throttle(&self, signal: Signal) -> &IntCounter {
         &self.throttles[signal as usize]
     }
+
+    /// Stamps the lane's last throttle of `reason` with `unix_secs`; the label is
+    /// [`reason_label`], so upstream text cannot grow the series.
+    pub fn throttled(&self, reason: &str, unix_secs: f64) {
+        let (family, [upstream, lane]) = &self.reasons;
+        family
+            .with_label_values(&[upstream, lane, reason_label(reason)])
+            .set(unix_secs);
+    }
+}
+
+/// A throttle reason as a label value: a signal's name, a DynamoDB reason every part
+/// of which DynamoDB documents, or `other`.
+pub fn reason_label(reason: &str) -> &str {
+    if Signal::ALL.iter().any(|s| s.as_str() == reason) {
+        return reason;
+    }
+    match crate::route::dynamodb::parse_reason(reason) {
+        (Some(_), Some(_), Some(_)) => reason,
+        _ => "other",
+    }
 }
 
 /// Implements [`PerUpstream`] for handles labelled by `upstream` alone.
@@ -763,6 +811,15 @@ impl PerUpstream for Responses {
 /// Removes every label set of `family` whose `upstream` is `upstream`, whichever other
 /// labels it has, by reading back what the family holds.
 fn withdraw<F: Collector>(family: &F, upstream: &str, remove: fn(&F, &HashMap<&str, &str>)) {
+    withdraw_where(family, &[("upstream", upstream)], remove);
+}
+
+/// Removes every label set of `family` that has all of `matching`'s label values.
+fn withdraw_where<F: Collector>(
+    family: &F,
+    matching: &[(&str, &str)],
+    remove: fn(&F, &HashMap<&str, &str>),
+) {
     for gathered in family.collect() {
         for metric in gathered.get_metric() {
             let labels: HashMap<&str, &str> = metric
@@ -770,7 +827,7 @@ fn withdraw<F: Collector>(family: &F, upstream: &str, remove: fn(&F, &HashMap<&s
                 .iter()
                 .map(|pair| (pair.name(), pair.value()))
                 .collect();
-            if labels.get("upstream") == Some(&upstream) {
+            if matching.iter().all(|(k, v)| labels.get(k) == Some(v)) {
                 remove(family, &labels);
             }
         }
@@ -811,9 +868,10 @@ mod tests {
     fn every_declared_family_is_exported_with_its_help_and_type() {
         let m = Metrics::new().unwrap();
         let _orders = m.upstream("orders");
-        let _lane = m.lane("orders", "default");
+        let lane = m.lane("orders", "default");
+        lane.throttled("status", 1.0);
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 29);
+        assert_eq!(families().count(), 34);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);
@@ -821,6 +879,28 @@ mod tests {
             assert!(text.contains(&kind), "missing {kind}");
             assert!(!family.help.contains("seed"), "{}", family.help);
         }
+    }
+
+    #[test]
+    fn throttle_reasons_are_bounded_and_leave_with_their_lane() {
+        let m = Metrics::new().unwrap();
+        let lane = m.lane("orders", "t:write");
+        lane.throttled("TableWriteKeyRangeThroughputExceeded", 5.0);
+        lane.throttled("status", 6.0);
+        lane.throttled("<script>anything the upstream says", 7.0);
+        let text = m.render().unwrap();
+        let name = "easeoff_lane_last_throttle_timestamp_seconds";
+        for (reason, at) in [
+            ("TableWriteKeyRangeThroughputExceeded", 5),
+            ("status", 6),
+            ("other", 7),
+        ] {
+            let line =
+                format!("{name}{{lane=\"t:write\",reason=\"{reason}\",upstream=\"orders\"}} {at}");
+            assert!(text.contains(&line), "missing {line}\n{text}");
+        }
+        m.remove_lane("orders", "t:write");
+        assert!(!m.render().unwrap().contains("lane=\"t:write\""));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! released against the interval in force at release, so a raise slows the waiting
 //! queue at once. A request whose slot lies beyond its deadline is answered with
 //! [`Shed`] as soon as that is known: on arrival, or when a raise or pause pushes its
-//! slot out. `delay` mode: each request sleeps the interval on its own.
+//! slot out. `delay` mode: each request sleeps the interval on its own. `observe`
+//! mode: every request goes at once, and the slot pace mode would have given it is
+//! worked out on a schedule of its own and reported with it.
 //! Interval 0, no pause, no floor and an empty queue is the fast path: a few atomic
 //! loads, no lock, allocation or timer. The controller decides the interval; this
 //! file only applies it.
@@ -40,6 +42,17 @@ pub struct Slot {
     pub held: bool,
     /// The interval in force at release, for traces.
     pub interval: Duration,
+    /// In observe mode, what pacing would have done with the request.
+    pub would: Option<Would>,
+}
+
+/// What pacing would have done with a request observe mode let go at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Would {
+    /// Held it this long.
+    Wait(Duration),
+    /// Shed it: its slot lay past its deadline.
+    Shed,
 }
 
 /// A request turned away instead of queued.
@@ -142,6 +155,8 @@ struct Shared {
     /// Nanoseconds from `origin` by which every request must be dispatched (shutdown
     /// drain); 0 means none.
     drain_by_ns: AtomicU64,
+    /// Observe mode: nanoseconds from `origin` of the next slot pacing would give.
+    shadow_next_ns: AtomicU64,
 }
 
 /// `last_dispatch_ns` before the first dispatch.
@@ -180,6 +195,7 @@ impl Pacer {
             changed: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
             drain_by_ns: AtomicU64::new(0),
+            shadow_next_ns: AtomicU64::new(0),
         });
         if mode == Mode::Pace {
             tokio::spawn(release(Arc::clone(&shared)));
@@ -212,6 +228,7 @@ impl Pacer {
         let deadline_in = deadline;
         let deadline = s.limit(deadline);
         match s.mode {
+            Mode::Observe => Ok(s.shadow(now, deadline)),
             Mode::Delay => {
                 let _waiting = s.enter(patient)?;
                 let until = now + s.spacing(now);
@@ -448,6 +465,36 @@ impl Shared {
             waited: now - arrived,
             held: scheduled > arrived,
             interval: Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed)),
+            would: None,
+        }
+    }
+
+    /// Observe mode: lets the request go now and says what pacing would have done,
+    /// on a schedule of its own (slots the spacing apart, after any pause; a shed
+    /// request takes no slot).
+    fn shadow(&self, now: Instant, deadline: Instant) -> Slot {
+        let now_ns = self.ns(now);
+        let from = now_ns.max(self.pause_end(now).map_or(0, |end| self.ns(end)));
+        let spacing = nanos(self.spacing(now));
+        let mut next = self.shadow_next_ns.load(Ordering::Relaxed);
+        let would = loop {
+            let at = from.max(next);
+            if at > self.ns(deadline) {
+                break Would::Shed;
+            }
+            match self.shadow_next_ns.compare_exchange_weak(
+                next,
+                at.saturating_add(spacing),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break Would::Wait(Duration::from_nanos(at - now_ns)),
+                Err(seen) => next = seen,
+            }
+        };
+        Slot {
+            would: (would != Would::Wait(Duration::ZERO)).then_some(would),
+            ..self.dispatch(now, now, now)
         }
     }
 

@@ -90,11 +90,14 @@ pub enum Mode {
     Pace,
     /// Every request waits the interval on its own (AutoSleeper's per-call sleep).
     Delay,
+    /// Learn and export as `pace`, but never delay or shed: a shadow mode that counts
+    /// what pacing would have done (see `observe.rs`).
+    Observe,
 }
 
 impl Mode {
     /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 2] = ["pace", "delay"];
+    pub const NAMES: [&'static str; 3] = ["pace", "delay", "observe"];
 
     /// The config spelling.
     pub fn name(self) -> &'static str {

@@ -11,7 +11,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use serde_json::Value;
+
+use crate::admin::document::{HistoryStatus, LaneStatus, Status, UpstreamStatus};
 
 /// Where `easeoff status` looks when neither `--admin` nor a config names the admin server.
 pub const DEFAULT_ADMIN: &str = "http://127.0.0.1:9901";
@@ -43,7 +44,7 @@ pub fn admin_url(admin: &str) -> String {
 }
 
 /// GETs `{admin}/status` and parses it.
-pub async fn fetch(admin: &str) -> Result<Value, StatusError> {
+pub async fn fetch(admin: &str) -> Result<Status, StatusError> {
     let base = admin_url(admin);
     let url = format!("{base}/status");
     let uri: Uri = url
@@ -91,9 +92,10 @@ pub async fn fetch(admin: &str) -> Result<Value, StatusError> {
     })
 }
 
-/// The table: one row per upstream (and lane), then each one's interval over the
-/// kept minutes as a line of bars.
-pub fn render(status: &Value, admin: &str) -> String {
+/// The table: one row per upstream (its headline interval) and one per lane, then
+/// each one's interval over the kept minutes as a line of bars, and why each lane was
+/// last throttled.
+pub fn render(status: &Status, admin: &str) -> String {
     let mut rows = vec![
         [
             "upstream",
@@ -110,20 +112,14 @@ pub fn render(status: &Value, admin: &str) -> String {
         ]
         .map(String::from),
     ];
-    let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
-    for u in &upstreams {
-        rows.push(row(u, &text(&u["name"])));
-        for lane in u["lanes"].as_array().into_iter().flatten() {
-            rows.push(row(lane, &format!("  lane {}", text(&lane["name"]))));
+    for u in &status.upstreams {
+        rows.push(upstream_row(u));
+        for lane in &u.lanes {
+            rows.push(lane_row(lane));
         }
     }
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "easeoff {} at {}",
-        text(&status["version"]),
-        admin_url(admin)
-    );
+    let _ = writeln!(out, "easeoff {} at {}", status.version, admin_url(admin));
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -140,53 +136,67 @@ pub fn render(status: &Value, admin: &str) -> String {
             .collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
-    for u in &upstreams {
-        let history = &u["history"]["interval_ms"];
-        let values: Vec<f64> = history
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_f64)
-            .collect();
-        let _ = writeln!(
-            out,
-            "\n{}: interval over the last {} s (peak {}): {}",
-            text(&u["name"]),
-            values.len(),
-            ms(values.iter().copied().fold(0.0, f64::max)),
-            bars(&values, 60)
-        );
+    for u in &status.upstreams {
+        let _ = write!(out, "\n{}", chart_line(&u.name, &u.history));
+        for lane in &u.lanes {
+            if let Some(history) = &lane.history {
+                let _ = write!(
+                    out,
+                    "  {}",
+                    chart_line(&format!("lane {}", lane.name), history)
+                );
+            }
+            if let Some(last) = &lane.last_throttle {
+                let _ = writeln!(out, "  lane {}: {}", lane.name, last.words);
+            }
+        }
     }
     out
 }
 
-fn row(u: &Value, name: &str) -> [String; 11] {
-    let count = |v: &Value| v.as_u64().unwrap_or(0).to_string();
-    let sum = |v: &Value| {
-        v.as_object()
-            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum::<u64>())
-            .to_string()
-    };
-    let requests = &u["requests"];
-    let errors = ["error", "timeout"]
-        .iter()
-        .filter_map(|k| requests[k].as_u64())
-        .sum::<u64>();
+fn chart_line(name: &str, history: &HistoryStatus) -> String {
+    let values = &history.interval_ms;
+    format!(
+        "{name}: interval over the last {} s (peak {}): {}\n",
+        values.len(),
+        ms(values.iter().copied().fold(0.0, f64::max)),
+        bars(values, 60)
+    )
+}
+
+fn upstream_row(u: &UpstreamStatus) -> [String; 11] {
+    let count = |key: &str| u.requests.get(key).copied().unwrap_or(0);
     [
-        name.to_string(),
-        ms(u["interval_ms"].as_f64().unwrap_or(0.0)),
-        count(&u["waiting"]),
-        count(&u["in_flight"]),
-        sum(&u["throttles"]),
-        sum(&u["retries"]),
-        count(&requests["success"]),
-        count(&requests["shed"]),
-        errors.to_string(),
-        u["paused_until"].as_str().unwrap_or("-").to_string(),
-        match (u["strategy"].as_str(), u["mode"].as_str()) {
-            (Some(strategy), Some(mode)) => format!("{strategy}, {mode}"),
-            _ => "-".to_string(),
-        },
+        u.name.clone(),
+        ms(u.interval_ms),
+        u.waiting.to_string(),
+        u.in_flight.to_string(),
+        u.throttles.values().sum::<u64>().to_string(),
+        u.retries.values().sum::<u64>().to_string(),
+        count("success").to_string(),
+        count("shed").to_string(),
+        (count("error") + count("timeout")).to_string(),
+        u.paused_until.clone().unwrap_or_else(|| "-".to_string()),
+        format!("{}, {}", u.strategy, u.mode),
+    ]
+}
+
+fn lane_row(lane: &LaneStatus) -> [String; 11] {
+    let dash = || "-".to_string();
+    [
+        format!("  lane {}", lane.name),
+        ms(lane.interval_ms),
+        lane.waiting.to_string(),
+        dash(),
+        lane.throttles
+            .as_ref()
+            .map_or_else(dash, |t| t.values().sum::<u64>().to_string()),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        lane.paused_until.clone().unwrap_or_else(dash),
+        dash(),
     ]
 }
 
@@ -220,10 +230,6 @@ fn ms(v: f64) -> String {
     }
 }
 
-fn text(v: &Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), str::to_string)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,7 +237,7 @@ mod tests {
 
     #[test]
     fn one_row_per_upstream_and_lane_with_its_figures() {
-        let status = json!({
+        let status: Status = serde_json::from_value(json!({
             "version": "1.2.3",
             "upstreams": [{
                 "name": "orders", "interval_ms": 50.0, "waiting": 3, "in_flight": 1,
@@ -239,9 +245,12 @@ mod tests {
                 "requests": {"success": 10, "throttled": 1, "error": 2, "shed": 4, "timeout": 1},
                 "throttles": {"status": 5, "body": 2}, "retries": {"throttle": 6, "connect": 0},
                 "history": {"interval_ms": [0.0, 25.0, 50.0]},
-                "lanes": [{"name": "writes", "interval_ms": 1500.0, "waiting": 0}],
+                "lanes": [{"name": "writes", "interval_ms": 1500.0, "waiting": 0,
+                           "history": {"interval_ms": [1500.0]},
+                           "last_throttle": {"reason": "status", "words": "throttled by a 429"}}],
             }],
-        });
+        }))
+        .unwrap();
         let out = render(&status, "127.0.0.1:9901");
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "easeoff 1.2.3 at http://127.0.0.1:9901");
@@ -258,6 +267,11 @@ mod tests {
             out.contains("orders: interval over the last 3 s (peak 50.0 ms): ▁▅█"),
             "{out}"
         );
+        assert!(
+            out.contains("  lane writes: interval over the last 1 s (peak 1.50 s): █"),
+            "{out}"
+        );
+        assert!(out.contains("  lane writes: throttled by a 429"), "{out}");
     }
 
     #[test]

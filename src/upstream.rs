@@ -491,6 +491,8 @@ impl Control {
         }
         self.lanes.refresh_gauges();
         self.metrics.lanes.set(lanes.len() as i64);
+        let headline = self.lanes.slowest().interval();
+        self.metrics.interval.set(headline.as_secs_f64());
         self.metrics.pause.set(pause.as_secs_f64());
         self.metrics.queue_waiting.set(waiting as i64);
         self.metrics

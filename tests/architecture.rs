@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fleet/share",
             "fleet/learning",
             "fleet/demand",
+            "observe",
         ],
     ),
     ("pacing", &["pacer", "metrics"]),

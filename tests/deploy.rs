@@ -279,8 +279,10 @@ fn label_matchers(text: &str) -> BTreeSet<String> {
 
 /// Families on a live `/metrics`, by name, with their type.
 async fn exported_families() -> (BTreeMap<String, String>, String) {
-    let up = upstream(|_| async { ok() }).await;
+    // One throttle, so the families stamped only by a throttle are shown too.
+    let up = throttles_first(1, || respond(429, &[], "slow down")).await;
     let proxy = proxy_with_absent_fleet(up.addr).await;
+    get(&format!("http://{}/", proxy.addr)).await;
     let text = metrics(proxy.admin).await;
     let families = text
         .lines()

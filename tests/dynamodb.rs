@@ -43,7 +43,12 @@ async fn provisioned_throughput_exceeded_in_the_body_raises_the_interval() {
     );
     // The table's lane is raised; the upstream's default lane is not.
     assert_eq!(lane_interval_ms(proxy.admin, "t:write").await, Some(10.0));
-    assert_eq!(interval_ms(proxy.admin).await, 0.0);
+    assert_eq!(lane_interval_ms(proxy.admin, "default").await, Some(0.0));
+    assert_eq!(
+        interval_ms(proxy.admin).await,
+        10.0,
+        "the headline is the paced lane's"
+    );
     let a = proxy.admin;
     assert_eq!(
         metric(
@@ -80,7 +85,12 @@ async fn provisioned_throughput_exceeded_in_the_header_raises_the_interval() {
     assert_eq!(put_item(&proxy).await.status, 400);
     // The table's lane is raised; the upstream's default lane is not.
     assert_eq!(lane_interval_ms(proxy.admin, "t:write").await, Some(10.0));
-    assert_eq!(interval_ms(proxy.admin).await, 0.0);
+    assert_eq!(lane_interval_ms(proxy.admin, "default").await, Some(0.0));
+    assert_eq!(
+        interval_ms(proxy.admin).await,
+        10.0,
+        "the headline is the paced lane's"
+    );
     assert_eq!(
         metric(
             proxy.admin,

@@ -211,7 +211,12 @@ async fn grpc_over_h2c_passes_trailers_and_resource_exhausted_raises_the_interva
         lane_interval_ms(proxy.admin, "/demo.Echo/Say").await,
         Some(10.0)
     );
-    assert_eq!(interval_ms(proxy.admin).await, 0.0);
+    assert_eq!(lane_interval_ms(proxy.admin, "default").await, Some(0.0));
+    assert_eq!(
+        interval_ms(proxy.admin).await,
+        10.0,
+        "the headline is the paced lane's"
+    );
     assert_eq!(
         metric(
             proxy.admin,

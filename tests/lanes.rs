@@ -92,9 +92,14 @@ async fn a_throttled_table_does_not_hold_back_another() {
     assert_eq!(sleeps(proxy.admin).await, held, "no fast write waited");
     assert_eq!(lane_interval_ms(proxy.admin, "fast:write").await, Some(0.0));
     assert_eq!(
-        interval_ms(proxy.admin).await,
-        0.0,
+        lane_interval_ms(proxy.admin, "default").await,
+        Some(0.0),
         "default lane untouched"
+    );
+    assert_eq!(
+        interval_ms(proxy.admin).await,
+        slow,
+        "the headline is the slowest lane's"
     );
     let text = metrics(proxy.admin).await;
     assert!(
@@ -189,7 +194,7 @@ async fn an_upstream_that_names_its_bucket_is_paced_per_bucket() {
         "core requests did not wait"
     );
     assert_eq!(lane_interval_ms(proxy.admin, "core").await, Some(0.0));
-    assert_eq!(interval_ms(proxy.admin).await, 0.0);
+    assert_eq!(lane_interval_ms(proxy.admin, "default").await, Some(0.0));
     let shown = status(proxy.admin).await;
     let search = shown["lanes"]
         .as_array()
@@ -376,6 +381,20 @@ async fn throttling_reasons_route_the_raise_to_the_named_table_and_hot_key() {
     assert_eq!(
         b["last_throttle"]["resource"],
         "arn:aws:dynamodb:us-east-1:000000000000:table/b/index/by-date"
+    );
+    assert_eq!(
+        b["last_throttle"]["words"],
+        "DynamoDB throttled writes of an index \
+         (arn:aws:dynamodb:us-east-1:000000000000:table/b/index/by-date): \
+         above its provisioned capacity (IndexWriteProvisionedThroughputExceeded)"
+    );
+    let reasons = metrics(proxy.admin).await;
+    assert!(
+        reasons.contains(
+            "easeoff_lane_last_throttle_timestamp_seconds{lane=\"b:write\",\
+             reason=\"IndexWriteProvisionedThroughputExceeded\",upstream=\"up\"}"
+        ),
+        "{reasons}"
     );
 
     // A hot partition: only its own lane is raised, and other keys of the table

@@ -122,12 +122,7 @@ async fn the_status_command_says_when_easeoff_is_unreachable() {
 /// check is skipped with a note.
 #[tokio::test]
 async fn chromium_renders_every_upstream_with_its_interval_chart() {
-    if Command::new("chromium").arg("--version").output().is_err() {
-        assert!(
-            std::env::var_os("EASEOFF_REQUIRE_CHROMIUM").is_none(),
-            "chromium is required (apt-get install chromium)"
-        );
-        eprintln!("note: chromium not installed; skipping the status page browser check");
+    if no_chromium() {
         return;
     }
     let (proxy, _orders, _inventory) = two_upstreams().await;
@@ -145,7 +140,7 @@ async fn chromium_renders_every_upstream_with_its_interval_chart() {
         );
     }
     let interval = dom
-        .split("<span class=\"interval\">")
+        .split("<span class=\"interval headline\">")
         .nth(1)
         .and_then(|rest| rest.split(" ms<").next())
         .unwrap_or_else(|| panic!("no interval in\n{dom}"));
@@ -168,14 +163,181 @@ async fn chromium_renders_every_upstream_with_its_interval_chart() {
     eprintln!("status page screenshot: {}", png.display());
 }
 
+/// `easeoff demo` killed when dropped.
+struct Demo(std::process::Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What a new operator sees first: during `easeoff demo` (the dynamodb preset paces
+/// the demo's table in lane `demo:write`, the mock takes 50 requests a second) the
+/// page's headline is the paced lane's ~20 ms, that lane's chart has a line, and
+/// `easeoff_upstream_interval_seconds` is above 0.
+#[tokio::test]
+async fn during_the_demo_the_headline_is_the_interval_that_paces() {
+    if no_chromium() {
+        return;
+    }
+    let admin = dead_port().await;
+    let svg = std::env::temp_dir().join(format!("easeoff-demo-{}.svg", std::process::id()));
+    let _demo = Demo(
+        Command::new(env!("CARGO_BIN_EXE_easeoff"))
+            .args(["demo", "--duration", "120s", "--admin", &admin.to_string()])
+            .arg("--out")
+            .arg(&svg)
+            .env_remove("EASEOFF_CONFIG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("easeoff demo starts"),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the demo's admin server",
+        || async { tokio::net::TcpStream::connect(admin).await.is_ok() },
+    )
+    .await;
+    // Paced, and the paced lane sampled a few times.
+    wait_until(
+        Duration::from_secs(30),
+        "a paced lane with history",
+        || async {
+            let s = status(admin).await;
+            let sampled = s["lanes"].as_array().is_some_and(|lanes| {
+                lanes.iter().any(|l| {
+                    l["name"] == "demo:write"
+                        && l["history"]["interval_ms"].as_array().is_some_and(|v| {
+                            v.iter().filter(|x| x.as_f64() > Some(0.0)).count() >= 3
+                        })
+                })
+            });
+            sampled && s["interval_ms"].as_f64() > Some(0.0)
+        },
+    )
+    .await;
+    let gauge = metric(
+        admin,
+        "easeoff_upstream_interval_seconds{upstream=\"dynamodb\"}",
+    )
+    .await;
+    assert!(
+        gauge > 0.0,
+        "the headline metric is the paced lane's: {gauge}"
+    );
+
+    let url = format!("http://{admin}/");
+    let dom = chromium(&["--dump-dom", &url]).await;
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let headline = dom
+        .split("<span class=\"interval headline\">")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms<").next())
+        .unwrap_or_else(|| panic!("no headline interval in\n{dom}"));
+    let headline: f64 = headline.parse().unwrap_or_else(|_| panic!("{headline:?}"));
+    assert!(
+        (10.0..=40.0).contains(&headline),
+        "the headline is ~20 ms: {headline} ms"
+    );
+    assert!(dom.contains("interval (lane demo:write)"), "{dom}");
+    let lane = dom
+        .split("<div class=\"lane\" data-name=\"demo:write\">")
+        .nth(1)
+        .and_then(|rest| rest.split("<div class=\"lane\"").next())
+        .unwrap_or_else(|| panic!("no lane demo:write in\n{dom}"));
+    assert!(
+        lane.contains("<polyline class=\"interval-line\""),
+        "no line in the lane's chart:\n{lane}"
+    );
+
+    let png = target_dir().join("status-page-demo.png");
+    let shot = format!("--screenshot={}", png.display());
+    chromium(&[&shot, "--window-size=1200,1400", &url]).await;
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "a screenshot at {} ({size} bytes)",
+        png.display()
+    );
+    eprintln!("demo status page screenshot: {}", png.display());
+    let _ = std::fs::remove_file(&svg);
+}
+
+/// A DynamoDB throttle's `ThrottlingReasons` on the page, in words, as Chromium
+/// renders it.
+#[tokio::test]
+async fn a_dynamodb_throttling_reason_reads_in_words_on_the_page() {
+    if no_chromium() {
+        return;
+    }
+    let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"x","ThrottlingReasons":[{"reason":"TableWriteKeyRangeThroughputExceeded","resource":"arn:aws:dynamodb:us-east-1:000000000000:table/orders"}]}"#;
+    let up = upstream(move |_| async move {
+        respond(400, &[("content-type", "application/x-amz-json-1.0")], body)
+    })
+    .await;
+    let proxy = proxy_config(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
+         preset = \"dynamodb\"\n[upstream.retry]\nmax_attempts = 1\n",
+        up.addr
+    ))
+    .await;
+    let put = r#"{"TableName":"orders","Item":{"pk":{"S":"1"}}}"#;
+    let answer = send(
+        &client(),
+        "POST",
+        &format!("http://{}/", proxy.addr),
+        &[
+            ("x-amz-target", "DynamoDB_20120810.PutItem"),
+            ("content-type", "application/x-amz-json-1.0"),
+        ],
+        bytes::Bytes::from_static(put.as_bytes()),
+    )
+    .await;
+    assert_eq!(answer.status, 400);
+    let words = "DynamoDB throttled writes of the table \
+                 (arn:aws:dynamodb:us-east-1:000000000000:table/orders): \
+                 above one partition&#39;s limit (a hot key) (TableWriteKeyRangeThroughputExceeded)";
+    let dom = chromium(&["--dump-dom", &format!("http://{}/", proxy.admin)]).await;
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let lane = dom
+        .split("<div class=\"lane\" data-name=\"orders:write\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lane orders:write in\n{dom}"));
+    let shown = lane
+        .split("<p class=\"why\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no reason shown in\n{lane}"));
+    assert!(
+        shown.starts_with(words) || shown.starts_with(&words.replace("&#39;", "'")),
+        "{shown}"
+    );
+}
+
+/// Whether Chromium is missing (the browser checks are then skipped with a note);
+/// CI sets EASEOFF_REQUIRE_CHROMIUM=1 so a missing browser fails there.
+fn no_chromium() -> bool {
+    if Command::new("chromium").arg("--version").output().is_ok() {
+        return false;
+    }
+    assert!(
+        std::env::var_os("EASEOFF_REQUIRE_CHROMIUM").is_none(),
+        "chromium is required (apt-get install chromium)"
+    );
+    eprintln!("note: chromium not installed; skipping a status page browser check");
+    true
+}
+
 /// Runs headless Chromium with a fresh profile, off the async runtime so the server
 /// under test keeps serving.
 async fn chromium(args: &[&str]) -> Output {
-    let profile = std::env::temp_dir().join(format!(
-        "easeoff-chromium-{}-{}",
-        std::process::id(),
-        args.len()
-    ));
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile =
+        std::env::temp_dir().join(format!("easeoff-chromium-{}-{run}", std::process::id()));
     let _ = std::fs::remove_dir_all(&profile);
     let mut command = Command::new("chromium");
     command.args([

@@ -74,6 +74,8 @@ pub struct Summary {
     pub throttled: f64,
     /// Requests the writers saw fail, over the whole run.
     pub errors: u64,
+    /// Mean of easeoff's interval over the scrapes after the warm-up, in ms.
+    pub interval_ms: Option<f64>,
     pub phases: Vec<Phase>,
 }
 
@@ -99,6 +101,7 @@ pub fn summarize(s: &[Sample], warmup: f64, criteria: Criteria) -> Summary {
             goodput: 0.0,
             throttled: 0.0,
             errors: s.last().map_or(0, |x| x.client_errors),
+            interval_ms: None,
             phases: Vec::new(),
         };
     };
@@ -140,8 +143,15 @@ pub fn summarize(s: &[Sample], warmup: f64, criteria: Criteria) -> Summary {
         goodput: ratio(ok, cap),
         throttled: throttled_share(ok, th),
         errors: s[last].client_errors,
+        interval_ms: mean_interval(&s[warm..]),
         phases,
     }
+}
+
+/// The mean of the scraped intervals, when easeoff was in front.
+fn mean_interval(s: &[Sample]) -> Option<f64> {
+    let v: Vec<f64> = s.iter().filter_map(|x| x.interval_ms).collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
 /// The first window start from which every window up to `end` meets the criteria.

@@ -54,7 +54,8 @@ impl Scenario {
 /// Who sends the requests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// Writers without retries through `easeoff run`, preset dynamodb, this strategy.
+    /// Writers without retries through `easeoff run`, preset dynamodb, this strategy
+    /// (`STRATEGY+observe`: in `mode = "observe"`).
     Easeoff(String),
     SdkStandard,
     SdkAdaptive,
@@ -235,8 +236,10 @@ async fn measure(
         .await?;
     let mut proxy = None;
     if let Kind::Easeoff(strategy) = kind {
-        let extra =
-            format!("preset = \"dynamodb\"\n\n[upstream.sleeper]\nstrategy = \"{strategy}\"\n");
+        let (strategy, mode) = strategy.split_once('+').unwrap_or((strategy, "pace"));
+        let extra = format!(
+            "preset = \"dynamodb\"\n\n[upstream.sleeper]\nstrategy = \"{strategy}\"\nmode = \"{mode}\"\n"
+        );
         proxy = Some(
             start_easeoff(&o.bin, work, "mock", &format!("http://{mock_addr}"), &extra).await?,
         );
@@ -433,11 +436,12 @@ fn join<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
 fn row(out: &mut String, scenario: &str, client: &str, run: &str, s: &Summary) {
     let _ = writeln!(
         out,
-        "{scenario:<10} {client:<22} {run:>4} {:>8} {:>7} {:>6} {:>7} {:<17} {:<13} {:<15} {:<13}",
+        "{scenario:<10} {client:<22} {run:>4} {:>8} {:>7} {:>6} {:>7} {:>8} {:<17} {:<13} {:<15} {:<13}",
         pct(s.goodput_all),
         pct(s.goodput),
         pct(s.throttled),
         s.errors,
+        s.interval_ms.map_or("-".to_string(), |v| format!("{v:.2}")),
         join(&s.phases, |p| format!("{}", p.capacity)),
         join(&s.phases, |p| pct(p.goodput)),
         join(&s.phases, |p| pct(p.throttled)),
@@ -447,7 +451,7 @@ fn row(out: &mut String, scenario: &str, client: &str, run: &str, s: &Summary) {
 
 fn table(o: &Options, runs: &[Run]) -> String {
     let mut out = format!(
-        "{:<10} {:<22} {:>4} {:>8} {:>7} {:>6} {:>7} {:<17} {:<13} {:<15} {:<13}\n",
+        "{:<10} {:<22} {:>4} {:>8} {:>7} {:>6} {:>7} {:>8} {:<17} {:<13} {:<15} {:<13}\n",
         "scenario",
         "client",
         "run",
@@ -455,6 +459,7 @@ fn table(o: &Options, runs: &[Run]) -> String {
         "good%",
         "thr%",
         "errors",
+        "intv ms",
         "capacity/phase",
         "good%/phase",
         "thr%/phase",
@@ -494,7 +499,7 @@ fn table(o: &Options, runs: &[Run]) -> String {
     }
     let _ = writeln!(
         out,
-        "good%: goodput / capacity after the {} s warm-up (good%all: whole run); thr%: throttled share of upstream attempts after the warm-up; errors: requests the writers saw fail; conv: seconds after each capacity change (the first phase: after the start) from which every 5 s window has < 10% throttled and goodput >= 90% of capacity",
+        "good%: goodput / capacity after the {} s warm-up (good%all: whole run); thr%: throttled share of upstream attempts after the warm-up; errors: requests the writers saw fail; intv ms: mean of easeoff's interval (easeoff_upstream_interval_seconds) after the warm-up; conv: seconds after each capacity change (the first phase: after the start) from which every 5 s window has < 10% throttled and goodput >= 90% of capacity",
         o.warmup
     );
     out
@@ -529,7 +534,9 @@ fn median_summary(s: &[Summary]) -> Summary {
     } else {
         Vec::new()
     };
+    let intervals: Vec<f64> = s.iter().filter_map(|x| x.interval_ms).collect();
     Summary {
+        interval_ms: (!intervals.is_empty()).then(|| median(&intervals)),
         goodput_all: m(&|x| x.goodput_all),
         goodput: m(&|x| x.goodput),
         throttled: m(&|x| x.throttled),

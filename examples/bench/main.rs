@@ -50,7 +50,8 @@ struct ControlArgs {
         default_value = "steady,step-down,step-up,autoscale"
     )]
     scenario: Vec<control::Scenario>,
-    /// Clients: easeoff:STRATEGY (any strategy name easeoff accepts), sdk-standard, sdk-adaptive.
+    /// Clients: easeoff:STRATEGY (any strategy name easeoff accepts; easeoff:STRATEGY+observe
+    /// in mode = "observe"), sdk-standard, sdk-adaptive.
     #[arg(long, value_delimiter = ',', value_parser = control::Kind::parse,
           default_value = "easeoff:cubic,easeoff:responsive,sdk-standard,sdk-adaptive")]
     client: Vec<control::Kind>,

@@ -388,7 +388,7 @@ pub fn sleeper_defaults_for(strategy: Strategy, mode: Mode) -> sleeper::Settings
         s.max_interval = Duration::from_secs(120);
     }
     s.initial_interval = match (mode, strategy) {
-        (Mode::Pace, _) => Initial::Auto,
+        (Mode::Pace | Mode::Observe, _) => Initial::Auto,
         (Mode::Delay, Strategy::Exponential) => Initial::Fixed(Duration::from_secs(1)),
         (Mode::Delay, _) => Initial::Fixed(Duration::from_millis(500)),
     };
@@ -667,6 +667,6 @@ macro_rules! named_choices {
 
 named_choices! {
     Strategy => (0..Strategy::NAMES.len()).map(Strategy::from_index),
-    Mode => [Mode::Pace, Mode::Delay].into_iter(),
+    Mode => [Mode::Pace, Mode::Delay, Mode::Observe].into_iter(),
     Preset => (0..Preset::NAMES.len()).map(Preset::from_index),
 }

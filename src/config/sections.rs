@@ -11,6 +11,7 @@ use super::schema::{
     throttle_defaults,
 };
 use super::validate;
+use crate::sleeper::Mode;
 
 /// The sub-tables of `[[upstream]]`, so a key written one level too high is pointed
 /// to its table.
@@ -80,12 +81,12 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
         throttle_defaults(),
         |_, _, _| {},
     );
-    u.retry = read_section(
-        t.table("retry"),
-        &RETRY,
-        RetrySettings::defaults_for(preset),
-        |_, _, _| {},
-    );
+    let mut retry = RetrySettings::defaults_for(preset);
+    if u.sleeper.mode == Mode::Observe {
+        // Observe mode passes every answer on as it came, unless retries are asked for.
+        retry.max_attempts = 1;
+    }
+    u.retry = read_section(t.table("retry"), &RETRY, retry, |_, _, _| {});
     u.queue = read_section(
         t.table("queue"),
         &QUEUE,

@@ -234,3 +234,20 @@ fn idle_decay_zero_never_forgets() {
     control.refresh_gauges();
     assert_eq!(control.interval(), raised);
 }
+
+#[test]
+fn the_slowest_lane_is_the_headline_and_remembers_what_paused_it() {
+    let (control, _metrics, runtime, _manual) = control(Preset::DynamoDb, LaneSettings::default());
+    let _inside = runtime.enter();
+    let lanes = &control.lanes;
+    assert_eq!(lanes.slowest().name(), "default", "none paced");
+    let slow = lanes.get("slow:write");
+    let fast = lanes.get("fast:write");
+    slow.pacer.set_interval(Duration::from_millis(20), 1);
+    fast.pacer.set_interval(Duration::from_millis(5), 1);
+    assert_eq!(lanes.slowest().name(), "slow:write");
+    assert_eq!(slow.pause_header(), None);
+    slow.paused_by(crate::hints::Hint::AmzRetryAfter);
+    assert_eq!(slow.pause_header(), Some(crate::hints::Hint::AmzRetryAfter));
+    assert_eq!(fast.pause_header(), None);
+}

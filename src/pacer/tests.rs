@@ -200,6 +200,40 @@ async fn delay_mode_sleeps_each_request_on_its_own() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn observe_mode_lets_every_request_go_and_says_what_pacing_would_have_done() {
+    let pacer = pacer(Mode::Observe);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    let mut would = Vec::new();
+    for _ in 0..4 {
+        let slot = pacer.acquire(far()).await.unwrap();
+        assert_eq!(slot.dispatched_at, t0, "nothing waits");
+        assert!(!slot.held);
+        would.push(slot.would);
+    }
+    assert_eq!(
+        would,
+        [
+            None,
+            Some(Would::Wait(100 * MS)),
+            Some(Would::Wait(200 * MS)),
+            Some(Would::Wait(300 * MS)),
+        ]
+    );
+    // A slot past the deadline would have been shed, and takes no slot.
+    let soon = pacer.acquire(t0 + 50 * MS).await.unwrap();
+    assert_eq!(soon.would, Some(Would::Shed));
+    // A pause holds the shadow schedule, not the request.
+    pacer.pause_until(t0 + 2000 * MS);
+    let paused = pacer.acquire(far()).await.unwrap();
+    assert_eq!(
+        (paused.dispatched_at, paused.would),
+        (t0, Some(Would::Wait(2000 * MS)))
+    );
+    assert_eq!(pacer.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn slots_carry_the_epoch_in_force_at_release() {
     let pacer = pacer(Mode::Pace);
     assert_eq!(pacer.acquire(far()).await.unwrap().epoch, 0);

@@ -47,6 +47,7 @@ fn slot(control: &Control) -> Slot {
         waited: Duration::ZERO,
         held: false,
         interval: Duration::ZERO,
+        would: None,
     }
 }
 
