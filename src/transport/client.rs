@@ -50,6 +50,28 @@ pub enum SendError {
     Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
+impl SendError {
+    /// Whether the upstream's answer head was larger than hyper reads (more than
+    /// 100 header lines, or past the read buffer): the upstream's doing, and the same
+    /// on every retry.
+    pub fn head_too_large(&self) -> bool {
+        let SendError::Failed(error) = self else {
+            return false;
+        };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
+        while let Some(error) = cause {
+            if error
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse_too_large)
+            {
+                return true;
+            }
+            cause = error.source();
+        }
+        false
+    }
+}
+
 type Pooled = Client<HttpsConnector<HttpConnector>, ProxyBody>;
 
 thread_local! {
