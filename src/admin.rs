@@ -174,6 +174,7 @@ fn status_json(state: &AdminState) -> Value {
     let mut status = json!({ "version": env!("CARGO_PKG_VERSION"), "upstreams": upstreams });
     if let Some(fleet) = &state.fleet {
         status["fleet"] = json!({ "connected": fleet.is_connected(), "member": fleet.member() });
+        status["fleet"]["why_alone"] = json!(fleet.fault());
     }
     status
 }
