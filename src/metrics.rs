@@ -200,6 +200,8 @@ per_upstream! {
         "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.";
     pub lanes: IntGauge = "easeoff_lanes",
         "Lanes alive: the default lane and one per table, method or bucket requests were paced in.";
+    pub goaway_dropped: IntCounter = "easeoff_goaway_dropped_total",
+        "HTTP/2 requests left unanswered when a connection closing for too many cancelled streams ran out of time (60 s).";
 }
 
 /// Declares the per-lane families, labelled `upstream`, `lane` and, for throttles,
@@ -847,7 +849,7 @@ mod tests {
         let _orders = m.upstream("orders");
         let _lane = m.lane("orders", "default");
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 29);
+        assert_eq!(families().count(), 30);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);
