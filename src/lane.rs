@@ -594,6 +594,7 @@ impl Lanes {
 
     /// Drops lanes idle for `lane_idle` that no request holds.
     pub fn drop_idle(&self, now: Instant) {
+        crate::trim::if_worth_it();
         let idle = self.settings.lanes.lane_idle;
         let any = self
             .read()
@@ -623,6 +624,7 @@ impl Lanes {
 
     fn sweep(&self, others: &mut LaneMap, now: Instant) {
         let idle = self.settings.lanes.lane_idle;
+        let before = others.len();
         others.retain(|name, lane| {
             let keep = Arc::strong_count(lane) > 1 || !lane.idle_for(idle, now);
             if !keep {
@@ -636,6 +638,7 @@ impl Lanes {
             }
             keep
         });
+        crate::trim::dropped(before - others.len());
         // A wave of 100,000 keys leaves a table that size behind; give it back.
         if others.capacity() > 4 * others.len().max(64) {
             others.shrink_to_fit();
