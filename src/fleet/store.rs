@@ -32,6 +32,9 @@ local me = 'm:' .. ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fields = redis.call('HGETALL', key)
+-- The first write may be refused (OOM); once a script has written, Redis lets it
+-- write on, so a refusal must come before any other write.
+redis.call('HSET', key, me, string.format('%d', now) .. ' ' .. ARGV[2])
 local i, e, r = nil, nil, nil
 local others = {}
 for k = 1, #fields, 2 do
@@ -66,7 +69,6 @@ if ARGV[3] ~= '' then
   end
   redis.call('HSET', key, 'i', string.format('%d', i), 'e', string.format('%d', e))
 end
-redis.call('HSET', key, me, string.format('%d', now) .. ' ' .. ARGV[2])
 redis.call('PEXPIRE', key, ARGV[7])
 local out = {'', ''}
 if i ~= nil then
