@@ -9,14 +9,18 @@
 #
 #   bench/fleet.sh [--members "1 4 8 16"] [--modes "independent fleet"] [--rate 100]
 #                  [--clients 4] [--light 0] [--light-rate 5] [--warmup 10]
-#                  [--seconds 20] [--runs 1] [--fault KILL:RESTART] [--svg FILE]
+#                  [--seconds 20] [--runs 1] [--fault KILL:RESTART] [--fault-kind kill|oom]
+#                  [--svg FILE]
 #
 # --light K: the first K members' writers send LIGHT_RATE requests/s in all instead of
 # as fast as they can (unequal demand). --fault 10:20 kills redis 10 s into the
 # measured window and starts it again, empty, at 20 s (fleet mode only), and reports
 # goodput before, during and after the outage; it also samples every member's
 # successes once a second and draws them (bench/fleet_svg.py: one line per member, the
-# outage shaded) into FILE (default target/fleet-fault.svg). For the usual fault run:
+# outage shaded) into FILE (default target/fleet-fault.svg). --fault-kind oom keeps
+# redis running but out of memory instead (`CONFIG SET maxmemory 1`: it answers and
+# refuses every write) from KILL to RESTART, and counts each member's fleet log lines.
+# For the usual fault run:
 #   bench/fleet.sh --members 16 --modes fleet --seconds 60 --fault 20:40
 # Needs h2load (nghttp2-client), curl
 # and redis-server. Uses target/release/easeoff (EASEOFF_BIN overrides; it is built
@@ -25,12 +29,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 members_list="1 4 8 16" modes="independent fleet" rate=100 clients=4 light=0 light_rate=5
-warmup=10 seconds=20 runs=1 fault="" svg=target/fleet-fault.svg
+warmup=10 seconds=20 runs=1 fault="" fault_kind=kill svg=target/fleet-fault.svg
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members_list=$2 ;; --modes) modes=$2 ;; --rate) rate=$2 ;;
     --clients) clients=$2 ;; --light) light=$2 ;; --light-rate) light_rate=$2 ;;
     --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;; --svg) svg=$2 ;;
+    --fault-kind) fault_kind=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -155,10 +160,18 @@ EOF
         pids+=("$sampler")
         sleep "$kill_at"
         okk=$(sample "$mock" 'mock_requests_total{result="ok"}') tk=$(date +%s.%N)
-        kill -9 "$redis_pid" 2>/dev/null || true
+        if [ "$fault_kind" = oom ]; then
+          redis-cli -p "$redis_port" CONFIG SET maxmemory 1 >/dev/null
+        else
+          kill -9 "$redis_pid" 2>/dev/null || true
+        fi
         sleep $((restart_at - kill_at))
         okr=$(sample "$mock" 'mock_requests_total{result="ok"}') tr=$(date +%s.%N)
-        start_redis "$redis_port"
+        if [ "$fault_kind" = oom ]; then
+          redis-cli -p "$redis_port" CONFIG SET maxmemory 0 >/dev/null
+        else
+          start_redis "$redis_port"
+        fi
         sleep $((seconds - restart_at))
         kill "$sampler" 2>/dev/null || true
         phases="$okk $tk $okr $tr"
@@ -206,6 +219,10 @@ EOF
         restarted=$(awk -v t0="$t0" -v tr="$tr" 'BEGIN { print tr - t0 }')
         back=$(awk -v r="$restarted" '$1 > r && $2 == 1 { printf "%.1f", $1 - r; exit }' "$work/connected.txt")
         echo "     every member connected again ${back:-never} s after redis restarted (sampled about once a second)"
+        for i in $(seq "$n"); do
+          echo "     member $i fleet log lines: $(grep -c '"message":"fleet: ' "$work/easeoff-$i.log" || true)"
+          grep -o '"message":"fleet: [^"]*"' "$work/easeoff-$i.log" | sed 's/^/       /' || true
+        done
       fi
       stop_all
     done

@@ -210,6 +210,7 @@ fn status_doc(state: &AdminState) -> Status {
         fleet: state.fleet.as_ref().map(|fleet| FleetStatus {
             connected: fleet.is_connected(),
             member: fleet.member().to_string(),
+            why_alone: fleet.fault().map(str::to_string),
         }),
     }
 }

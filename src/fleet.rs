@@ -18,6 +18,7 @@
 //! the same rules as the script.
 
 mod demand;
+mod fault;
 pub mod learning;
 pub mod memory;
 pub mod share;
@@ -36,6 +37,7 @@ use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
 use demand::Demand;
+pub use fault::Fault;
 use learning::{Proposal, Shared};
 pub use memory::Memory;
 use store::{Answer, Report, Store};
@@ -54,6 +56,10 @@ const HOLD_SYNCS: u32 = 2;
 const KEY_TTL_MEMBER_TTLS: u32 = 12;
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
 const NONE: u64 = u64::MAX;
+/// How many syncs a lane remembers the most members it shared with (a minute at the
+/// default 250 ms): going on alone, it takes no more than an equal share of that
+/// many, though the others' entries may have expired in a Redis that half-answered.
+const PEAK_SYNCS: u32 = 240;
 
 /// What the fleet decided for one lane at a sync.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -102,6 +108,8 @@ struct Inner {
     lanes: Mutex<Vec<Arc<LaneCell>>>,
     metrics: FleetMetrics,
     connected: AtomicBool,
+    /// Why the lanes run on their own, while they do.
+    fault: Mutex<Option<Fault>>,
 }
 
 /// One lane's link to the fleet: the counters the lane writes and the sync task reads.
@@ -134,6 +142,11 @@ struct LaneSync {
     /// While on its own, the lane's interval is this member's; proposals are scaled
     /// back to the fleet's by the share it last had.
     scale: Option<f64>,
+    /// The most members of the last [`PEAK_SYNCS`] decisions, and how many syncs ago.
+    peak_members: u32,
+    peak_age: u32,
+    /// Why this lane alone could not sync (its key), while it cannot.
+    fault: Option<Fault>,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -202,6 +215,7 @@ impl Fleet {
             lanes: Mutex::new(Vec::new()),
             metrics: metrics.fleet(),
             connected: AtomicBool::new(false),
+            fault: Mutex::new(None),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(Arc::clone(&inner), clock, stopped));
@@ -222,6 +236,7 @@ impl Fleet {
             lanes: Mutex::new(Vec::new()),
             metrics: metrics.fleet(),
             connected: AtomicBool::new(true),
+            fault: Mutex::new(None),
         });
         inner.metrics.connected.set(1);
         let (stop, _) = watch::channel(false);
@@ -248,7 +263,12 @@ impl Fleet {
             hold,
         );
         // The memory answers every lane, so this cannot fail.
-        let _ = conclude(&lanes, round, Ok(answers));
+        let _ = conclude(
+            inner,
+            &lanes,
+            round,
+            Ok(answers.into_iter().map(Ok).collect()),
+        );
     }
 
     /// This member's id in Redis: host, process id and a random part.
@@ -260,6 +280,11 @@ impl Fleet {
     /// on their own.
     pub fn is_connected(&self) -> bool {
         self.inner.connected.load(Ordering::Relaxed)
+    }
+
+    /// Why the lanes run on their own, while they do: what Redis did, in words.
+    pub fn fault(&self) -> Option<&'static str> {
+        lock(&self.inner.fault).map(Fault::meaning)
     }
 
     /// Whether these are the settings the fleet runs with (a reload keeps the fleet).
@@ -369,7 +394,12 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             if let Err(error) = store.connect(timeout).await {
                 metrics.sync_errors.inc();
                 backoff.on_failure(std::time::Instant::now(), &mut rng);
-                tracing::debug!(%error, "fleet: cannot reach redis");
+                let fault = Fault::of(&error);
+                metrics.redis_error(fault.as_str());
+                if !connected {
+                    // Before the first sync, or while alone: say why once.
+                    alone(&inner, fault, &error.to_string());
+                }
                 continue;
             }
             backoff.on_success();
@@ -388,11 +418,13 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
                     connected = true;
                     inner.connected.store(true, Ordering::Relaxed);
                     metrics.connected.set(1);
+                    *lock(&inner.fault) = None;
                     tracing::info!(redis = %settings.redis, member = %inner.member, "fleet: connected; lanes share what they learn");
                 }
             }
-            Err(error) => {
+            Err((fault, error)) => {
                 metrics.sync_errors.inc();
+                metrics.redis_error(fault.as_str());
                 failures += 1;
                 if failures >= FAILURES_TO_LOCAL {
                     store.disconnect();
@@ -401,9 +433,9 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
                         connected = false;
                         inner.connected.store(false, Ordering::Relaxed);
                         metrics.connected.set(0);
-                        tracing::warn!(redis = %settings.redis, %error, "fleet: redis does not answer; lanes go on alone from their last allocation");
                         go_local(&lanes);
                     }
+                    alone(&inner, fault, &error);
                 }
             }
         }
@@ -455,7 +487,7 @@ async fn sync_round(
     store: &mut Store,
     lanes: &[Arc<LaneCell>],
     elapsed: Duration,
-) -> Result<(), String> {
+) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
     let round = prepare(lanes, elapsed);
     let (member_ttl, key_ttl, hold) = timings(settings);
@@ -466,10 +498,26 @@ async fn sync_round(
     .await;
     let answers = match answers {
         Ok(Ok(answers)) => Ok(answers),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("timed out".to_string()),
+        Ok(Err(e)) => Err((Fault::of(&e), e.to_string())),
+        Err(_) => Err((Fault::Timeout, "timed out".to_string())),
     };
-    conclude(lanes, round, answers)
+    conclude(inner, lanes, round, answers)
+}
+
+/// The lanes run on their own because of `fault`: one log line when the cause changes.
+fn alone(inner: &Inner, fault: Fault, error: &str) {
+    let mut current = lock(&inner.fault);
+    if *current == Some(fault) {
+        return;
+    }
+    *current = Some(fault);
+    tracing::warn!(
+        redis = %inner.settings.redis,
+        cause = fault.as_str(),
+        %error,
+        "fleet: {}; lanes go on alone from their last allocation",
+        fault.meaning()
+    );
 }
 
 /// What one sync sends for every lane, and what it keeps to read the answers.
@@ -530,29 +578,87 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
     }
 }
 
-/// Hands each lane its decision from the store's `answers`; when there are none, keeps
-/// the raises to report them again at the next sync.
+/// Hands each lane its decision from the store's `answers`; a lane without one keeps
+/// its raises to report them again at the next sync. A lane whose own key failed
+/// (`Fault::one_key`) goes on alone while the others share; the round fails when no
+/// lane got an answer and Redis itself is at fault.
 fn conclude(
+    inner: &Inner,
     lanes: &[Arc<LaneCell>],
     round: Round<'_>,
-    answers: Result<Vec<Answer>, String>,
-) -> Result<(), String> {
+    answers: Result<Vec<redis::RedisResult<Answer>>, (Fault, String)>,
+) -> Result<(), (Fault, String)> {
     let answers = match answers {
         Ok(answers) if answers.len() == lanes.len() => answers,
         failed => {
-            for (lane, from) in lanes.iter().zip(&round.raised) {
-                lane.raised_from.fetch_min(*from, Ordering::Relaxed);
-            }
-            return Err(match failed {
-                Err(e) => e,
-                Ok(_) => "answers do not match the lanes".to_string(),
-            });
+            keep_raises(lanes, &round.raised);
+            return Err(failed
+                .err()
+                .unwrap_or((Fault::Other, "answers do not match the lanes".to_string())));
         }
     };
-    for ((lane, answer), demand) in lanes.iter().zip(answers).zip(round.demands) {
-        apply(lane, &answer, demand);
+    let mut answered = false;
+    let mut failure = None;
+    for (i, answer) in answers.into_iter().enumerate() {
+        let lane = &lanes[i];
+        match answer {
+            Ok(answer) => {
+                answered = true;
+                lane_back(inner, lane);
+                apply(lane, &answer, round.demands[i]);
+            }
+            Err(error) => {
+                lane.raised_from
+                    .fetch_min(round.raised[i], Ordering::Relaxed);
+                let fault = Fault::of(&error);
+                if fault.one_key() {
+                    inner.metrics.redis_error(fault.as_str());
+                    lane_alone(inner, lane, fault, &error.to_string());
+                } else {
+                    failure.get_or_insert((fault, error.to_string()));
+                }
+            }
+        }
     }
-    Ok(())
+    match failure {
+        Some(failure) if !answered => Err(failure),
+        _ => Ok(()),
+    }
+}
+
+/// A failed round: every lane reports its raises again at the next sync.
+fn keep_raises(lanes: &[Arc<LaneCell>], raised: &[u64]) {
+    for (lane, from) in lanes.iter().zip(raised) {
+        lane.raised_from.fetch_min(*from, Ordering::Relaxed);
+    }
+}
+
+/// One lane's key failed (`fault`): that lane goes on alone, said once per cause.
+fn lane_alone(inner: &Inner, lane: &Arc<LaneCell>, fault: Fault, error: &str) {
+    let was = lock(&lane.sync).fault.replace(fault);
+    if was == Some(fault) {
+        return;
+    }
+    if was.is_none() {
+        go_local(std::slice::from_ref(lane));
+    }
+    tracing::warn!(
+        redis = %inner.settings.redis,
+        upstream = %lane.upstream,
+        lane = %lane.lane,
+        key = %lane.key,
+        cause = fault.as_str(),
+        %error,
+        "fleet: {}; this lane goes on alone, the others go on sharing",
+        fault.meaning()
+    );
+}
+
+/// A lane whose key had failed synced again.
+fn lane_back(inner: &Inner, lane: &LaneCell) {
+    if lock(&lane.sync).fault.take().is_some() {
+        tracing::info!(redis = %inner.settings.redis, upstream = %lane.upstream, lane = %lane.lane, "fleet: the lane's key syncs again; it shares with the fleet");
+    }
 }
 
 /// Turns one lane's answer into its decision and hands it to the lane.
@@ -567,6 +673,11 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
             decision.rescale = scale;
         }
         sync.last = Some(decision);
+        sync.peak_age += 1;
+        if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
+            sync.peak_members = decision.members;
+            sync.peak_age = 0;
+        }
     }
     let m = &lane.metrics;
     m.members.set(f64::from(decision.members));
@@ -620,14 +731,16 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
     }
 }
 
-/// Redis stopped answering: each lane goes on alone at its last allocation.
+/// Redis stopped answering: each lane goes on alone at its last allocation, but at
+/// no more than an equal share of the most members it recently shared with.
 fn go_local(lanes: &[Arc<LaneCell>]) {
     for lane in lanes {
         let last = {
             let mut sync = lock(&lane.sync);
-            let Some(last) = sync.last else {
+            let Some(mut last) = sync.last else {
                 continue;
             };
+            last.share = last.share.min(1.0 / f64::from(sync.peak_members.max(1)));
             sync.scale = Some(last.share);
             last
         };
@@ -657,6 +770,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::FleetSettings;
 
     fn shared(ms: u64) -> Shared {
         Shared {
@@ -679,6 +793,52 @@ mod tests {
         }
         assert!(longest > Duration::from_millis(1500), "{longest:?}");
         assert!(longest <= Duration::from_millis(2400), "{longest:?}");
+    }
+
+    /// A member that saw three members a moment ago, then itself alone (the others'
+    /// entries expired in a Redis that refused their writes), goes on alone at a
+    /// third of the fleet rate, not all of it.
+    #[test]
+    fn going_alone_takes_no_more_than_an_equal_share_of_the_recent_members() {
+        let metrics = Metrics::new().unwrap();
+        let mut memory = Memory::new();
+        let settings = FleetSettings::default();
+        let (sync, ttl) = (settings.sync_interval, settings.member_ttl);
+        let seen = Arc::new(Mutex::new(Vec::<Decision>::new()));
+        let members: Vec<(Fleet, LaneLink)> = (0..3)
+            .map(|i| {
+                let fleet = Fleet::driven(settings.clone(), &metrics, format!("m{i}"));
+                let seen = Arc::clone(&seen);
+                let cb = Box::new(move |d: &Decision| {
+                    if i == 0 {
+                        lock(&seen).push(*d);
+                    }
+                });
+                let link = fleet.join("up", "default", cb);
+                link.waiting(1000);
+                (fleet, link)
+            })
+            .collect();
+        members[0].1.learned(Duration::from_millis(10), 1, None);
+        let mut now = Duration::ZERO;
+        for _ in 0..4 {
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        assert_eq!(lock(&seen).last().map(|d| d.members), Some(3));
+        // Only the first syncs now; the others are forgotten after the member TTL.
+        while now < ttl * 3 {
+            now += sync;
+            members[0].0.sync_in(&mut memory, now, sync);
+        }
+        let alone = lock(&seen).last().copied().unwrap();
+        assert_eq!((alone.members, alone.share), (1, 1.0));
+        go_local(&live_lanes(&members[0].0.inner));
+        let local = lock(&seen).last().copied().unwrap();
+        assert!(local.local);
+        assert_eq!(local.interval, Duration::from_millis(30), "{local:?}");
     }
 
     #[test]

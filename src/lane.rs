@@ -908,18 +908,18 @@ impl Lanes {
         if let Some(lane) = others.get(name) {
             return Arc::clone(lane);
         }
-        // `default` and `overflow` aside.
-        let room = self.settings.lanes.max_lanes.saturating_sub(1);
-        if others.len() >= room {
+        let max_lanes = self.settings.lanes.max_lanes;
+        if !room_for(&others, name, max_lanes) {
             self.sweep(&mut others, self.clock.now());
         }
-        let name = if others.len() >= room && name != route::OVERFLOW {
-            if let Some(lane) = others.get(route::OVERFLOW) {
-                return Arc::clone(lane);
-            }
-            route::OVERFLOW
-        } else {
+        let name = if room_for(&others, name, max_lanes) {
             name
+        } else if let Some(lane) = others.get(route::OVERFLOW) {
+            return Arc::clone(lane);
+        } else if max_lanes < 2 {
+            return Arc::clone(&self.default);
+        } else {
+            route::OVERFLOW
         };
         let lane = Arc::new(self.make(name));
         self.enlist(&lane);
@@ -1008,6 +1008,7 @@ impl Lanes {
 
     /// Drops lanes idle for `lane_idle` that no request holds.
     pub fn drop_idle(&self, now: Instant) {
+        crate::trim::if_worth_it();
         let idle = self.settings.lanes.lane_idle;
         let any = self
             .read()
@@ -1042,6 +1043,7 @@ impl Lanes {
 
     fn sweep(&self, others: &mut LaneMap, now: Instant) {
         let idle = self.settings.lanes.lane_idle;
+        let before = others.len();
         others.retain(|name, lane| {
             let keep = Arc::strong_count(lane) > 1 || !lane.idle_for(idle, now);
             if !keep {
@@ -1055,6 +1057,11 @@ impl Lanes {
             }
             keep
         });
+        crate::trim::dropped(before - others.len());
+        // A wave of 100,000 keys leaves a table that size behind; give it back.
+        if others.capacity() > 4 * others.len().max(64) {
+            others.shrink_to_fit();
+        }
     }
 
     fn make(&self, name: &str) -> Lane {
@@ -1085,6 +1092,19 @@ impl Lanes {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, LaneMap> {
         self.others.write().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Whether lane `name` may be made beside `others` with `max_lanes` in all: `default`
+/// counts, and so does `overflow`, for which a place is kept once named lanes fill
+/// the rest.
+fn room_for(others: &LaneMap, name: &str, max_lanes: usize) -> bool {
+    let has_overflow = others.contains_key(route::OVERFLOW);
+    let named = others.len() - usize::from(has_overflow);
+    if name == route::OVERFLOW {
+        return max_lanes >= 2;
+    }
+    // `default`, the named lanes with this one, and `overflow`.
+    1 + (named + 1) + 1 <= max_lanes
 }
 
 #[cfg(test)]

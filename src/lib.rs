@@ -37,6 +37,7 @@ pub mod status;
 pub mod throttle;
 pub mod train;
 pub mod transport;
+pub mod trim;
 pub mod upstream;
 pub mod window;
 

@@ -206,6 +206,8 @@ per_upstream! {
         "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.";
     pub lanes: IntGauge = "easeoff_lanes",
         "Lanes alive: the default lane and one per table, method or bucket requests were paced in.";
+    pub goaway_dropped: IntCounter = "easeoff_goaway_dropped_total",
+        "HTTP/2 requests left unanswered when a connection closing for too many cancelled streams ran out of time (60 s).";
 }
 
 /// Declares the per-lane families, labelled `upstream`, `lane` and, for throttles,
@@ -358,6 +360,25 @@ const FLEET_SYNC_ERRORS: Family = Family {
     kind: "counter",
     labels: &[],
 };
+/// The `class` values of `easeoff_fleet_redis_errors_total`, each exported from the
+/// start (at 0) so that a rate over them is defined.
+pub const REDIS_ERROR_CLASSES: [&str; 9] = [
+    "unreachable",
+    "timeout",
+    "auth",
+    "oom",
+    "readonly",
+    "noscript",
+    "wrongtype",
+    "not-redis",
+    "other",
+];
+const FLEET_REDIS_ERRORS: Family = Family {
+    name: "easeoff_fleet_redis_errors_total",
+    help: "Errors from the fleet's Redis by class: unreachable, timeout, auth, oom, readonly, noscript, wrongtype (one lane's key), not-redis, other.",
+    kind: "counter",
+    labels: &["class"],
+};
 
 /// One exported metric family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -395,6 +416,7 @@ pub fn fleet_families() -> impl Iterator<Item = &'static Family> {
         &FLEET_RATE,
         &FLEET_SYNC,
         &FLEET_SYNC_ERRORS,
+        &FLEET_REDIS_ERRORS,
     ]
     .into_iter()
 }
@@ -408,6 +430,7 @@ struct FleetFamilies {
     rate: GaugeVec,
     sync: HistogramVec,
     sync_errors: IntCounterVec,
+    redis_errors: IntCounterVec,
 }
 
 impl FleetFamilies {
@@ -431,6 +454,10 @@ impl FleetFamilies {
             sync_errors: register(
                 registry,
                 IntCounterVec::new(FLEET_SYNC_ERRORS.opts(), FLEET_SYNC_ERRORS.labels)?,
+            )?,
+            redis_errors: register(
+                registry,
+                IntCounterVec::new(FLEET_REDIS_ERRORS.opts(), FLEET_REDIS_ERRORS.labels)?,
             )?,
         })
     }
@@ -467,6 +494,11 @@ impl FleetMetrics {
             share: self.families.share.with_label_values(&labels),
             rate: self.families.rate.with_label_values(&labels),
         }
+    }
+
+    /// Counts one error from Redis of class `class`.
+    pub fn redis_error(&self, class: &str) {
+        self.families.redis_errors.with_label_values(&[class]).inc();
     }
 
     /// Withdraws one lane's gauges (the lane left the fleet).
@@ -551,12 +583,16 @@ impl Metrics {
     /// Publishes the fleet's families (a fleet starts).
     pub fn fleet(&self) -> FleetMetrics {
         let f = &self.fleet;
-        FleetMetrics {
+        let fleet = FleetMetrics {
             families: f.clone(),
             connected: f.connected.with_label_values(&[] as &[&str]),
             sync: f.sync.with_label_values(&[] as &[&str]),
             sync_errors: f.sync_errors.with_label_values(&[] as &[&str]),
+        };
+        for class in REDIS_ERROR_CLASSES {
+            f.redis_errors.with_label_values(&[class]);
         }
+        fleet
     }
 
     /// Counts a configuration reload.
@@ -871,7 +907,7 @@ mod tests {
         let lane = m.lane("orders", "default");
         lane.throttled("status", 1.0);
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 34);
+        assert_eq!(families().count(), 35);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);

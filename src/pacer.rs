@@ -585,6 +585,7 @@ async fn release(shared: Arc<Shared>) {
             if shared.closed.load(Ordering::Relaxed) {
                 return;
             }
+            timer.idle();
             shared.changed.notified().await;
             continue;
         };

@@ -11,6 +11,7 @@ mod access;
 mod connection;
 mod idle;
 mod listener;
+mod oversized;
 mod reply;
 mod service;
 mod watch;

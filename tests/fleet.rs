@@ -752,3 +752,167 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
     assert_eq!(support::metric(doubting.admin, connected).await, 0.0);
     assert!(redis.hash("easeoff:untrusted:up:default:state").is_empty());
 }
+
+/// Runs `command` with `args` on `redis`.
+fn redis_do(redis: &Redis, command: &str, args: &[&str]) {
+    let mut c = redis.connection().expect("redis answers");
+    redis::cmd(command)
+        .arg(args)
+        .query::<redis::Value>(&mut c)
+        .expect("the command runs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
+    let Some(redis) = Redis::start() else { return };
+    let members: Vec<Member> = (0..2).map(|_| Member::join(&redis.url(), "a")).collect();
+    let seen: Vec<Arc<Mutex<Vec<Decision>>>> = (0..2).map(|_| Arc::default()).collect();
+    let links: Vec<LaneLink> = members
+        .iter()
+        .zip(&seen)
+        .map(|(m, seen)| {
+            let seen = Arc::clone(seen);
+            let cb = Box::new(move |d: &Decision| seen.lock().unwrap().push(*d));
+            m.fleet.join("orders", "b", cb)
+        })
+        .collect();
+    members[0].link.learned(ms(10), 1, None);
+    links[0].learned(ms(10), 1, None);
+    let last_b = |i: usize| seen[i].lock().unwrap().last().copied();
+    let shared = |d: Option<Decision>| d.is_some_and(|d| d.members == 2 && !d.local);
+    wait_for("both lanes shared by both members", || {
+        (0..2).all(|i| shared(members[i].last()) && shared(last_b(i)))
+    })
+    .await;
+
+    redis_do(
+        &redis,
+        "SET",
+        &["easeoff:test:orders:b:state", "not a hash"],
+    );
+    wait_for("lane b on its own in both members", || {
+        (0..2).all(|i| last_b(i).is_some_and(|d| d.local))
+    })
+    .await;
+    // Lane a goes on sharing: ten more syncs, all in the fleet.
+    let counts: Vec<usize> = members.iter().map(Member::count).collect();
+    wait_for("ten more syncs of lane a", || {
+        members
+            .iter()
+            .zip(&counts)
+            .all(|(m, c)| m.count() >= c + 10)
+    })
+    .await;
+    for m in &members {
+        let recent: Vec<Decision> = m
+            .decisions
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(10)
+            .copied()
+            .collect();
+        assert!(
+            recent.iter().all(|d| d.members == 2 && !d.local),
+            "{recent:?}"
+        );
+        assert_eq!(m.connected(), 1.0);
+        assert!(m.sample(r#"easeoff_fleet_redis_errors_total{class="wrongtype"}"#) >= 1.0);
+        assert_eq!(m.fleet.fault(), None, "the fleet as a whole is fine");
+    }
+
+    redis_do(&redis, "DEL", &["easeoff:test:orders:b:state"]);
+    wait_for("lane b back in the fleet", || {
+        (0..2).all(|i| shared(last_b(i)))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_out_of_memory_takes_the_lanes_local_and_says_why_until_it_takes_writes() {
+    let Some(redis) = Redis::start() else { return };
+    let members = two_members(&redis.url()).await;
+    // With a long-gone member's entry in the hash, the script deletes it first: a
+    // write Redis allows out of memory, after which it lets the script write on.
+    let mut c = redis.connection().expect("redis answers");
+    redis::pipe()
+        .atomic()
+        .cmd("HSET")
+        .arg(KEY)
+        .arg("m:gone")
+        .arg("1 5")
+        .cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1"][..])
+        .query::<redis::Value>(&mut c)
+        .expect("the transaction runs");
+    wait_for("every member on its own", || {
+        members
+            .iter()
+            .all(|m| m.connected() == 0.0 && m.last().is_some_and(|d| d.local))
+    })
+    .await;
+    for m in &members {
+        let d = m.last().unwrap();
+        // Half of 100/s each, as shared before.
+        assert_eq!((d.interval, d.share), (ms(20), 1.0), "{d:?}");
+        assert!(
+            m.fleet.fault().unwrap().contains("OOM"),
+            "{:?}",
+            m.fleet.fault()
+        );
+        assert!(m.sample(r#"easeoff_fleet_redis_errors_total{class="oom"}"#) >= 2.0);
+    }
+    // Redis answers reads and takes a connection, but no write: not connected.
+    let errors = r#"easeoff_fleet_redis_errors_total{class="oom"}"#;
+    let floor = members[0].sample(errors) + 3.0;
+    wait_for("three more refused syncs", || {
+        members[0].sample(errors) >= floor
+    })
+    .await;
+    assert!(members.iter().all(|m| m.connected() == 0.0));
+    assert_eq!(
+        redis.field(KEY, "m:gone").as_deref(),
+        Some("1 5"),
+        "no sync wrote anything while Redis was out of memory"
+    );
+
+    redis_do(&redis, "CONFIG", &["SET", "maxmemory", "0"]);
+    back_and_rebuilt(&members, &redis).await;
+    assert!(members.iter().all(|m| m.fleet.fault().is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_warned_of_within_five_seconds_and_shown_on_status() {
+    let Some(redis) = Redis::start() else { return };
+    redis_do(&redis, "CONFIG", &["SET", "requirepass", "right"]);
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let config = support::config_file(&format!(
+        "[fleet]\nredis = \"redis://:wrong@127.0.0.1:{}/0\"\ngroup = \"auth\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}",
+        redis.port,
+        support::upstream_table("up", up.addr, "")
+    ));
+    let started = Instant::now();
+    let easeoff = support::Process::start(&config);
+    let warning = "fleet: redis refuses the credentials: check the password (or user) in the redis url; lanes go on alone from their last allocation";
+    support::wait_until(Duration::from_secs(5), "the warning", || async {
+        !easeoff.logged(warning, "cause").is_empty()
+    })
+    .await;
+    eprintln!("warned {:?} after start", started.elapsed());
+    assert_eq!(easeoff.logged(warning, "cause"), ["auth"]);
+    let (fleet, _) = sidecar(easeoff.admin).await;
+    assert_eq!(fleet["connected"], false, "{fleet}");
+    assert!(
+        fleet["why_alone"].as_str().unwrap().contains("password"),
+        "{fleet}"
+    );
+    // One line, however many attempts follow.
+    let auth = r#"easeoff_fleet_redis_errors_total{class="auth"}"#;
+    support::wait_until(PATIENCE, "three refused attempts", || async {
+        process_sample(easeoff.admin, auth).await >= 3.0
+    })
+    .await;
+    assert_eq!(easeoff.logged(warning, "cause").len(), 1);
+}

@@ -292,3 +292,33 @@ async fn the_idle_pool_is_capped_after_a_burst() {
         open.load(Ordering::SeqCst)
     );
 }
+
+/// An answer head of more than 100 header lines gets its own reason, not
+/// `upstream-unavailable`, and a warning at most every 10 s however many come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_answer_head_is_named_and_warned_of() {
+    let mut head = String::from("HTTP/1.1 200 OK\r\n");
+    for i in 0..150 {
+        head.push_str(&format!("x-line-{i}: v\r\n"));
+    }
+    head.push_str("content-length: 2\r\n\r\nok");
+    let (target, seen) = scripted(Box::leak(head.into_bytes().into_boxed_slice())).await;
+    let config = config_file(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}",
+        upstream_table("up", target, "[upstream.retry]\nmax_attempts = 1\n")
+    ));
+    let easeoff = support::process::Process::start(&config);
+    for _ in 0..3 {
+        let answer = get_closing(easeoff.listens["up"]).await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer:?}");
+        assert!(answer.contains("upstream-head-too-large"), "{answer}");
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+    let warning = "the upstream answered with a head too large to read (more than 100 header lines?); the clients got 502 upstream-head-too-large";
+    wait_until(5 * SECOND, "the warning", || {
+        let easeoff = &easeoff;
+        async move { !easeoff.logged(warning, "upstream").is_empty() }
+    })
+    .await;
+    assert_eq!(easeoff.logged(warning, "upstream"), ["up"]);
+}

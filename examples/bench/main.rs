@@ -2,12 +2,14 @@
 //!
 //! - `control`: goodput, throttled share and convergence against `easeoff mock-upstream`
 //!   for a capacity scenario, through `easeoff run` or with an SDK-style baseline;
-//! - `pacing`: how evenly `easeoff run` spaces requests at a constant interval.
+//! - `pacing`: how evenly `easeoff run` spaces requests at a constant interval;
+//! - `churn`: RSS and descriptors across waves of distinct lanes.
 //!
 //! `bench/control.sh` and `bench/pacing.sh` build what they need and call this.
 
 mod adaptive;
 mod analysis;
+mod churn;
 mod control;
 mod pacing;
 mod procs;
@@ -35,6 +37,8 @@ enum Command {
     Control(ControlArgs),
     /// Pacing fidelity of the constant strategy.
     Pacing(PacingArgs),
+    /// RSS and descriptors across waves of distinct DynamoDB tables.
+    Churn(ChurnArgs),
 }
 
 #[derive(Debug, Args)]
@@ -106,6 +110,34 @@ struct PacingArgs {
     warmup: Duration,
 }
 
+#[derive(Debug, Args)]
+struct ChurnArgs {
+    /// The easeoff binary (release build).
+    #[arg(long, default_value = "target/release/easeoff")]
+    bin: PathBuf,
+    /// Distinct tables per wave.
+    #[arg(long, default_value_t = 10_000)]
+    tables: u64,
+    /// Waves, each followed by an idle spell.
+    #[arg(long, default_value_t = 2)]
+    waves: u32,
+    /// Requests to each table in turn.
+    #[arg(long, default_value_t = 2)]
+    per_table: u32,
+    /// Concurrent writers.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// The upstream's max_lanes (default: easeoff's).
+    #[arg(long)]
+    max_lanes: Option<usize>,
+    /// The upstream's lane_idle.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    lane_idle: Duration,
+    /// The constant interval every lane paces at.
+    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    interval: Duration,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -145,6 +177,19 @@ fn main() -> ExitCode {
                     min_gaps: a.min_gaps,
                     clients: a.clients.max(1),
                     warmup: a.warmup,
+                })
+                .await
+            }
+            Command::Churn(a) => {
+                churn::main(churn::Options {
+                    bin: a.bin,
+                    tables: a.tables,
+                    waves: a.waves,
+                    per_table: a.per_table,
+                    clients: a.clients.max(1),
+                    max_lanes: a.max_lanes,
+                    lane_idle: a.lane_idle,
+                    interval: a.interval,
                 })
                 .await
             }

@@ -36,6 +36,11 @@ impl Proc {
         Ok(Proc { child, log })
     }
 
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its exit status if it has stopped, with the end of its log.
     pub fn exited(&mut self) -> Option<String> {
         let status = self.child.try_wait().ok()??;

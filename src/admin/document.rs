@@ -25,6 +25,8 @@ pub struct Status {
 pub struct FleetStatus {
     pub connected: bool,
     pub member: String,
+    /// Why this member paces alone, while it does (a Redis error class in words).
+    pub why_alone: Option<String>,
 }
 
 /// One upstream: the headline figures, its counters, its lanes, its last minutes.

@@ -228,7 +228,8 @@ mod tests {
                     .sync(&member, reports, ttl, key_ttl, hold)
                     .await
                     .unwrap()
-                    .remove(0);
+                    .remove(0)
+                    .unwrap();
                 let mut want = memory
                     .sync(&member, reports, Duration::ZERO, ttl, key_ttl, hold)
                     .remove(0);

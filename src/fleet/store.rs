@@ -32,6 +32,9 @@ local me = 'm:' .. ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fields = redis.call('HGETALL', key)
+-- The first write may be refused (OOM); once a script has written, Redis lets it
+-- write on, so a refusal must come before any other write.
+redis.call('HSET', key, me, string.format('%d', now) .. ' ' .. ARGV[2])
 local i, e, r = nil, nil, nil
 local others = {}
 for k = 1, #fields, 2 do
@@ -66,7 +69,6 @@ if ARGV[3] ~= '' then
   end
   redis.call('HSET', key, 'i', string.format('%d', i), 'e', string.format('%d', e))
 end
-redis.call('HSET', key, me, string.format('%d', now) .. ' ' .. ARGV[2])
 redis.call('PEXPIRE', key, ARGV[7])
 local out = {'', ''}
 if i ~= nil then
@@ -104,6 +106,8 @@ pub struct Store {
     client: Client,
     script: Script,
     conn: Option<MultiplexedConnection>,
+    /// The last sync found the script gone: load it before the next.
+    reload: bool,
 }
 
 impl Store {
@@ -132,6 +136,7 @@ impl Store {
             client,
             script: Script::new(SYNC),
             conn: None,
+            reload: false,
         })
     }
 
@@ -151,6 +156,7 @@ impl Store {
             .await?;
         self.script.load_async(&mut conn).await?;
         self.conn = Some(conn);
+        self.reload = false;
         Ok(())
     }
 
@@ -159,7 +165,9 @@ impl Store {
         self.conn = None;
     }
 
-    /// One round trip: the script once per lane, pipelined.
+    /// One round trip: the script once per lane, pipelined; each lane's answer or
+    /// error on its own, so one bad key fails only its lane. A script Redis lost
+    /// (restarted, `SCRIPT FLUSH`) is loaded again first.
     pub async fn sync(
         &mut self,
         member: &str,
@@ -167,14 +175,19 @@ impl Store {
         member_ttl: Duration,
         key_ttl: Duration,
         hold: Duration,
-    ) -> RedisResult<Vec<Answer>> {
+    ) -> RedisResult<Vec<RedisResult<Answer>>> {
         let Some(conn) = self.conn.as_mut() else {
             return Err(not_connected());
         };
         if lanes.is_empty() {
             return Ok(Vec::new());
         }
+        if self.reload {
+            self.script.load_async(conn).await?;
+            self.reload = false;
+        }
         let mut pipe = redis::pipe();
+        pipe.ignore_errors();
         for lane in lanes {
             let p = lane.proposal;
             pipe.cmd("EVALSHA")
@@ -193,8 +206,13 @@ impl Store {
                 .arg(key_ttl.as_millis() as u64)
                 .arg(hold.as_millis() as u64);
         }
-        let raw: Vec<Vec<String>> = pipe.query_async(conn).await?;
-        Ok(raw.iter().map(|fields| answer(fields)).collect())
+        let raw: Vec<RedisResult<Vec<String>>> = pipe.query_async(conn).await?;
+        let lost = |r: &RedisResult<_>| matches!(r, Err(e) if e.code() == Some("NOSCRIPT"));
+        self.reload = raw.iter().any(lost);
+        Ok(raw
+            .into_iter()
+            .map(|fields| fields.map(|f| answer(&f)))
+            .collect())
     }
 
     /// Deletes this member's entries from `keys` at once (one pipelined round trip).

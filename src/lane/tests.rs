@@ -113,6 +113,19 @@ fn one_tables_throttles_leave_the_others_lane_at_zero() {
 }
 
 #[test]
+fn max_lanes_counts_every_lane_down_to_one() {
+    for max_lanes in [1, 2, 3, 256] {
+        let (control, _m, runtime, _manual) = control(Preset::None, by_tenant(max_lanes, 4));
+        let _inside = runtime.enter();
+        for i in 0..300 {
+            control.lanes.route(&tenant(&format!("t{i}")), None);
+            control.lanes.route(&tenant("overflow"), None);
+        }
+        assert_eq!(control.lanes.count(), max_lanes, "max_lanes = {max_lanes}");
+    }
+}
+
+#[test]
 fn lanes_are_bounded_and_the_rest_share_overflow() {
     let (control, metrics, runtime, _manual) = control(Preset::None, by_tenant(8, 4));
     let _inside = runtime.enter();
@@ -121,7 +134,12 @@ fn lanes_are_bounded_and_the_rest_share_overflow() {
         let route = control.lanes.route(&head, None);
         assert!(route.first.name() == format!("t{i}") || route.first.name() == "overflow");
     }
-    assert_eq!(control.lanes.count(), 8 + 1, "max_lanes and overflow");
+    assert_eq!(
+        control.lanes.count(),
+        8,
+        "max_lanes, default and overflow included"
+    );
+    assert!(control.lanes.find("overflow").is_some());
     control.refresh_gauges();
     let text = metrics.render().unwrap();
     let series = text

@@ -8,6 +8,11 @@
 //! alongside: it is the fallback where a timerfd cannot be had (other systems) and it
 //! is what tokio's paused time (the tests) advances. On a manual clock (`easeoff
 //! simulate`) the clock's own sleep is the only timer.
+//!
+//! A timerfd is a file descriptor, and an upstream may have 100,000 lanes: a pacer
+//! holds one only while its queue has waiters (see [`PreciseSleep::idle`]), and at
+//! most [`MAX_TIMER_FDS`] are held at once across the process. A lane past that
+//! bound waits on tokio's timer alone, a millisecond coarser.
 
 use std::time::Duration;
 
@@ -20,11 +25,18 @@ use crate::clock::Clock;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const MAX_LEAD: Duration = Duration::from_micros(300);
 
-/// The release task's timer; one per pacer, reused for every wait.
+/// The most timerfds held at once by all pacers together: far more than the lanes
+/// that space requests at once in any deployment we know of, far fewer than a
+/// process's descriptor limit.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub const MAX_TIMER_FDS: usize = 256;
+
+/// The release task's timer; one per pacer, reused for every wait of a busy spell.
 pub struct PreciseSleep {
     clock: Clock,
+    /// Taken at the first wait of a busy spell, given back by [`PreciseSleep::idle`].
     #[cfg(target_os = "linux")]
-    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    fd: Option<linux::TimerFd>,
     /// How early the timerfd is armed: about how late it has lately woken.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     lead: Duration,
@@ -38,16 +50,28 @@ impl PreciseSleep {
     pub fn new(clock: Clock) -> PreciseSleep {
         PreciseSleep {
             #[cfg(target_os = "linux")]
-            fd: clock.is_tokio().then(linux::timer_fd).flatten(),
+            fd: None,
             clock,
             lead: Duration::ZERO,
+        }
+    }
+
+    /// Gives the timerfd back until the next wait: the pacer has no one to space.
+    pub fn idle(&mut self) {
+        #[cfg(target_os = "linux")]
+        {
+            self.fd = None;
         }
     }
 
     /// Returns at `at` on its clock, or very soon after; never before.
     pub async fn until(&mut self, at: Instant) {
         #[cfg(target_os = "linux")]
-        if let Some(fd) = &self.fd {
+        if self.fd.is_none() && self.clock.is_tokio() {
+            self.fd = linux::TimerFd::take();
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = self.fd.as_ref().map(linux::TimerFd::get) {
             let left = at.saturating_duration_since(self.clock.now());
             if left.is_zero() {
                 return;
@@ -110,6 +134,7 @@ fn next_lead(lead: Duration, late: Duration) -> Duration {
 #[cfg(target_os = "linux")]
 mod linux {
     use std::os::fd::OwnedFd;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use rustix::time::{
@@ -119,8 +144,45 @@ mod linux {
     use tokio::io::Interest;
     use tokio::io::unix::AsyncFd;
 
+    /// Timerfds held now, by every pacer.
+    static HELD: AtomicUsize = AtomicUsize::new(0);
+
+    /// A timerfd counted against [`super::MAX_TIMER_FDS`] for as long as it lives.
+    pub struct TimerFd(AsyncFd<OwnedFd>);
+
+    impl TimerFd {
+        /// A timerfd, unless [`super::MAX_TIMER_FDS`] are held or the system has none.
+        pub fn take() -> Option<TimerFd> {
+            let held = HELD.fetch_add(1, Ordering::Relaxed);
+            match (held < super::MAX_TIMER_FDS).then(timer_fd).flatten() {
+                Some(fd) => Some(TimerFd(fd)),
+                None => {
+                    HELD.fetch_sub(1, Ordering::Relaxed);
+                    None
+                }
+            }
+        }
+
+        /// The descriptor in the reactor.
+        pub fn get(&self) -> &AsyncFd<OwnedFd> {
+            &self.0
+        }
+    }
+
+    impl Drop for TimerFd {
+        fn drop(&mut self) {
+            HELD.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Timerfds held now, for tests.
+    #[cfg(test)]
+    pub fn held() -> usize {
+        HELD.load(Ordering::Relaxed)
+    }
+
     /// A non-blocking monotonic timerfd in the reactor (`Instant` is monotonic too).
-    pub fn timer_fd() -> Option<AsyncFd<OwnedFd>> {
+    fn timer_fd() -> Option<AsyncFd<OwnedFd>> {
         let fd = timerfd_create(
             TimerfdClockId::Monotonic,
             TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
@@ -197,6 +259,39 @@ mod tests {
             timer.until(at).await;
             assert!(Instant::now() >= at);
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_timerfd_is_held_only_between_a_wait_and_idle() {
+        let mut timer = PreciseSleep::new(Clock::Tokio);
+        assert!(
+            timer.fd.is_none(),
+            "a pacer nobody waits on holds no descriptor"
+        );
+        timer.until(Instant::now() + Duration::from_millis(1)).await;
+        assert!(timer.fd.is_some());
+        timer.until(Instant::now() + Duration::from_millis(1)).await;
+        timer.idle();
+        assert!(timer.fd.is_none());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "current_thread")]
+    async fn no_more_than_the_bound_of_timerfds_are_held() {
+        let mut held = Vec::new();
+        while let Some(fd) = linux::TimerFd::take() {
+            held.push(fd);
+            assert!(held.len() <= MAX_TIMER_FDS, "{} timerfds", held.len());
+        }
+        assert!(linux::held() <= MAX_TIMER_FDS);
+        // Past the bound a wait still ends on time, on tokio's timer.
+        let mut timer = PreciseSleep::new(Clock::Tokio);
+        let at = Instant::now() + Duration::from_millis(2);
+        timer.until(at).await;
+        assert!(Instant::now() >= at);
+        drop(held);
+        assert!(linux::TimerFd::take().is_some());
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,6 +19,9 @@ pub enum Reason {
     Shed(ShedReason),
     /// No connection (or it broke before an answer), or the connection backoff.
     UpstreamUnavailable,
+    /// The upstream answered with a head larger than easeoff reads (over 100 header
+    /// lines, or over the read buffer).
+    UpstreamHeadTooLarge,
     /// No answer within `request_timeout`.
     Timeout,
     /// The request could not be read.
@@ -36,6 +39,7 @@ impl Reason {
         match self {
             Reason::Shed(_) => "shed",
             Reason::UpstreamUnavailable => "upstream-unavailable",
+            Reason::UpstreamHeadTooLarge => "upstream-head-too-large",
             Reason::Timeout => "timeout",
             Reason::BadRequest => "bad-request",
             Reason::TooLarge => "too-large",
@@ -47,7 +51,7 @@ impl Reason {
     fn status(self) -> StatusCode {
         match self {
             Reason::Shed(_) => StatusCode::TOO_MANY_REQUESTS,
-            Reason::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            Reason::UpstreamUnavailable | Reason::UpstreamHeadTooLarge => StatusCode::BAD_GATEWAY,
             Reason::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::BadRequest => StatusCode::BAD_REQUEST,
             Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -59,13 +63,14 @@ impl Reason {
     /// The gRPC status a gRPC client gets instead of the HTTP one.
     fn grpc_status(self) -> &'static str {
         match self {
-            Reason::Shed(_) => "8",              // RESOURCE_EXHAUSTED
-            Reason::UpstreamUnavailable => "14", // UNAVAILABLE
-            Reason::Timeout => "4",              // DEADLINE_EXCEEDED
-            Reason::BadRequest => "3",           // INVALID_ARGUMENT
-            Reason::TooLarge => "8",             // RESOURCE_EXHAUSTED
-            Reason::Signing => "14",             // UNAVAILABLE
-            Reason::MethodNotAllowed => "12",    // UNIMPLEMENTED
+            Reason::Shed(_) => "8",               // RESOURCE_EXHAUSTED
+            Reason::UpstreamUnavailable => "14",  // UNAVAILABLE
+            Reason::UpstreamHeadTooLarge => "13", // INTERNAL
+            Reason::Timeout => "4",               // DEADLINE_EXCEEDED
+            Reason::BadRequest => "3",            // INVALID_ARGUMENT
+            Reason::TooLarge => "8",              // RESOURCE_EXHAUSTED
+            Reason::Signing => "14",              // UNAVAILABLE
+            Reason::MethodNotAllowed => "12",     // UNIMPLEMENTED
         }
     }
 
@@ -77,6 +82,7 @@ impl Reason {
             // DynamoDB throttles with 400, and so every SDK reads it as one.
             Reason::Shed(_) => (StatusCode::BAD_REQUEST, "ThrottlingException"),
             Reason::UpstreamUnavailable => (StatusCode::BAD_GATEWAY, "ServiceUnavailable"),
+            Reason::UpstreamHeadTooLarge => (StatusCode::BAD_GATEWAY, "InternalFailure"),
             Reason::Timeout => (StatusCode::GATEWAY_TIMEOUT, "RequestTimeout"),
             Reason::BadRequest => (StatusCode::BAD_REQUEST, "ValidationException"),
             Reason::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
@@ -276,6 +282,7 @@ mod tests {
         };
         for (reason, status, code) in [
             (Reason::UpstreamUnavailable, 502, "ServiceUnavailable"),
+            (Reason::UpstreamHeadTooLarge, 502, "InternalFailure"),
             (Reason::Signing, 503, "ServiceUnavailable"),
             (Reason::Timeout, 504, "RequestTimeout"),
             (Reason::TooLarge, 413, "RequestEntityTooLarge"),

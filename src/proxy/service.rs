@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::access::{self, Record};
+use super::oversized;
 use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
 use crate::attempt::{self, Attempts, Next};
@@ -328,6 +329,11 @@ impl<'a> Ctx<'a> {
                     let settled = upstream.settle(pass, Settle::Answer(None, None));
                     let (reason, outcome) = match error {
                         SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
+                        _ if error.head_too_large() => {
+                            upstream.connected();
+                            oversized::warn(upstream.name(), &error);
+                            (Reason::UpstreamHeadTooLarge, Outcome::Error)
+                        }
                         // It connected, whatever broke afterwards.
                         _ => {
                             upstream.connected();

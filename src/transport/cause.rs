@@ -20,6 +20,28 @@ pub enum SendError {
     Failed(Box<dyn Error + Send + Sync>),
 }
 
+impl SendError {
+    /// Whether the upstream's answer head was larger than hyper reads (more than
+    /// 100 header lines, or past the read buffer): the upstream's doing, and the same
+    /// on every retry.
+    pub fn head_too_large(&self) -> bool {
+        let SendError::Failed(error) = self else {
+            return false;
+        };
+        let mut cause: Option<&(dyn Error + 'static)> = Some(error.as_ref());
+        while let Some(error) = cause {
+            if error
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse_too_large)
+            {
+                return true;
+            }
+            cause = error.source();
+        }
+        false
+    }
+}
+
 /// What went wrong while connecting: TCP, DNS, TLS, or a peer that does not speak TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectCause {
