@@ -32,7 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("pacing", &["pacer", "metrics"]),
-    ("I/O", &["transport", "sigv4", "fleet"]),
+    ("I/O", &["transport", "sigv4", "fleet", "trim"]),
     ("state", &["lane", "upstream"]),
     ("request", &["proxy"]),
     ("shell", &["server", "signals", "admin"]),
