@@ -73,7 +73,10 @@ mod tests {
         let now = 1990 * MS;
         assert!(g.would_throttle(Duration::ZERO, now));
         assert!(g.would_throttle(Duration::from_millis(15), now));
-        assert!(!g.would_throttle(Duration::from_millis(19), now), "within the margin");
+        assert!(
+            !g.would_throttle(Duration::from_millis(19), now),
+            "within the margin"
+        );
         assert!(!g.would_throttle(Duration::from_millis(25), now));
     }
 }
