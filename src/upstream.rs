@@ -394,8 +394,11 @@ impl Control {
     /// the reset (a `ratelimit` throttle); otherwise what is left is spread over the
     /// window. The window counts as at most `max_pause` long.
     pub fn apply_quota(&self, lane: &Lane, quota: Quota, now: Instant) {
-        let wall = self.clock.wall();
-        let reset = self.cap(lane, quota.reset_in(wall), Hint::RateLimit, now);
+        // A window that has reset leaves nothing to wait for.
+        if quota.reset.is_zero() {
+            return;
+        }
+        let reset = self.cap(lane, quota.reset, Hint::RateLimit, now);
         if quota.remaining == 0 {
             self.metrics.throttle(Signal::RateLimit).inc();
             lane.metrics.throttle(Signal::RateLimit).inc();
@@ -405,7 +408,7 @@ impl Control {
             lane.pacer.pause_until(now + reset);
         } else {
             lane.pacer
-                .set_floor(quota.spacing(wall).min(reset), now + reset);
+                .set_floor(quota.spacing().min(reset), now + reset);
         }
     }
 

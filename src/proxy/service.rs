@@ -395,7 +395,7 @@ impl<'a> Ctx<'a> {
             Some(lane) => upstream.pass_for(lane, &pass),
             None => pass,
         };
-        if let Some(quota) = hints::quota(&parts.headers) {
+        if let Some(quota) = hints::quota(&parts.headers, self.clock.wall()) {
             upstream.apply_quota(pass.lane(), quota, self.clock.now());
         }
         let deadline = after(pass.slot().dispatched_at, upstream.client.request_timeout());

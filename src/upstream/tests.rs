@@ -143,7 +143,7 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
         }
         control.apply_quota(
             control.lanes.default_lane(),
-            hints::quota(&headers).unwrap(),
+            hints::quota(&headers, control.clock().wall()).unwrap(),
             control.clock().now(),
         );
         assert_eq!(control.paused_until(), Some(epoch() + MINUTE), "{reset}");
@@ -155,10 +155,11 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
 #[test]
 fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
     let (control, _runtime, manual) = control();
-    let quota = hints::quota(&header(
-        "ratelimit",
-        "remaining=1, reset=18446744073709551615",
-    ));
+    // 15 digits: the largest integer a structured field holds.
+    let quota = hints::quota(
+        &header("ratelimit", "remaining=1, reset=999999999999999"),
+        control.clock().wall(),
+    );
     control.apply_quota(
         control.lanes.default_lane(),
         quota.unwrap(),
@@ -175,7 +176,8 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
 #[test]
 fn a_quota_within_max_pause_is_spread_as_advertised() {
     let (control, _runtime, _) = control();
-    let quota = hints::quota(&header("ratelimit", r#""default";r=10;t=30"#)).unwrap();
+    let field = header("ratelimit", r#""default";r=10;t=30"#);
+    let quota = hints::quota(&field, control.clock().wall()).unwrap();
     control.apply_quota(control.lanes.default_lane(), quota, control.clock().now());
     let thirty = Duration::from_secs(30);
     assert_eq!(
@@ -215,7 +217,8 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
         }
         let quota = Quota {
             remaining: 0,
-            reset: u64::MAX,
+            reset: Duration::from_secs(u64::MAX),
+            limit: None,
         };
         control.apply_quota(control.lanes.default_lane(), quota, control.clock().now());
     });
