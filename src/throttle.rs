@@ -7,11 +7,13 @@
 
 mod aws;
 mod partial;
+mod shared;
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
 pub use aws::{THROTTLING_CODES, X_AMZ_TARGET};
 pub use partial::{UnprocessedScan, is_batch};
+pub use shared::headers_say_so as rate_limited;
 
 /// Error bodies up to this size are read for codes; larger ones stream untouched.
 pub const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -147,7 +149,12 @@ impl Classifier {
             return Head::Decided(Verdict::Throttle(Signal::Header));
         }
         if self.rules.statuses.contains(&status.as_u16()) {
-            return Head::Decided(Verdict::Throttle(Signal::Status));
+            if !shared::SHARED.contains(&status.as_u16()) || shared::headers_say_so(headers) {
+                return Head::Decided(Verdict::Throttle(Signal::Status));
+            }
+            if body_is_small(headers) {
+                return Head::NeedsBody;
+            }
         }
         if status.as_u16() >= 400 && self.wants_body(headers) && body_is_small(headers) {
             return Head::NeedsBody;
@@ -169,6 +176,9 @@ impl Classifier {
             .iter()
             .any(|code| contains(body, code.as_bytes()))
         {
+            return Verdict::Throttle(Signal::Body);
+        }
+        if self.rules.statuses.contains(&status.as_u16()) && shared::body_says_so(body) {
             return Verdict::Throttle(Signal::Body);
         }
         base_verdict(status)

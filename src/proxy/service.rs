@@ -29,7 +29,7 @@ use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
 use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
-use crate::throttle::{Head, Preset, Verdict, is_batch};
+use crate::throttle::{self, Head, Preset, Verdict, is_batch};
 use crate::transport::{
     Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
     read_up_to, strip_hop_by_hop,
@@ -386,9 +386,6 @@ impl<'a> Ctx<'a> {
         upstream.connected();
         let status = response.status().as_u16();
         upstream.metrics.response(status);
-        if matches!(status, 401 | 403) {
-            upstream.auth_failed(status);
-        }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         let pass = match self.named_lane(route, &parts.headers) {
@@ -403,6 +400,12 @@ impl<'a> Ctx<'a> {
             Ok(classified) => classified,
             Err(answer) => return Turn::Answer(answer),
         };
+        // A rate limit answered with 403 (GitHub's) is no refusal of the credentials.
+        let limited =
+            matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
+        if matches!(status, 401 | 403) && !limited {
+            upstream.auth_failed(status);
+        }
         let Verdict::Throttle(signal) = verdict else {
             let body = self.watch(pass, verdict, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
