@@ -60,17 +60,21 @@ pub enum Signal {
     Grpc,
     Partial,
     RateLimit,
+    /// 529, or a 503 that says "overloaded": retried with backoff, never learned as
+    /// a quota.
+    Overload,
 }
 
 impl Signal {
     /// Every signal, for metrics that must exist from start-up.
-    pub const ALL: [Signal; 6] = [
+    pub const ALL: [Signal; 7] = [
         Signal::Status,
         Signal::Header,
         Signal::Body,
         Signal::Grpc,
         Signal::Partial,
         Signal::RateLimit,
+        Signal::Overload,
     ];
 
     /// The metric label value.
@@ -82,6 +86,7 @@ impl Signal {
             Signal::Grpc => "grpc",
             Signal::Partial => "partial",
             Signal::RateLimit => "ratelimit",
+            Signal::Overload => "overload",
         }
     }
 }
@@ -148,13 +153,13 @@ impl Classifier {
         if self.matches_header_rule(headers) {
             return Head::Decided(Verdict::Throttle(Signal::Header));
         }
-        if self.rules.statuses.contains(&status.as_u16()) {
-            if !shared::SHARED.contains(&status.as_u16()) || shared::headers_say_so(headers) {
-                return Head::Decided(Verdict::Throttle(Signal::Status));
-            }
-            if body_is_small(headers) {
-                return Head::NeedsBody;
-            }
+        let code = status.as_u16();
+        if self.rules.statuses.contains(&code) {
+            return match shared::head(code, headers) {
+                Some(verdict) => Head::Decided(verdict),
+                None if body_is_small(headers) => Head::NeedsBody,
+                None => Head::Decided(shared::unread(code)),
+            };
         }
         if status.as_u16() >= 400 && self.wants_body(headers) && body_is_small(headers) {
             return Head::NeedsBody;
@@ -178,8 +183,11 @@ impl Classifier {
         {
             return Verdict::Throttle(Signal::Body);
         }
-        if self.rules.statuses.contains(&status.as_u16()) && shared::body_says_so(body) {
-            return Verdict::Throttle(Signal::Body);
+        let code = status.as_u16();
+        if self.rules.statuses.contains(&code)
+            && let Some(verdict) = shared::by_body(code, body)
+        {
+            return verdict;
         }
         base_verdict(status)
     }

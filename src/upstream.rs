@@ -534,7 +534,11 @@ impl Control {
                 let spacing = lane.pacer.observed_spacing(now);
                 let mut controller = lane.lock();
                 let at = now.saturating_duration_since(self.origin);
-                let step = controller.on_throttle(slot.epoch, spacing, at);
+                let step = if signal == Signal::Overload {
+                    controller.on_overload(slot.epoch, spacing, at)
+                } else {
+                    controller.on_throttle(slot.epoch, spacing, at)
+                };
                 self.apply(lane, &controller, step);
                 // After the raise, so the requests it lets go meet the new interval.
                 lane.start.answered(true, false);

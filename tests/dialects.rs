@@ -91,3 +91,27 @@ async fn a_permission_403_goes_back_at_once_and_a_rate_limit_403_is_retried_with
     assert_eq!(warned("limited"), 0);
     assert_eq!(warned("secondary"), 0);
 }
+
+#[tokio::test]
+async fn an_overload_is_retried_after_a_backoff() {
+    let overloaded =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let up = throttles_first(2, move || respond(529, &[], overloaded)).await;
+    let proxy = proxy(up.addr, "[upstream.throttle]\nstatuses = [429, 529]").await;
+    assert_eq!(
+        get(&format!("http://{}/v1/messages", proxy.addr))
+            .await
+            .status,
+        200
+    );
+    let arrivals = up.arrivals();
+    assert_eq!(arrivals.len(), 3);
+    let gaps = [
+        arrivals[1].at - arrivals[0].at,
+        arrivals[2].at - arrivals[1].at,
+    ];
+    assert!(gaps[0] >= Duration::from_millis(500), "{gaps:?}");
+    assert!(gaps[1] >= Duration::from_millis(1000), "{gaps:?}");
+    let signal = r#"easeoff_throttles_total{signal="overload",upstream="up"}"#;
+    assert_eq!(metric(proxy.admin, signal).await, 2.0);
+}

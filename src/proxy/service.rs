@@ -430,6 +430,9 @@ impl<'a> Ctx<'a> {
                 .collect();
             upstream.settle_routed(&pass, signal, &named);
         }
+        if signal == throttle::Signal::Overload {
+            policy.overloaded();
+        }
         let refused = matches!(pushback, Some((Pushback::Refuse, _)));
         let outcome = attempt::Outcome::Throttled { refused };
         let next = policy.after(outcome, self.elapsed(), || false);

@@ -207,7 +207,8 @@ fn a_shared_403_is_a_throttle_only_when_it_says_rate_limit() {
         ("x-ratelimit-remaining", "0"),
         ("x-ratelimit-reset", "1795000060"),
     ];
-    let rows: [(&[(&'static str, &'static str)], &str, Verdict); 7] = [
+    type Row<'a> = (&'a [(&'static str, &'static str)], &'a str, Verdict);
+    let rows: [Row; 7] = [
         (&[], permission, Verdict::Success),
         (
             &[("x-ratelimit-remaining", "4999")],
@@ -229,4 +230,37 @@ fn a_shared_403_is_a_throttle_only_when_it_says_rate_limit() {
     }
     // 429 needs no evidence.
     assert_eq!(verdict(&c, 429, &[], ""), Verdict::Throttle(Signal::Status));
+}
+
+#[test]
+fn overload_is_its_own_signal() {
+    let c = Classifier::new(
+        Preset::None,
+        Rules {
+            statuses: vec![429, 503, 529],
+            ..Rules::default()
+        },
+    );
+    let overloaded =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let overload = Verdict::Throttle(Signal::Overload);
+    assert_eq!(verdict(&c, 529, &[], overloaded), overload);
+    assert_eq!(verdict(&c, 529, &[], ""), overload);
+    assert_eq!(verdict(&c, 503, &[], overloaded), overload);
+    assert_eq!(
+        verdict(&c, 503, &[], "The engine is currently Overloaded"),
+        overload
+    );
+    assert_eq!(
+        verdict(&c, 503, &[], "down for maintenance"),
+        Verdict::Throttle(Signal::Status)
+    );
+    let large = [("content-length", "999999")];
+    assert_eq!(
+        verdict(&c, 503, &large, ""),
+        Verdict::Throttle(Signal::Status)
+    );
+    // Not listed: a 529 is a failure like any 5xx.
+    let plain = Classifier::new(Preset::None, default_rules());
+    assert_eq!(verdict(&plain, 529, &[], overloaded), Verdict::Failure);
 }
