@@ -82,6 +82,8 @@ pub struct Quota {
     pub reset: Duration,
     /// The window's size, when the answer says.
     pub limit: Option<u64>,
+    /// It refills continuously (a token bucket): `reset` is when it is full again.
+    pub refills: bool,
 }
 
 impl Quota {

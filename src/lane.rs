@@ -65,6 +65,8 @@ pub struct Lane {
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
     pub(crate) start: SlowStart,
+    /// How fast the upstream's rate-limit windows fall per answer.
+    pub(crate) falls: crate::quota::Falls,
 }
 
 impl std::fmt::Debug for Lane {
@@ -106,6 +108,7 @@ impl Lane {
             last_throttle: Mutex::new(None),
             fleet: OnceLock::new(),
             start,
+            falls: Default::default(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`controller`]: the epoch rule and the pace-mode starting point around a sleeper;
 //! - [`throttle`]: is an upstream answer a throttle, and what gave it away;
 //! - [`hints`]: how long a server asked us to hold off, and how much quota is left;
+//! - [`quota`]: what a rate-limit window asks: go, pace until its reset, or pause;
 //! - [`retry`]: the retry budget and the limits on repeating an attempt;
 //! - [`attempt`]: the attempt policy: after each attempt, retry, give the throttle
 //!   back, shed or give up; the proxy and `simulate` both run it;
@@ -66,6 +67,7 @@ pub mod pacer;
 pub mod plot;
 pub mod probe;
 pub mod proxy;
+pub mod quota;
 pub mod retry;
 pub mod route;
 pub mod server;

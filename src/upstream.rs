@@ -21,11 +21,12 @@ use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::controller::Controller;
 use crate::fleet::Fleet;
-use crate::hints::{self, Hint, Quota};
+use crate::hints::{self, Hint, Quota, Reading};
 use crate::lane::{Lane, Lanes, Pass, Route};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
 use crate::pacer::{Shed, Slot};
+use crate::quota::{self, Decision};
 use crate::retry::RetryBudget;
 use crate::shed::SDK_HINT_CAP;
 use crate::sigv4::Signer;
@@ -390,25 +391,47 @@ impl Control {
         self.lock_connect().0.remaining(now.into_std())
     }
 
-    /// Applies an answer's rate-limit quota to `lane`: nothing left pauses it until
-    /// the reset (a `ratelimit` throttle); otherwise what is left is spread over the
-    /// window. The window counts as at most `max_pause` long.
-    pub fn apply_quota(&self, lane: &Lane, quota: Quota, now: Instant) {
-        // A window that has reset leaves nothing to wait for.
-        if quota.reset.is_zero() {
-            return;
-        }
-        let reset = self.cap(lane, quota.reset, Hint::RateLimit, now);
-        if quota.remaining == 0 {
-            self.metrics.throttle(Signal::RateLimit).inc();
-            lane.metrics.throttle(Signal::RateLimit).inc();
-            if lane.pacer.paused_until(now).is_none() {
-                tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+    /// Applies an answer's rate-limit windows to `lane` as [`quota::decide`] says: go,
+    /// pace until the reset, or pause until it (a `ratelimit` throttle). The window
+    /// counts as at most `max_pause` long.
+    pub fn apply_quota(&self, lane: &Lane, windows: &Reading<'_>, now: Instant) {
+        let in_flight = u64::try_from(self.metrics.in_flight.get()).unwrap_or(0);
+        let spend = self.settings.quota;
+        let decide = |window: Quota, fall: &quota::Fall, unknown: f64| {
+            quota::decide(
+                spend,
+                window,
+                in_flight,
+                fall.observe(window.remaining, unknown),
+            )
+        };
+        let requests = windows
+            .requests
+            .map(|w| decide(w, &lane.falls.requests, 1.0));
+        let tokens = windows.tokens.map(|w| decide(w, &lane.falls.tokens, 1.0));
+        let decision = match (requests, tokens) {
+            (Some(r), Some(t)) => quota::stricter(r, t),
+            (r, t) => r.or(t).unwrap_or(Decision::Go),
+        };
+        match decision {
+            Decision::Go => {
+                if lane.pacer.floor(now).is_some() {
+                    lane.pacer.set_floor(Duration::ZERO, now);
+                }
             }
-            lane.pacer.pause_until(now + reset);
-        } else {
-            lane.pacer
-                .set_floor(quota.spacing().min(reset), now + reset);
+            Decision::Pace { spacing, until } => {
+                let until = self.cap(lane, until, Hint::RateLimit, now);
+                lane.pacer.set_floor(spacing.min(until), now + until);
+            }
+            Decision::Pause { until } => {
+                let until = self.cap(lane, until, Hint::RateLimit, now);
+                self.metrics.throttle(Signal::RateLimit).inc();
+                lane.metrics.throttle(Signal::RateLimit).inc();
+                if lane.pacer.paused_until(now).is_none() {
+                    tracing::info!(upstream = %self.name(), lane = lane.name(), pause_ms = until.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+                }
+                lane.pacer.pause_until(now + until);
+            }
         }
     }
 

@@ -25,6 +25,7 @@ use super::kinds::{
     CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
     Needles, Statuses, TlsName, parse_socket_addr, parse_url,
 };
+use crate::quota::Spend;
 use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
 use crate::throttle::{Preset, Rules};
@@ -266,6 +267,8 @@ pub struct UpstreamSettings {
     pub access_log: AccessLog,
     /// The longest pause or rate-limit window an upstream's headers can impose.
     pub max_pause: Duration,
+    /// How a rate-limit window the upstream states is spent.
+    pub quota: Spend,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -298,6 +301,7 @@ impl Default for UpstreamSettings {
             client_key: None,
             access_log: AccessLog::Off,
             max_pause: Duration::from_secs(60),
+            quota: Spend::Use,
             sleeper: sleeper_defaults(Preset::None),
             throttle: throttle_defaults(),
             retry: RetrySettings::default(),
@@ -325,6 +329,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     client_key: KEY_FILE,
     access_log: Parsed(parse_access_log),
     max_pause: SOME_TIME,
+    quota: Plain,
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool, lanes);
 
 /// Which requests of an upstream get a line in the access log.
@@ -691,4 +696,5 @@ named_choices! {
     Strategy => (0..Strategy::NAMES.len()).map(Strategy::from_index),
     Mode => [Mode::Pace, Mode::Delay].into_iter(),
     Preset => (0..Preset::NAMES.len()).map(Preset::from_index),
+    Spend => (0..Spend::NAMES.len()).map(Spend::from_index),
 }

@@ -62,5 +62,6 @@ fn window(headers: &HeaderMap, [limit, remaining, reset]: Names, now: SystemTime
         remaining: values::count(text(headers, remaining)?)?,
         reset: values::rfc3339(text(headers, reset)?, now)?,
         limit: text(headers, limit).and_then(values::count),
+        refills: true,
     })
 }

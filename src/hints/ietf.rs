@@ -43,6 +43,7 @@ fn structured(field: &str, policy: Option<&str>) -> Option<Quota> {
         remaining: number("remaining")?,
         reset: Duration::from_secs(number("reset")?),
         limit: number("limit"),
+        refills: false,
     })
 }
 
@@ -64,6 +65,7 @@ fn policy_quota(entry: &ListEntry, policies: Option<&[ListEntry]>) -> Option<Quo
         remaining: param(&item.params, "r")?,
         reset: Duration::from_secs(reset),
         limit: policy.and_then(|p| param(p, "q")),
+        refills: false,
     })
 }
 
@@ -108,5 +110,6 @@ fn separate(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
         remaining: values::count(text(headers, "ratelimit-remaining")?)?,
         reset: values::reset(text(headers, "ratelimit-reset")?, now)?,
         limit,
+        refills: false,
     })
 }

@@ -47,6 +47,7 @@ fn window(headers: &HeaderMap, [limit, remaining, reset]: Names) -> Option<(Opti
         remaining,
         reset,
         limit: text(headers, limit).and_then(values::count),
+        refills: true,
     });
     Some((quota, remaining))
 }

@@ -31,5 +31,6 @@ fn bucket(headers: &HeaderMap) -> Option<Quota> {
         // At most DRAIN: fits.
         reset: Duration::from_millis(drain as u64),
         limit: Some(size),
+        refills: true,
     })
 }

@@ -27,12 +27,19 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
+/// A window that resets whole.
 fn q(remaining: u64, reset: Duration, limit: Option<u64>) -> Option<Quota> {
     Some(Quota {
         remaining,
         reset,
         limit,
+        refills: false,
     })
+}
+
+/// A bucket that refills continuously.
+fn b(remaining: u64, reset: Duration, limit: Option<u64>) -> Option<Quota> {
+    q(remaining, reset, limit).map(|q| Quota { refills: true, ..q })
 }
 
 fn delay(d: Duration, hint: Hint) -> Option<(Pushback, Hint)> {
@@ -169,8 +176,8 @@ fn rows() -> Vec<Row> {
                 ("x-ratelimit-reset-tokens", "1m30.5s"),
             ],
             expect: Reading {
-                requests: q(499, ms(120), Some(500)),
-                tokens: q(29000, ms(90_500), Some(30000)),
+                requests: b(499, ms(120), Some(500)),
+                tokens: b(29000, ms(90_500), Some(30000)),
                 ..NONE
             },
         },
@@ -181,7 +188,7 @@ fn rows() -> Vec<Row> {
                 ("x-ratelimit-reset-requests", "6m0s"),
             ],
             expect: Reading {
-                requests: q(0, secs(360), None),
+                requests: b(0, secs(360), None),
                 ..NONE
             },
         },
@@ -260,8 +267,8 @@ fn rows() -> Vec<Row> {
                 ),
             ],
             expect: Reading {
-                requests: q(49, secs(1), Some(50)),
-                tokens: q(2000, secs(30), Some(20000)),
+                requests: b(49, secs(1), Some(50)),
+                tokens: b(2000, secs(30), Some(20000)),
                 ..NONE
             },
         },
@@ -272,7 +279,7 @@ fn rows() -> Vec<Row> {
                 ("anthropic-ratelimit-requests-reset", "2026-11-18T11:00:00Z"),
             ],
             expect: Reading {
-                requests: q(0, Duration::ZERO, None),
+                requests: b(0, Duration::ZERO, None),
                 ..NONE
             },
         },
@@ -373,7 +380,7 @@ fn rows() -> Vec<Row> {
             form: "shopify call limit",
             headers: &[("x-shopify-shop-api-call-limit", "32/40")],
             expect: Reading {
-                requests: q(8, secs(16), Some(40)),
+                requests: b(8, secs(16), Some(40)),
                 ..NONE
             },
         },
@@ -381,7 +388,7 @@ fn rows() -> Vec<Row> {
             form: "shopify call limit over its size",
             headers: &[("x-shopify-shop-api-call-limit", "41/40")],
             expect: Reading {
-                requests: q(0, secs(20), Some(40)),
+                requests: b(0, secs(20), Some(40)),
                 ..NONE
             },
         },

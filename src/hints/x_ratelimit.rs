@@ -53,5 +53,6 @@ fn window(headers: &HeaderMap, names: Names, now: SystemTime) -> Option<Quota> {
         remaining: values::count(text(headers, remaining)?)?,
         reset,
         limit: text(headers, limit).and_then(values::count),
+        refills: false,
     })
 }

@@ -392,8 +392,9 @@ impl<'a> Ctx<'a> {
             Some(lane) => upstream.pass_for(lane, &pass),
             None => pass,
         };
-        if let Some(quota) = hints::quota(&parts.headers, self.clock.wall()) {
-            upstream.apply_quota(pass.lane(), quota, self.clock.now());
+        let windows = hints::windows(&parts.headers, self.clock.wall());
+        if windows.requests.is_some() || windows.tokens.is_some() {
+            upstream.apply_quota(pass.lane(), &windows, self.clock.now());
         }
         let deadline = after(pass.slot().dispatched_at, upstream.client.request_timeout());
         let (verdict, body, bytes) = match self.classify(&parts, body, &pass, deadline).await {

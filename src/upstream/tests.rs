@@ -143,7 +143,7 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
         }
         control.apply_quota(
             control.lanes.default_lane(),
-            hints::quota(&headers, control.clock().wall()).unwrap(),
+            &hints::windows(&headers, control.clock().wall()),
             control.clock().now(),
         );
         assert_eq!(control.paused_until(), Some(epoch() + MINUTE), "{reset}");
@@ -156,13 +156,11 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
 fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
     let (control, _runtime, manual) = control();
     // 15 digits: the largest integer a structured field holds.
-    let quota = hints::quota(
-        &header("ratelimit", "remaining=1, reset=999999999999999"),
-        control.clock().wall(),
-    );
+    let field = header("ratelimit", "remaining=1, reset=999999999999999");
+    let windows = hints::windows(&field, control.clock().wall());
     control.apply_quota(
         control.lanes.default_lane(),
-        quota.unwrap(),
+        &windows,
         control.clock().now(),
     );
     assert_eq!(control.paused_until(), None, "a floor, not a pause");
@@ -174,15 +172,30 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
 }
 
 #[test]
-fn a_quota_within_max_pause_is_spread_as_advertised() {
-    let (control, _runtime, _) = control();
-    let field = header("ratelimit", r#""default";r=10;t=30"#);
-    let quota = hints::quota(&field, control.clock().wall()).unwrap();
-    control.apply_quota(control.lanes.default_lane(), quota, control.clock().now());
+fn a_window_with_plenty_left_is_used_and_a_nearly_spent_one_is_spread() {
+    let (control, _runtime, manual) = control();
+    let lane = control.lanes.default_lane();
+    let apply = |field: &str| {
+        let field = header("ratelimit", field);
+        let windows = hints::windows(&field, control.clock().wall());
+        control.apply_quota(lane, &windows, control.clock().now());
+    };
+    apply(r#""default";r=1;t=30"#);
     let thirty = Duration::from_secs(30);
+    assert_eq!(control.rate_limit_floor(), Some((thirty, epoch() + thirty)));
+    manual.advance(Duration::from_millis(1));
+    apply(r#""default";r=10;t=30"#);
+    let go = "10 left, nothing in flight: go";
     assert_eq!(
         control.rate_limit_floor(),
-        Some((thirty / 10, epoch() + thirty))
+        None,
+        "{go}, and the floor is lifted"
+    );
+    // 10 to 1 in one answer: others spend 9 for each of ours, so 1 holds none of ours.
+    apply(r#""default";r=1;t=30"#);
+    assert_eq!(
+        control.paused_until(),
+        Some(epoch() + thirty + Duration::from_millis(1))
     );
     assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 0);
 }
@@ -219,8 +232,17 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
             remaining: 0,
             reset: Duration::from_secs(u64::MAX),
             limit: None,
+            refills: false,
         };
-        control.apply_quota(control.lanes.default_lane(), quota, control.clock().now());
+        let windows = hints::Reading {
+            requests: Some(quota),
+            ..hints::Reading::default()
+        };
+        control.apply_quota(
+            control.lanes.default_lane(),
+            &windows,
+            control.clock().now(),
+        );
     });
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let logged: Vec<&str> = text.lines().filter(|l| l.contains("max_pause")).collect();
