@@ -28,12 +28,35 @@ pub enum Preset {
     DynamoDb,
     /// `grpc-status: 8` (RESOURCE_EXHAUSTED).
     Grpc,
+    /// OpenAI and Azure OpenAI: 429, and 503 overload.
+    OpenAi,
+    /// Anthropic: 429, and 529 or 503 overload.
+    Anthropic,
+    /// GitHub: 429, and 403 when it says rate limit; `x-ratelimit-resource` names the
+    /// lane, and a spent hourly quota may pause for up to an hour.
+    GitHub,
 }
 
 impl Preset {
     /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 4] = ["none", "aws", "dynamodb", "grpc"];
-    const ALL: [Preset; 4] = [Preset::None, Preset::Aws, Preset::DynamoDb, Preset::Grpc];
+    pub const NAMES: [&'static str; 7] = [
+        "none",
+        "aws",
+        "dynamodb",
+        "grpc",
+        "openai",
+        "anthropic",
+        "github",
+    ];
+    const ALL: [Preset; 7] = [
+        Preset::None,
+        Preset::Aws,
+        Preset::DynamoDb,
+        Preset::Grpc,
+        Preset::OpenAi,
+        Preset::Anthropic,
+        Preset::GitHub,
+    ];
 
     /// The preset at `index` of [`Preset::NAMES`].
     pub fn from_index(index: usize) -> Preset {

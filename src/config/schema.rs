@@ -300,10 +300,10 @@ impl Default for UpstreamSettings {
             client_cert: None,
             client_key: None,
             access_log: AccessLog::Off,
-            max_pause: Duration::from_secs(60),
+            max_pause: max_pause_default(Preset::None),
             quota: Spend::Use,
             sleeper: sleeper_defaults(Preset::None),
-            throttle: throttle_defaults(),
+            throttle: throttle_defaults(Preset::None),
             retry: RetrySettings::default(),
             queue: QueueSettings::default(),
             sigv4: None,
@@ -444,11 +444,26 @@ pub const SLEEPER: Schema<sleeper::Settings> = keys!(
     }
 );
 
-/// Throttles recognised besides the preset's: 429 and 503.
-pub fn throttle_defaults() -> Rules {
+/// Throttles recognised besides the preset's: 429 and 503; 529 too for `anthropic`,
+/// 403 (when it says rate limit) rather than 503 for `github`.
+pub fn throttle_defaults(preset: Preset) -> Rules {
+    let statuses = match preset {
+        Preset::Anthropic => vec![429, 503, 529],
+        Preset::GitHub => vec![403, 429],
+        _ => vec![429, 503],
+    };
     Rules {
-        statuses: vec![429, 503],
+        statuses,
         ..Rules::default()
+    }
+}
+
+/// `max_pause` unless set: an hour for `github`, whose primary quota resets hourly and
+/// answers every request before the reset with a refusal; a minute otherwise.
+pub fn max_pause_default(preset: Preset) -> Duration {
+    match preset {
+        Preset::GitHub => Duration::from_secs(3600),
+        _ => Duration::from_secs(60),
     }
 }
 
@@ -636,6 +651,19 @@ pub struct LaneSettings {
     pub idle_decay: Duration,
     /// Lanes exported by name on `/metrics`; the rest are summed as `lane="other"`.
     pub metrics_lanes: usize,
+}
+
+impl LaneSettings {
+    /// The defaults for `preset`: `github` learns its lanes from
+    /// `x-ratelimit-resource`.
+    pub fn defaults_for(preset: Preset) -> Self {
+        let from_response =
+            (preset == Preset::GitHub).then(|| HeaderName::from_static("x-ratelimit-resource"));
+        LaneSettings {
+            from_response,
+            ..LaneSettings::default()
+        }
+    }
 }
 
 impl Default for LaneSettings {
