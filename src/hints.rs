@@ -1,7 +1,7 @@
 //! What an upstream's headers say about pacing, in every dialect rate-limited APIs
 //! speak: how much is left, when it resets, how long to wait, for which resource. One
 //! file per dialect family, each filling the one [`Reading`]; adding a vendor is a file
-//! and a row in [`FAMILIES`]. Pure: headers and the wall-clock time in, durations out.
+//! and a row in `FAMILIES`. Pure: headers and the wall-clock time in, durations out.
 //! Every value is read strictly (a malformed one is ignored, as the IETF draft says).
 //! The proxy turns readings into pauses and spacing floors, capped by `max_pause` (and
 //! `max_interval`): a header may ask for years, and one answer must not stop an
