@@ -115,3 +115,80 @@ async fn an_overload_is_retried_after_a_backoff() {
     let signal = r#"easeoff_throttles_total{signal="overload",upstream="up"}"#;
     assert_eq!(metric(proxy.admin, signal).await, 2.0);
 }
+
+/// A GitHub-style upstream whose every answer states `remaining` and a reset `reset_in`
+/// seconds from now (an epoch); the first answer differs where `first` says so.
+async fn github(first: (&'static str, i64), then: (&'static str, i64)) -> TestUpstream {
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    upstream(move |_| {
+        let n = answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let (remaining, reset_in) = if n == 0 { first } else { then };
+        async move {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap();
+            let reset = (now.as_secs() as i64 + reset_in).to_string();
+            let headers = [
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", remaining),
+                ("x-ratelimit-reset", reset.as_str()),
+                ("x-ratelimit-resource", "core"),
+            ];
+            respond(200, &headers, "{}")
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn github_a_reset_now_or_past_never_pauses_and_a_spent_window_waits_for_its_reset() {
+    for reset_in in [0, -5] {
+        let up = github(("0", reset_in), ("4999", 3600)).await;
+        let proxy = proxy(up.addr, "preset = \"github\"").await;
+        let url = format!("http://{}/repos/a/b", proxy.addr);
+        let started = std::time::Instant::now();
+        for _ in 0..3 {
+            assert_eq!(get(&url).await.status, 200);
+        }
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(900),
+            "reset {reset_in}: {took:?}"
+        );
+        assert_eq!(
+            metric(
+                proxy.admin,
+                "easeoff_hint_pauses_capped_total{header=\"ratelimit\",upstream=\"up\"}"
+            )
+            .await,
+            0.0
+        );
+    }
+    // Spent, resetting in 2 s: the next request waits for the reset (the epoch has
+    // whole seconds, so 1 to 2 s).
+    let up = github(("0", 2), ("4999", 3600)).await;
+    let proxy = proxy(up.addr, "preset = \"github\"").await;
+    let url = format!("http://{}/repos/a/b", proxy.addr);
+    assert_eq!(get(&url).await.status, 200);
+    let arrivals = || up.arrivals();
+    assert_eq!(get(&url).await.status, 200);
+    let gap = arrivals()[1].at - arrivals()[0].at;
+    assert!(gap >= Duration::from_millis(950), "{gap:?}");
+}
+
+#[tokio::test]
+async fn github_a_nearly_spent_window_spreads_what_is_left() {
+    // 50 left, reset in 60 s: 1.2 s apart. The first answer names the lane (`core`),
+    // where the spacing applies from the second request on.
+    let up = github(("50", 60), ("50", 60)).await;
+    let (proxy, dispatches) = proxy_observed(up.addr, "preset = \"github\"").await;
+    let url = format!("http://{}/repos/a/b", proxy.addr);
+    for _ in 0..4 {
+        assert_eq!(get(&url).await.status, 200);
+    }
+    let dispatched = dispatches.wait_for(4).await;
+    let gaps: Vec<_> = dispatched.windows(2).map(|p| p[1] - p[0]).collect();
+    for gap in &gaps[1..] {
+        assert!(*gap >= Duration::from_millis(1150), "gaps {gaps:?}");
+    }
+}
