@@ -46,6 +46,10 @@ pub enum Style {
     Dynamodb,
     /// HTTP 200, trailers-only `grpc-status: 8` (RESOURCE_EXHAUSTED).
     Grpc,
+    /// OpenAI: `x-ratelimit-{limit,remaining,reset}-requests` (a Go duration until the
+    /// bucket is full) on every answer; 429 with `retry-after-ms` and `retry-after`
+    /// (whole seconds, rounded up); `GET /v1/models` answers an empty model list.
+    Openai,
 }
 
 /// The mock's settings.
@@ -301,12 +305,17 @@ impl MockUpstream {
             tokio::time::sleep(self.inner.options.latency).await;
         }
         self.count(&request, &verdict);
-        match verdict {
+        let mut answer = match verdict {
             Verdict::Ok => success(style),
             Verdict::Partial { unprocessed } => unprocessed_answer(&request, &body, &unprocessed),
             Verdict::Throttled { wait, reasons } if reasons.is_empty() => throttle(style, wait),
             Verdict::Throttled { reasons, .. } => table_throttle(&reasons),
+        };
+        if style == Style::Openai {
+            let level = self.lock_capacity().shared().level(Instant::now());
+            openai_headers(answer.headers_mut(), level);
         }
+        answer
     }
 
     fn count(&self, request: &TableRequest<'_>, verdict: &Verdict) {
@@ -370,8 +379,31 @@ impl Default for TableRequest<'_> {
     }
 }
 
+/// OpenAI's request-bucket headers: `(left, size, full again in)`, the reset as Go
+/// writes a duration (`250ms`, `1.5s`, `1m30s`).
+fn openai_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Duration)) {
+    let ms = full_in.as_millis();
+    let reset = if ms >= 60_000 {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) as f64 / 1000.0)
+    } else if ms >= 1000 {
+        format!("{}s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms}ms")
+    };
+    headers.insert("x-ratelimit-limit-requests", HeaderValue::from(size));
+    headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(left));
+    if let Ok(reset) = HeaderValue::from_str(&reset) {
+        headers.insert("x-ratelimit-reset-requests", reset);
+    }
+}
+
 fn success(style: Style) -> Response<MockBody> {
     match style {
+        Style::Openai => text(
+            StatusCode::OK,
+            "application/json",
+            r#"{"object":"list","data":[]}"#,
+        ),
         Style::Http429 => text(StatusCode::OK, "text/plain", "ok\n"),
         Style::Dynamodb => text(StatusCode::OK, "application/x-amz-json-1.0", "{}"),
         Style::Grpc => {
@@ -389,6 +421,20 @@ fn success(style: Style) -> Response<MockBody> {
 
 fn throttle(style: Style, wait: Duration) -> Response<MockBody> {
     match style {
+        Style::Openai => {
+            let body = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+            let mut r = text(StatusCode::TOO_MANY_REQUESTS, "application/json", body);
+            let headers = r.headers_mut();
+            let ms = wait.as_secs_f64() * 1e3;
+            if let Ok(value) = HeaderValue::from_str(&format!("{ms:.0}")) {
+                headers.insert("retry-after-ms", value);
+            }
+            headers.insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(wait.as_secs() + 1),
+            );
+            r
+        }
         Style::Http429 => {
             let mut r = text(
                 StatusCode::TOO_MANY_REQUESTS,
