@@ -1,17 +1,25 @@
-"""One side of bench/dialects.sh: WORKERS threads of the real `openai` SDK (its own
-retries on, as users run it) offering RATE requests/s in total for SECONDS, measured from
-the first request. Prints one JSON line: calls that succeeded, client errors (what the
-SDK raised after its retries), and latency percentiles."""
+"""One side of bench/dialects.sh: WORKERS threads of the real `openai` or `anthropic` SDK
+(VENDOR; its own retries on, as users run it) offering RATE requests/s in total for
+SECONDS, measured from the first request. Prints one JSON line: calls that succeeded,
+client errors (what the SDK raised after its retries), and latency percentiles."""
 
 import json
 import sys
 import threading
 import time
 
-import openai
+vendor, base_url = sys.argv[1], sys.argv[2]
+workers, rate, seconds = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+if vendor == "openai":
+    import openai
 
-base_url, workers, rate, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-client = openai.OpenAI(base_url=base_url, api_key="bench", timeout=60.0)
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="bench", timeout=60.0)
+    Error = openai.OpenAIError
+else:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=base_url, api_key="bench", timeout=60.0)
+    Error = anthropic.AnthropicError
 lock = threading.Lock()
 ok, errors, latencies = 0, 0, []
 start = time.monotonic()
@@ -32,7 +40,7 @@ def worker(index: int) -> None:
         try:
             client.models.list()
             good = True
-        except openai.OpenAIError:
+        except Error:
             good = False
         took = time.monotonic() - began
         with lock:

@@ -50,6 +50,10 @@ pub enum Style {
     /// bucket is full) on every answer; 429 with `retry-after-ms` and `retry-after`
     /// (whole seconds, rounded up); `GET /v1/models` answers an empty model list.
     Openai,
+    /// Anthropic: `anthropic-ratelimit-requests-{limit,remaining,reset}` (RFC 3339) on
+    /// every answer; 429 `rate_limit_error` with `retry-after`; `GET /v1/models` answers
+    /// an empty page.
+    Anthropic,
 }
 
 /// The mock's settings.
@@ -72,6 +76,9 @@ pub struct MockOptions {
     /// Requests whose path starts with one of these are always throttled (a gRPC
     /// method that is out of quota).
     pub throttle_paths: Vec<String>,
+    /// Every Nth request is answered 529 `overloaded_error` (Anthropic's overload),
+    /// taking no token.
+    pub overload_every: Option<u64>,
 }
 
 impl MockOptions {
@@ -88,6 +95,7 @@ impl MockOptions {
             table_rates: Vec::new(),
             key_rate: None,
             throttle_paths: Vec::new(),
+            overload_every: None,
         }
     }
 }
@@ -110,6 +118,8 @@ struct Inner {
     capacity: Mutex<Capacity>,
     ok: AtomicU64,
     throttled: AtomicU64,
+    /// Requests seen, for `overload_every`.
+    seen: AtomicU64,
     metrics: MockMetrics,
 }
 
@@ -168,6 +178,7 @@ impl MockUpstream {
                 capacity: Mutex::new(capacity),
                 ok: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
+                seen: AtomicU64::new(0),
                 metrics: MockMetrics {
                     registry,
                     requests,
@@ -272,6 +283,24 @@ impl MockUpstream {
             self.inner.throttled.fetch_add(1, Ordering::Relaxed);
             return throttle(style, Duration::from_secs(1));
         }
+        let n = self.inner.seen.fetch_add(1, Ordering::Relaxed) + 1;
+        if self
+            .inner
+            .options
+            .overload_every
+            .is_some_and(|every| n.is_multiple_of(every))
+        {
+            self.inner.throttled.fetch_add(1, Ordering::Relaxed);
+            let requests = &self.inner.metrics.requests;
+            requests.with_label_values(&["throttled"]).inc();
+            let body =
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+            return text(
+                StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                "application/json",
+                body,
+            );
+        }
         let target = req
             .headers()
             .get("x-amz-target")
@@ -311,9 +340,13 @@ impl MockUpstream {
             Verdict::Throttled { wait, reasons } if reasons.is_empty() => throttle(style, wait),
             Verdict::Throttled { reasons, .. } => table_throttle(&reasons),
         };
-        if style == Style::Openai {
+        if matches!(style, Style::Openai | Style::Anthropic) {
             let level = self.lock_capacity().shared().level(Instant::now());
-            openai_headers(answer.headers_mut(), level);
+            if style == Style::Openai {
+                openai_headers(answer.headers_mut(), level);
+            } else {
+                anthropic_headers(answer.headers_mut(), level);
+            }
         }
         answer
     }
@@ -397,8 +430,35 @@ fn openai_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Dur
     }
 }
 
+/// Anthropic's request-bucket headers: `(left, size, full again in)`, the reset as an
+/// RFC 3339 time.
+fn anthropic_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Duration)) {
+    let at = time::OffsetDateTime::from(std::time::SystemTime::now() + full_in);
+    let format = time::format_description::well_known::Rfc3339;
+    headers.insert(
+        "anthropic-ratelimit-requests-limit",
+        HeaderValue::from(size),
+    );
+    headers.insert(
+        "anthropic-ratelimit-requests-remaining",
+        HeaderValue::from(left),
+    );
+    if let Some(reset) = at
+        .format(&format)
+        .ok()
+        .and_then(|r| HeaderValue::from_str(&r).ok())
+    {
+        headers.insert("anthropic-ratelimit-requests-reset", reset);
+    }
+}
+
 fn success(style: Style) -> Response<MockBody> {
     match style {
+        Style::Anthropic => text(
+            StatusCode::OK,
+            "application/json",
+            r#"{"data":[],"has_more":false,"first_id":null,"last_id":null}"#,
+        ),
         Style::Openai => text(
             StatusCode::OK,
             "application/json",
@@ -421,6 +481,15 @@ fn success(style: Style) -> Response<MockBody> {
 
 fn throttle(style: Style, wait: Duration) -> Response<MockBody> {
     match style {
+        Style::Anthropic => {
+            let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}"#;
+            let mut r = text(StatusCode::TOO_MANY_REQUESTS, "application/json", body);
+            r.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(wait.as_secs() + 1),
+            );
+            r
+        }
         Style::Openai => {
             let body = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
             let mut r = text(StatusCode::TOO_MANY_REQUESTS, "application/json", body);
