@@ -85,7 +85,17 @@ pub struct Attempts {
     kept: bool,
     /// Failed connections go back to the client, which retries them itself.
     client_retries: bool,
+    /// Overload answers so far, and whether the latest throttle was one.
+    overloads: u32,
+    overloaded: bool,
 }
+
+/// The first retry after an overload waits this long, each further one twice as long
+/// up to [`OVERLOAD_MAX_BACKOFF`]: the backoff the vendors' SDKs use (Anthropic's
+/// 0.5 s to 8 s).
+pub const OVERLOAD_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait before a retry after an overload.
+pub const OVERLOAD_MAX_BACKOFF: Duration = Duration::from_secs(8);
 
 impl Attempts {
     /// A request that may wait `max_wait` for each slot; `deadline` is the client's
@@ -104,7 +114,16 @@ impl Attempts {
             attempts: 0,
             kept: false,
             client_retries: false,
+            overloads: 0,
+            overloaded: false,
         }
+    }
+
+    /// The throttle about to be reported was an overload (529, 503 "overloaded"): its
+    /// retry waits a growing backoff rather than only for a slot.
+    pub fn overloaded(&mut self) {
+        self.overloads += 1;
+        self.overloaded = true;
     }
 
     /// Leaves connection retries to the client: an AWS SDK retries a 502 with its
@@ -158,8 +177,18 @@ impl Attempts {
                     return Next::GiveBack(Stop::Budget);
                 }
                 self.kept = true;
+                let after = if std::mem::take(&mut self.overloaded) {
+                    let doublings = self.overloads.saturating_sub(1).min(16);
+                    let backoff = OVERLOAD_BACKOFF.saturating_mul(1 << doublings);
+                    let left = self
+                        .limit(self.settings.max_elapsed)
+                        .saturating_sub(elapsed);
+                    backoff.min(OVERLOAD_MAX_BACKOFF).min(left)
+                } else {
+                    Duration::ZERO
+                };
                 Next::Retry {
-                    after: Duration::ZERO,
+                    after,
                     cause: Cause::Throttle,
                 }
             }

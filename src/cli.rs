@@ -155,6 +155,9 @@ pub struct MockArgs {
     /// a gRPC method out of quota: "/pkg.Service/Method".
     #[arg(long, value_name = "PREFIX")]
     pub throttle_path: Vec<String>,
+    /// Answer every Nth request 529 `overloaded_error` (Anthropic's overload).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub overload_every: Option<u64>,
 }
 
 #[derive(Debug, Args)]

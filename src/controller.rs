@@ -67,6 +67,23 @@ impl<R: Random> Controller<R> {
         Some(step)
     }
 
+    /// An overload answer (529, a 503 that says "overloaded") to an attempt dispatched
+    /// in `epoch`: the upstream is busy whoever asks, so it is no quota to learn. It
+    /// raises the interval only from 0, as far as a first throttle would; a raised
+    /// interval stays where it is. A steady small fraction of overloads therefore moves
+    /// the rate at most that far, however long it lasts, under every strategy.
+    pub fn on_overload(
+        &mut self,
+        epoch: u64,
+        spacing: Option<Duration>,
+        now: Duration,
+    ) -> Option<Step> {
+        if self.sleeper.interval().is_zero() {
+            return self.on_throttle(epoch, spacing, now);
+        }
+        (epoch >= self.epoch).then_some(Step::Unchanged)
+    }
+
     /// A successful attempt dispatched in `epoch`. A success from before the last
     /// raise says nothing about the new interval, so it is not counted either.
     pub fn on_success(&mut self, epoch: u64, now: Duration) -> Option<Step> {
@@ -143,6 +160,67 @@ mod tests {
             randomization_factor: 0.0,
             ..Settings::seed_defaults()
         }
+    }
+
+    /// 40 000 answers 10 ms apart, every 40th an overload (or, `as_throttle`, a
+    /// throttle), under `settings` and the draws `rng`; the highest interval seen and
+    /// the last.
+    fn steady(settings: &Settings, rng: Script, as_throttle: bool) -> (Duration, Duration) {
+        let mut c = Controller::new(settings, rng);
+        let spacing = Some(Duration::from_millis(10));
+        let mut highest = Duration::ZERO;
+        for call in 0..40_000u64 {
+            let now = Duration::from_millis(10 * call);
+            let epoch = c.epoch();
+            match (call % 40 == 39, as_throttle) {
+                (false, _) => c.on_success(epoch, now),
+                (true, false) => c.on_overload(epoch, spacing, now),
+                (true, true) => c.on_throttle(epoch, spacing, now),
+            };
+            highest = highest.max(c.interval());
+        }
+        (highest, c.interval())
+    }
+
+    #[test]
+    fn a_steady_small_fraction_of_overloads_moves_no_strategy_beyond_its_first_step() {
+        use crate::sleeper::Strategy;
+        // The first raise from 10 ms spacing: ×1.5 (cubic: ÷0.9), spread by at most
+        // the randomization factor, and decorrelated jitter's up-to-3× draw.
+        let bound = Duration::from_millis(45);
+        // A fixed but uneven draw: every spread lands somewhere in its range.
+        let draws: Vec<f64> = (0..97).map(|i| f64::from(i * 37 % 97) / 97.0).collect();
+        for strategy in [
+            Strategy::Responsive,
+            Strategy::Cubic,
+            Strategy::Exponential,
+            Strategy::Decorrelated,
+            Strategy::Linear,
+        ] {
+            let settings = Settings {
+                strategy,
+                ..Settings::seed_defaults()
+            };
+            let (highest, last) = steady(&settings, Script::new(&draws), false);
+            assert!(highest <= bound, "{strategy:?}: {highest:?}");
+            assert!(last <= bound, "{strategy:?}: {last:?}");
+        }
+        // As throttles, the same answers walk responsive's interval far beyond it.
+        let (highest, _) = steady(&Settings::seed_defaults(), Script::new(&[0.9]), true);
+        assert!(highest > bound * 2, "{highest:?}");
+    }
+
+    #[test]
+    fn an_overload_at_a_raised_interval_changes_nothing_and_an_old_one_is_not_counted() {
+        let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
+        assert_eq!(c.on_overload(0, None, Duration::ZERO), Some(Step::Up));
+        assert_eq!(c.interval(), Duration::from_millis(10));
+        assert_eq!(
+            c.on_overload(1, None, Duration::ZERO),
+            Some(Step::Unchanged)
+        );
+        assert_eq!(c.on_overload(0, None, Duration::ZERO), None);
+        assert_eq!(c.interval(), Duration::from_millis(10));
     }
 
     #[test]

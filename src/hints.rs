@@ -1,8 +1,23 @@
-//! What an upstream's headers say about pacing: how long to hold off after a throttle,
-//! how much of a rate limit is left, and how long a gRPC client will wait. Pure:
-//! headers and the wall-clock time in, durations out. The proxy turns them into pauses
-//! and spacing floors, capped by `max_pause` (and `max_interval`): a header may ask for
-//! years, and one answer must not stop an upstream for longer than the operator allows.
+//! What an upstream's headers say about pacing, in every dialect rate-limited APIs
+//! speak: how much is left, when it resets, how long to wait, for which resource. One
+//! file per dialect family, each filling the one [`Reading`]; adding a vendor is a file
+//! and a row in `FAMILIES`. Pure: headers and the wall-clock time in, durations out.
+//! Every value is read strictly (a malformed one is ignored, as the IETF draft says).
+//! The proxy turns readings into pauses and spacing floors, capped by `max_pause` (and
+//! `max_interval`): a header may ask for years, and one answer must not stop an
+//! upstream for longer than the operator allows.
+
+mod anthropic;
+mod azure;
+mod ietf;
+mod openai;
+mod shopify;
+mod values;
+mod wait;
+mod x_ratelimit;
+
+#[cfg(test)]
+mod tests;
 
 use std::time::{Duration, SystemTime};
 
@@ -24,17 +39,24 @@ pub enum Hint {
     RetryAfter,
     AmzRetryAfter,
     GrpcPushback,
-    /// A `RateLimit` field (or pair) with little or nothing left.
+    /// A rate-limit window with little or nothing left, in any dialect.
     RateLimit,
+    RetryAfterMs,
+    MsRetryAfterMs,
+    /// `x-should-retry: false` or `Stripe-Should-Retry: false`: never a pause.
+    ShouldRetry,
 }
 
 impl Hint {
     /// Every hint, in label order.
-    pub const ALL: [Hint; 4] = [
+    pub const ALL: [Hint; 7] = [
         Hint::RetryAfter,
         Hint::AmzRetryAfter,
         Hint::GrpcPushback,
         Hint::RateLimit,
+        Hint::RetryAfterMs,
+        Hint::MsRetryAfterMs,
+        Hint::ShouldRetry,
     ];
 
     /// The metric label value: the header's name.
@@ -44,134 +66,141 @@ impl Hint {
             Hint::AmzRetryAfter => "x-amz-retry-after",
             Hint::GrpcPushback => "grpc-retry-pushback-ms",
             Hint::RateLimit => "ratelimit",
+            Hint::RetryAfterMs => "retry-after-ms",
+            Hint::MsRetryAfterMs => "x-ms-retry-after-ms",
+            Hint::ShouldRetry => "x-should-retry",
         }
     }
 }
 
-/// The delay a throttle response asks for: `Retry-After` (delay-seconds or HTTP-date,
-/// RFC 9110 §10.2.3), else `x-amz-retry-after` (milliseconds), else
-/// `grpc-retry-pushback-ms` (gRPC A6; negative means do not retry). `None` when there
-/// is none, it does not parse, or it lies in the past.
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Pushback> {
-    pushback(headers, now).map(|(pushback, _)| pushback)
-}
-
-/// [`retry_after`], with the header it came from.
-pub fn pushback(headers: &HeaderMap, now: SystemTime) -> Option<(Pushback, Hint)> {
-    if let Some(value) = headers.get(http::header::RETRY_AFTER) {
-        let text = value.to_str().ok()?.trim();
-        let delay = match text.parse::<u64>() {
-            Ok(seconds) => Duration::from_secs(seconds),
-            Err(_) => httpdate::parse_http_date(text)
-                .ok()?
-                .duration_since(now)
-                .ok()?,
-        };
-        return delay_of(delay, Hint::RetryAfter);
-    }
-    if let Some(millis) = number::<u64>(headers, "x-amz-retry-after") {
-        return delay_of(Duration::from_millis(millis), Hint::AmzRetryAfter);
-    }
-    let pushback = number::<i64>(headers, "grpc-retry-pushback-ms")?;
-    match u64::try_from(pushback) {
-        Ok(millis) => delay_of(Duration::from_millis(millis), Hint::GrpcPushback),
-        Err(_) => Some((Pushback::Refuse, Hint::GrpcPushback)),
-    }
-}
-
-/// What is left of an advertised rate limit.
+/// A rate-limit window as an answer states it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quota {
-    /// Requests left in the current window.
+    /// Requests (or, in [`Reading::tokens`], tokens) left in the window.
     pub remaining: u64,
-    /// The reset as sent: seconds from now, or a Unix time when larger than now.
-    pub reset: u64,
+    /// Time from the answer until the window resets; zero when it has already.
+    pub reset: Duration,
+    /// The window's size, when the answer says.
+    pub limit: Option<u64>,
+    /// It refills continuously (a token bucket): `reset` is when it is full again.
+    pub refills: bool,
 }
 
 impl Quota {
-    /// Time until the window resets.
-    pub fn reset_in(self, now: SystemTime) -> Duration {
-        let now = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Duration::from_secs(if self.reset > now {
-            self.reset - now
-        } else {
-            self.reset
-        })
-    }
-
     /// The spacing that spreads what is left over the rest of the window.
-    pub fn spacing(self, now: SystemTime) -> Duration {
-        self.reset_in(now) / u32::try_from(self.remaining.max(1)).unwrap_or(u32::MAX)
+    pub fn spacing(self) -> Duration {
+        self.reset / u32::try_from(self.remaining.max(1)).unwrap_or(u32::MAX)
     }
 }
 
-/// The tightest quota the answer advertises: the IETF `RateLimit` field
-/// (`"name";r=R;t=T`, or the older `remaining=R, reset=T`), else
-/// `RateLimit-Remaining`/`RateLimit-Reset`, else the `X-RateLimit-` pair. Every
-/// answer passes here, so one pass over the names comes first: an answer without any
-/// rate-limit field costs no look-up.
-pub fn quota(headers: &HeaderMap) -> Option<Quota> {
-    let advertised = headers.keys().any(|name| {
-        let name = name.as_str();
-        name.starts_with("ratelimit") || name.starts_with("x-ratelimit")
-    });
-    if !advertised {
-        return None;
-    }
-    if let Some(field) = headers.get("ratelimit").and_then(|v| v.to_str().ok()) {
-        return structured_quota(field).map(|(remaining, reset)| Quota { remaining, reset });
-    }
-    [
-        ("ratelimit-remaining", "ratelimit-reset"),
-        ("x-ratelimit-remaining", "x-ratelimit-reset"),
-    ]
-    .iter()
-    .find_map(|(remaining, reset)| {
-        Some(Quota {
-            remaining: number(headers, remaining)?,
-            reset: number(headers, reset)?,
-        })
-    })
+/// Everything one answer says about pacing, whatever dialect it speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reading<'h> {
+    /// The request window.
+    pub requests: Option<Quota>,
+    /// The token window (OpenAI, Anthropic): tokens left and when they are back.
+    pub tokens: Option<Quota>,
+    /// A count left with no reset stated (Azure's `x-ms-ratelimit-remaining-*`).
+    pub left: Option<u64>,
+    /// How long to wait before sending again, or not to retry, and which header said.
+    pub wait: Option<(Pushback, Hint)>,
+    /// The bucket the answer names (GitHub's `x-ratelimit-resource`, Discord's
+    /// `x-ratelimit-bucket`).
+    pub resource: Option<&'h str>,
 }
 
-/// `(remaining, reset)` of the tightest policy in a `RateLimit` field.
-fn structured_quota(field: &str) -> Option<(u64, u64)> {
-    let mut tightest: Option<(u64, u64)> = None;
-    let mut consider = |remaining: u64, reset: u64| {
-        // Tightest: least left per second of window (exhausted beats everything).
-        // In u128: both sides are products of two header values, up to u64::MAX each.
-        let per_window = |r: u64, t: u64| u128::from(r) * u128::from(t.max(1));
-        let tighter = tightest.is_none_or(|(r, t)| per_window(remaining, t) < per_window(r, reset));
-        if tighter {
-            tightest = Some((remaining, reset));
+impl Reading<'_> {
+    /// The window that binds: the request window, unless the token window is spent
+    /// (and resets later than any spent request window).
+    pub fn binding(&self) -> Option<Quota> {
+        let spent_tokens = self.tokens.filter(|t| t.remaining == 0);
+        match (self.requests, spent_tokens) {
+            (Some(r), Some(t)) => Some(if r.remaining == 0 && r.reset >= t.reset {
+                r
+            } else {
+                t
+            }),
+            (r, t) => r.or(t),
         }
-    };
-    let (mut old_remaining, mut old_reset) = (None, None);
-    for item in field.split(',') {
-        let (mut r, mut t) = (None, None);
-        for part in item.split(';') {
-            let Some((key, value)) = part.split_once('=') else {
-                continue;
-            };
-            let value = value.trim().parse::<u64>().ok();
-            match key.trim() {
-                "r" => r = value,
-                "t" => t = value,
-                "remaining" => old_remaining = value,
-                "reset" => old_reset = value,
-                _ => {}
+    }
+}
+
+/// One dialect family: the name prefixes of its headers, and its reader.
+struct Family {
+    prefixes: &'static [&'static str],
+    read: for<'h> fn(&'h HeaderMap, SystemTime, &mut Reading<'h>),
+}
+
+/// Every family, in precedence order: where two state a window, the first wins.
+const FAMILIES: [Family; 6] = [
+    Family {
+        prefixes: &["ratelimit"],
+        read: ietf::read,
+    },
+    Family {
+        prefixes: &["x-ratelimit-"],
+        read: openai::read,
+    },
+    Family {
+        prefixes: &["anthropic-ratelimit-"],
+        read: anthropic::read,
+    },
+    Family {
+        prefixes: &["x-ratelimit-", "x-rate-limit-"],
+        read: x_ratelimit::read,
+    },
+    Family {
+        prefixes: &["x-shopify-shop-api-call-limit"],
+        read: shopify::read,
+    },
+    Family {
+        prefixes: &["x-ms-ratelimit-"],
+        read: azure::read,
+    },
+];
+
+/// Reads every window the answer states (not its wait: see [`read`]). Every answer
+/// passes here, so one pass over the names comes first: an answer without any
+/// rate-limit field costs no look-up.
+pub fn windows(headers: &HeaderMap, now: SystemTime) -> Reading<'_> {
+    let mut present = 0u32;
+    for name in headers.keys() {
+        let name = name.as_str();
+        for (i, family) in FAMILIES.iter().enumerate() {
+            if family.prefixes.iter().any(|p| name.starts_with(p)) {
+                present |= 1 << i;
             }
         }
-        if let (Some(r), Some(t)) = (r, t) {
-            consider(r, t);
+    }
+    let mut reading = Reading::default();
+    for (i, family) in FAMILIES.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            (family.read)(headers, now, &mut reading);
         }
     }
-    if let (Some(r), Some(t)) = (old_remaining, old_reset) {
-        consider(r, t);
-    }
-    tightest
+    reading
+}
+
+/// Everything the answer says: its windows and its wait.
+pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading<'_> {
+    let mut reading = windows(headers, now);
+    reading.wait = wait::read(headers, now);
+    reading
+}
+
+/// The window that binds ([`Reading::binding`]), if the answer states one.
+pub fn quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
+    windows(headers, now).binding()
+}
+
+/// The wait a throttle answer asks for (see `wait` for the headers, in order).
+pub fn pushback(headers: &HeaderMap, now: SystemTime) -> Option<(Pushback, Hint)> {
+    wait::read(headers, now)
+}
+
+/// [`pushback`] without the header.
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Pushback> {
+    pushback(headers, now).map(|(pushback, _)| pushback)
 }
 
 /// A gRPC request's own deadline (`grpc-timeout`: up to 8 digits and a unit H, M, S,
@@ -194,166 +223,7 @@ pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {
     })
 }
 
-fn number<T: std::str::FromStr>(headers: &HeaderMap, name: &str) -> Option<T> {
-    headers.get(name)?.to_str().ok()?.trim().parse().ok()
-}
-
-fn delay_of(d: Duration, hint: Hint) -> Option<(Pushback, Hint)> {
-    (!d.is_zero()).then_some((Pushback::Delay(d), hint))
-}
-
 /// `pause` clamped to `max`; `true` when the clamp took something off.
 pub fn cap(pause: Duration, max: Duration) -> (Duration, bool) {
     (pause.min(max), pause > max)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::HeaderValue;
-
-    fn with(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (name, value) in pairs {
-            h.insert(*name, HeaderValue::from_str(value).unwrap());
-        }
-        h
-    }
-
-    fn now() -> SystemTime {
-        // Sun, 06 Nov 1994 08:49:37 GMT, RFC 9110's example date.
-        SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777)
-    }
-
-    fn delay(ms: u64) -> Option<Pushback> {
-        Some(Pushback::Delay(Duration::from_millis(ms)))
-    }
-
-    #[test]
-    fn retry_after_in_seconds() {
-        assert_eq!(
-            retry_after(&with(&[("retry-after", "2")]), now()),
-            delay(2000)
-        );
-        assert_eq!(
-            retry_after(&with(&[("retry-after", " 120 ")]), now()),
-            delay(120_000)
-        );
-    }
-
-    #[test]
-    fn retry_after_as_an_http_date() {
-        let h = with(&[("retry-after", "Sun, 06 Nov 1994 08:49:40 GMT")]);
-        assert_eq!(retry_after(&h, now()), delay(3000));
-    }
-
-    #[test]
-    fn retry_after_in_the_past_or_zero_means_no_pause() {
-        let past = with(&[("retry-after", "Sun, 06 Nov 1994 08:49:00 GMT")]);
-        assert_eq!(retry_after(&past, now()), None);
-        assert_eq!(retry_after(&with(&[("retry-after", "0")]), now()), None);
-    }
-
-    #[test]
-    fn unparsable_retry_after_means_no_pause() {
-        for bad in ["soon", "-1", "1.5", "Sun, 06 Nov 1994"] {
-            assert_eq!(
-                retry_after(&with(&[("retry-after", bad)]), now()),
-                None,
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn x_amz_retry_after_is_in_milliseconds() {
-        assert_eq!(
-            retry_after(&with(&[("x-amz-retry-after", "1500")]), now()),
-            delay(1500)
-        );
-        assert_eq!(retry_after(&HeaderMap::new(), now()), None);
-    }
-
-    #[test]
-    fn grpc_pushback_delays_or_refuses() {
-        let h = with(&[("grpc-retry-pushback-ms", "250")]);
-        assert_eq!(retry_after(&h, now()), delay(250));
-        let h = with(&[("grpc-retry-pushback-ms", "-1")]);
-        assert_eq!(retry_after(&h, now()), Some(Pushback::Refuse));
-    }
-
-    fn quota_of(pairs: &[(&'static str, &str)]) -> Option<(u64, Duration)> {
-        quota(&with(pairs)).map(|q| (q.remaining, q.reset_in(now())))
-    }
-
-    #[test]
-    fn ietf_ratelimit_fields_take_the_tightest_policy() {
-        let secs = Duration::from_secs;
-        let q = |field| quota_of(&[("ratelimit", field)]);
-        assert_eq!(q(r#""default";r=50;t=30"#), Some((50, secs(30))));
-        assert_eq!(
-            q(r#""burst";r=5;t=1, "daily";r=1000;t=3600"#),
-            Some((1000, secs(3600)))
-        );
-        assert_eq!(q(r#""a";r=100;t=10, "b";r=0;t=60"#), Some((0, secs(60))));
-        // The earlier draft's form.
-        assert_eq!(q("limit=100, remaining=7, reset=20"), Some((7, secs(20))));
-        assert_eq!(q("nonsense"), None);
-    }
-
-    #[test]
-    fn policies_with_huge_numbers_are_compared_without_overflow() {
-        let max = u64::MAX.to_string();
-        let field = format!(r#""a";r={max};t={max}, "b";r=1;t={max}"#);
-        let secs = Duration::from_secs;
-        let reset = u64::MAX - 784_111_777;
-        assert_eq!(
-            quota_of(&[("ratelimit", field.as_str())]),
-            Some((1, secs(reset)))
-        );
-    }
-
-    #[test]
-    fn ratelimit_header_pairs_with_delta_or_epoch_resets() {
-        let secs = Duration::from_secs;
-        let pair = [("ratelimit-remaining", "0"), ("ratelimit-reset", "12")];
-        assert_eq!(quota_of(&pair), Some((0, secs(12))));
-        let epoch = (784_111_777 + 30).to_string();
-        let pair = [
-            ("x-ratelimit-remaining", "60"),
-            ("x-ratelimit-reset", epoch.as_str()),
-        ];
-        assert_eq!(quota_of(&pair), Some((60, secs(30))));
-        assert_eq!(quota_of(&[("x-ratelimit-remaining", "5")]), None);
-        assert_eq!(quota_of(&[("content-type", "text/plain")]), None);
-    }
-
-    #[test]
-    fn a_quota_spreads_what_is_left_over_the_window() {
-        let q = Quota {
-            remaining: 60,
-            reset: 30,
-        };
-        assert_eq!(q.spacing(now()), Duration::from_millis(500));
-        assert_eq!(
-            Quota {
-                remaining: 0,
-                reset: 30
-            }
-            .spacing(now()),
-            Duration::from_secs(30)
-        );
-    }
-
-    #[test]
-    fn grpc_timeouts_in_every_unit() {
-        let t = |v| grpc_timeout(&with(&[("grpc-timeout", v)]));
-        assert_eq!(t("100m"), Some(Duration::from_millis(100)));
-        assert_eq!(t("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(t("1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(t("5u"), Some(Duration::from_micros(5)));
-        assert_eq!(t("123456789S"), None);
-        assert_eq!(t("m"), None);
-        assert_eq!(t("10x"), None);
-    }
 }

@@ -20,10 +20,11 @@ use crate::clock::Clock;
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::fleet::{Decision, Fleet, LaneLink};
-use crate::hints::{self, Hint, Quota};
+use crate::hints::{self, Hint, Quota, Reading};
 use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
 use crate::observe::Goodput;
 use crate::pacer::{Limits, Pacer, Shed, Slot, Would};
+use crate::quota::{self, Falls};
 use crate::route::{self, Rule};
 use crate::shed::Spread;
 use crate::sleeper::{Mode, Step};
@@ -97,6 +98,8 @@ pub struct Lane {
     start: SlowStart,
     /// In observe mode, what the upstream let through, and the time zero of its clock.
     goodput: Option<(Goodput, Instant)>,
+    /// How fast the upstream's rate-limit windows fall per answer.
+    falls: Falls,
 }
 
 impl std::fmt::Debug for Lane {
@@ -144,6 +147,7 @@ impl Lane {
             fleet: OnceLock::new(),
             start,
             goodput: observe.then(|| (Goodput::default(), clock.now())),
+            falls: Falls::default(),
         }
     }
 
@@ -397,7 +401,12 @@ impl Lane {
                 }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
-                let step = controller.on_throttle(slot.epoch, spacing, self.since_origin(now));
+                let at = self.since_origin(now);
+                let step = if signal == Signal::Overload {
+                    controller.on_overload(slot.epoch, spacing, at)
+                } else {
+                    controller.on_throttle(slot.epoch, spacing, at)
+                };
                 self.apply(&controller, step);
                 // After the raise, so the requests it lets go meet the new interval.
                 self.start.answered(true, false);
@@ -424,23 +433,48 @@ impl Lane {
         self.apply(&controller, step);
     }
 
-    /// Applies an answer's rate-limit quota: nothing left pauses the lane until the
-    /// reset (a `ratelimit` throttle); otherwise what is left is spread over the
-    /// window. The window counts as at most `max_pause` long.
-    pub fn apply_quota(&self, quota: Quota, now: Instant) {
-        let wall = self.common.clock.wall();
-        let reset = self.cap(quota.reset_in(wall), Hint::RateLimit, now);
-        self.paused_by(Hint::RateLimit);
-        if quota.remaining == 0 {
-            self.common.metrics.throttle(Signal::RateLimit).inc();
-            self.metrics.throttle(Signal::RateLimit).inc();
-            if self.pacer.paused_until(now).is_none() {
-                tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = reset.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+    /// Applies an answer's rate-limit windows as [`quota::decide`] says: go, pace
+    /// until the reset, or pause until it (a `ratelimit` throttle). The window counts
+    /// as at most `max_pause` long.
+    pub fn apply_quota(&self, windows: &Reading<'_>, now: Instant) {
+        let metrics = &self.common.metrics;
+        let in_flight = u64::try_from(metrics.in_flight.get()).unwrap_or(0);
+        let spend = self.common.settings.quota;
+        let decide = |window: Quota, fall: &quota::Fall| {
+            quota::decide(
+                spend,
+                window,
+                in_flight,
+                fall.observe(window.remaining, 1.0),
+            )
+        };
+        let requests = windows.requests.map(|w| decide(w, &self.falls.requests));
+        let tokens = windows.tokens.map(|w| decide(w, &self.falls.tokens));
+        let decision = match (requests, tokens) {
+            (Some(r), Some(t)) => quota::stricter(r, t),
+            (r, t) => r.or(t).unwrap_or(quota::Decision::Go),
+        };
+        match decision {
+            quota::Decision::Go => {
+                if self.pacer.floor(now).is_some() {
+                    self.pacer.set_floor(Duration::ZERO, now);
+                }
             }
-            self.pacer.pause_until(now + reset);
-        } else {
-            self.pacer
-                .set_floor(quota.spacing(wall).min(reset), now + reset);
+            quota::Decision::Pace { spacing, until } => {
+                let until = self.cap(until, Hint::RateLimit, now);
+                self.paused_by(Hint::RateLimit);
+                self.pacer.set_floor(spacing.min(until), now + until);
+            }
+            quota::Decision::Pause { until } => {
+                let until = self.cap(until, Hint::RateLimit, now);
+                self.paused_by(Hint::RateLimit);
+                metrics.throttle(Signal::RateLimit).inc();
+                self.metrics.throttle(Signal::RateLimit).inc();
+                if self.pacer.paused_until(now).is_none() {
+                    tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = until.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+                }
+                self.pacer.pause_until(now + until);
+            }
         }
     }
 

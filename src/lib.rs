@@ -25,6 +25,7 @@ pub mod pacer;
 pub mod plot;
 pub mod probe;
 pub mod proxy;
+pub mod quota;
 pub mod retry;
 pub mod route;
 pub mod server;

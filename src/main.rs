@@ -302,6 +302,7 @@ async fn run_mock(args: MockArgs) -> ExitCode {
         table_rates: args.table_rate,
         key_rate: args.key_rate,
         throttle_paths: args.throttle_path,
+        overload_every: args.overload_every,
     };
     let (mock, addr) = match mock_upstream::spawn(options.clone(), args.listen).await {
         Ok(started) => started,

@@ -46,6 +46,14 @@ pub enum Style {
     Dynamodb,
     /// HTTP 200, trailers-only `grpc-status: 8` (RESOURCE_EXHAUSTED).
     Grpc,
+    /// OpenAI: `x-ratelimit-{limit,remaining,reset}-requests` (a Go duration until the
+    /// bucket is full) on every answer; 429 with `retry-after-ms` and `retry-after`
+    /// (whole seconds, rounded up); `GET /v1/models` answers an empty model list.
+    Openai,
+    /// Anthropic: `anthropic-ratelimit-requests-{limit,remaining,reset}` (RFC 3339) on
+    /// every answer; 429 `rate_limit_error` with `retry-after`; `GET /v1/models` answers
+    /// an empty page.
+    Anthropic,
 }
 
 /// The mock's settings.
@@ -68,6 +76,9 @@ pub struct MockOptions {
     /// Requests whose path starts with one of these are always throttled (a gRPC
     /// method that is out of quota).
     pub throttle_paths: Vec<String>,
+    /// Every Nth request is answered 529 `overloaded_error` (Anthropic's overload),
+    /// taking no token.
+    pub overload_every: Option<u64>,
 }
 
 impl MockOptions {
@@ -84,6 +95,7 @@ impl MockOptions {
             table_rates: Vec::new(),
             key_rate: None,
             throttle_paths: Vec::new(),
+            overload_every: None,
         }
     }
 }
@@ -106,6 +118,8 @@ struct Inner {
     capacity: Mutex<Capacity>,
     ok: AtomicU64,
     throttled: AtomicU64,
+    /// Requests seen, for `overload_every`.
+    seen: AtomicU64,
     metrics: MockMetrics,
 }
 
@@ -164,6 +178,7 @@ impl MockUpstream {
                 capacity: Mutex::new(capacity),
                 ok: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
+                seen: AtomicU64::new(0),
                 metrics: MockMetrics {
                     registry,
                     requests,
@@ -268,6 +283,24 @@ impl MockUpstream {
             self.inner.throttled.fetch_add(1, Ordering::Relaxed);
             return throttle(style, Duration::from_secs(1));
         }
+        let n = self.inner.seen.fetch_add(1, Ordering::Relaxed) + 1;
+        if self
+            .inner
+            .options
+            .overload_every
+            .is_some_and(|every| n.is_multiple_of(every))
+        {
+            self.inner.throttled.fetch_add(1, Ordering::Relaxed);
+            let requests = &self.inner.metrics.requests;
+            requests.with_label_values(&["throttled"]).inc();
+            let body =
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+            return text(
+                StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                "application/json",
+                body,
+            );
+        }
         let target = req
             .headers()
             .get("x-amz-target")
@@ -301,12 +334,21 @@ impl MockUpstream {
             tokio::time::sleep(self.inner.options.latency).await;
         }
         self.count(&request, &verdict);
-        match verdict {
+        let mut answer = match verdict {
             Verdict::Ok => success(style),
             Verdict::Partial { unprocessed } => unprocessed_answer(&request, &body, &unprocessed),
             Verdict::Throttled { wait, reasons } if reasons.is_empty() => throttle(style, wait),
             Verdict::Throttled { reasons, .. } => table_throttle(&reasons),
+        };
+        if matches!(style, Style::Openai | Style::Anthropic) {
+            let level = self.lock_capacity().shared().level(Instant::now());
+            if style == Style::Openai {
+                openai_headers(answer.headers_mut(), level);
+            } else {
+                anthropic_headers(answer.headers_mut(), level);
+            }
         }
+        answer
     }
 
     fn count(&self, request: &TableRequest<'_>, verdict: &Verdict) {
@@ -370,8 +412,58 @@ impl Default for TableRequest<'_> {
     }
 }
 
+/// OpenAI's request-bucket headers: `(left, size, full again in)`, the reset as Go
+/// writes a duration (`250ms`, `1.5s`, `1m30s`).
+fn openai_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Duration)) {
+    let ms = full_in.as_millis();
+    let reset = if ms >= 60_000 {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) as f64 / 1000.0)
+    } else if ms >= 1000 {
+        format!("{}s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms}ms")
+    };
+    headers.insert("x-ratelimit-limit-requests", HeaderValue::from(size));
+    headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(left));
+    if let Ok(reset) = HeaderValue::from_str(&reset) {
+        headers.insert("x-ratelimit-reset-requests", reset);
+    }
+}
+
+/// Anthropic's request-bucket headers: `(left, size, full again in)`, the reset as an
+/// RFC 3339 time.
+fn anthropic_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Duration)) {
+    let at = time::OffsetDateTime::from(std::time::SystemTime::now() + full_in);
+    let format = time::format_description::well_known::Rfc3339;
+    headers.insert(
+        "anthropic-ratelimit-requests-limit",
+        HeaderValue::from(size),
+    );
+    headers.insert(
+        "anthropic-ratelimit-requests-remaining",
+        HeaderValue::from(left),
+    );
+    if let Some(reset) = at
+        .format(&format)
+        .ok()
+        .and_then(|r| HeaderValue::from_str(&r).ok())
+    {
+        headers.insert("anthropic-ratelimit-requests-reset", reset);
+    }
+}
+
 fn success(style: Style) -> Response<MockBody> {
     match style {
+        Style::Anthropic => text(
+            StatusCode::OK,
+            "application/json",
+            r#"{"data":[],"has_more":false,"first_id":null,"last_id":null}"#,
+        ),
+        Style::Openai => text(
+            StatusCode::OK,
+            "application/json",
+            r#"{"object":"list","data":[]}"#,
+        ),
         Style::Http429 => text(StatusCode::OK, "text/plain", "ok\n"),
         Style::Dynamodb => text(StatusCode::OK, "application/x-amz-json-1.0", "{}"),
         Style::Grpc => {
@@ -389,6 +481,29 @@ fn success(style: Style) -> Response<MockBody> {
 
 fn throttle(style: Style, wait: Duration) -> Response<MockBody> {
     match style {
+        Style::Anthropic => {
+            let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}"#;
+            let mut r = text(StatusCode::TOO_MANY_REQUESTS, "application/json", body);
+            r.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(wait.as_secs() + 1),
+            );
+            r
+        }
+        Style::Openai => {
+            let body = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+            let mut r = text(StatusCode::TOO_MANY_REQUESTS, "application/json", body);
+            let headers = r.headers_mut();
+            let ms = wait.as_secs_f64() * 1e3;
+            if let Ok(value) = HeaderValue::from_str(&format!("{ms:.0}")) {
+                headers.insert("retry-after-ms", value);
+            }
+            headers.insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(wait.as_secs() + 1),
+            );
+            r
+        }
         Style::Http429 => {
             let mut r = text(
                 StatusCode::TOO_MANY_REQUESTS,

@@ -7,11 +7,13 @@
 
 mod aws;
 mod partial;
+mod shared;
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
 pub use aws::{THROTTLING_CODES, X_AMZ_TARGET};
 pub use partial::{UnprocessedScan, is_batch};
+pub use shared::headers_say_so as rate_limited;
 
 /// Error bodies up to this size are read for codes; larger ones stream untouched.
 pub const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -26,12 +28,35 @@ pub enum Preset {
     DynamoDb,
     /// `grpc-status: 8` (RESOURCE_EXHAUSTED).
     Grpc,
+    /// OpenAI and Azure OpenAI: 429, and 503 overload.
+    OpenAi,
+    /// Anthropic: 429, and 529 or 503 overload.
+    Anthropic,
+    /// GitHub: 429, and 403 when it says rate limit; `x-ratelimit-resource` names the
+    /// lane, and a spent hourly quota may pause for up to an hour.
+    GitHub,
 }
 
 impl Preset {
     /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 4] = ["none", "aws", "dynamodb", "grpc"];
-    const ALL: [Preset; 4] = [Preset::None, Preset::Aws, Preset::DynamoDb, Preset::Grpc];
+    pub const NAMES: [&'static str; 7] = [
+        "none",
+        "aws",
+        "dynamodb",
+        "grpc",
+        "openai",
+        "anthropic",
+        "github",
+    ];
+    const ALL: [Preset; 7] = [
+        Preset::None,
+        Preset::Aws,
+        Preset::DynamoDb,
+        Preset::Grpc,
+        Preset::OpenAi,
+        Preset::Anthropic,
+        Preset::GitHub,
+    ];
 
     /// The preset at `index` of [`Preset::NAMES`].
     pub fn from_index(index: usize) -> Preset {
@@ -58,17 +83,21 @@ pub enum Signal {
     Grpc,
     Partial,
     RateLimit,
+    /// 529, or a 503 that says "overloaded": retried with backoff, never learned as
+    /// a quota.
+    Overload,
 }
 
 impl Signal {
     /// Every signal, for metrics that must exist from start-up.
-    pub const ALL: [Signal; 6] = [
+    pub const ALL: [Signal; 7] = [
         Signal::Status,
         Signal::Header,
         Signal::Body,
         Signal::Grpc,
         Signal::Partial,
         Signal::RateLimit,
+        Signal::Overload,
     ];
 
     /// The metric label value.
@@ -80,6 +109,7 @@ impl Signal {
             Signal::Grpc => "grpc",
             Signal::Partial => "partial",
             Signal::RateLimit => "ratelimit",
+            Signal::Overload => "overload",
         }
     }
 }
@@ -146,8 +176,13 @@ impl Classifier {
         if self.matches_header_rule(headers) {
             return Head::Decided(Verdict::Throttle(Signal::Header));
         }
-        if self.rules.statuses.contains(&status.as_u16()) {
-            return Head::Decided(Verdict::Throttle(Signal::Status));
+        let code = status.as_u16();
+        if self.rules.statuses.contains(&code) {
+            return match shared::head(code, headers) {
+                Some(verdict) => Head::Decided(verdict),
+                None if body_is_small(headers) => Head::NeedsBody,
+                None => Head::Decided(shared::unread(code)),
+            };
         }
         if status.as_u16() >= 400 && self.wants_body(headers) && body_is_small(headers) {
             return Head::NeedsBody;
@@ -170,6 +205,12 @@ impl Classifier {
             .any(|code| contains(body, code.as_bytes()))
         {
             return Verdict::Throttle(Signal::Body);
+        }
+        let code = status.as_u16();
+        if self.rules.statuses.contains(&code)
+            && let Some(verdict) = shared::by_body(code, body)
+        {
+            return verdict;
         }
         base_verdict(status)
     }

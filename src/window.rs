@@ -65,16 +65,20 @@ impl WindowedCount {
         )
     }
 
-    /// The mean spacing of the events in the window, if there were any. A window that
-    /// has run for less than a tenth of its span (just after start-up) counts as a tenth:
-    /// a few events in the first milliseconds are a burst, not a rate, and a spacing
-    /// taken from them would be far too short.
+    /// The mean spacing of the events in the window, if there were at least
+    /// [`MIN_RATE_EVENTS`]. A window that has run for less than a tenth of its span
+    /// (just after start-up) counts as a tenth: a few events in the first milliseconds
+    /// are a burst, not a rate, and a spacing taken from them would be far too short.
     pub fn spacing(&self, now_ns: u64) -> Option<Duration> {
         let (count, span) = self.count(now_ns);
         let span = span.max(Duration::from_nanos(self.bucket_ns));
-        (count > 0).then(|| span / u32::try_from(count).unwrap_or(u32::MAX))
+        (count >= MIN_RATE_EVENTS).then(|| span / u32::try_from(count).unwrap_or(u32::MAX))
     }
 }
+
+/// Fewer events than this in a window are no rate: one dispatch after an idle second
+/// would read as a spacing of a whole second.
+pub const MIN_RATE_EVENTS: u64 = 2;
 
 #[cfg(test)]
 mod tests {
@@ -122,6 +126,20 @@ mod tests {
             r.spacing(5 * MS + 10_000),
             Some(Duration::from_micros(12_500))
         );
+    }
+
+    #[test]
+    fn one_event_is_no_rate() {
+        let r = one_second();
+        r.add(2000 * MS);
+        assert_eq!(
+            r.spacing(2500 * MS),
+            None,
+            "one dispatch after an idle second"
+        );
+        r.add(2001 * MS);
+        // The window's 900 ms over 2.
+        assert_eq!(r.spacing(2500 * MS), Some(Duration::from_millis(450)));
     }
 
     #[test]

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "sleeper",
             "throttle",
             "hints",
+            "quota",
             "shed",
             "notice",
             "connect_backoff",

@@ -28,6 +28,7 @@ async fn mock(table_rates: &[&str], key_rate: Option<f64>) -> (MockUpstream, Soc
             .collect(),
         key_rate,
         throttle_paths: Vec::new(),
+        overload_every: None,
     };
     mock_upstream::spawn(options, "127.0.0.1:0".parse().unwrap())
         .await

@@ -247,8 +247,9 @@ async fn ratelimit_remaining_zero_pauses_until_the_reset_without_a_429() {
 }
 
 #[tokio::test]
-async fn a_low_ratelimit_remaining_spreads_what_is_left_over_the_window() {
-    // 4 requests left in the next 2 s: at most one every 500 ms.
+async fn with_quota_smooth_a_window_is_spread_over_its_reset() {
+    // 4 requests left in the next 2 s: at most one every 500 ms. (With the default
+    // `quota = "use"`, 4 left with one in flight go at once.)
     let up = upstream(|_| async {
         respond(
             200,
@@ -257,7 +258,7 @@ async fn a_low_ratelimit_remaining_spreads_what_is_left_over_the_window() {
         )
     })
     .await;
-    let (proxy, dispatches) = proxy_observed(up.addr, "").await;
+    let (proxy, dispatches) = proxy_observed(up.addr, "quota = \"smooth\"").await;
     let url = format!("http://{}/", proxy.addr);
     for _ in 0..3 {
         assert_eq!(get(&url).await.status, 200);

@@ -1,7 +1,7 @@
-//! Hint parsers on arbitrary header values. The first 8 bytes are the wall-clock time
+//! Hint readers on arbitrary header values. The first 8 bytes are the wall-clock time
 //! (seconds since 1970); the rest is split at `\n` into the values of the headers below,
-//! in order. Parsing must never panic, and what it yields must be usable: a pause
-//! capped at a minute can be added to a clock reading.
+//! in order. Reading must never panic, and what it yields must be usable: a pause or
+//! window capped at a minute can be added to a clock reading.
 
 #![no_main]
 
@@ -11,7 +11,7 @@ use easeoff::hints::{self, Pushback};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 34] = [
     "retry-after",
     "x-amz-retry-after",
     "grpc-retry-pushback-ms",
@@ -23,6 +23,29 @@ const NAMES: [&str; 11] = [
     "grpc-timeout",
     "ratelimit-policy",
     "x-ratelimit-limit",
+    "ratelimit-limit",
+    "retry-after-ms",
+    "x-should-retry",
+    "stripe-should-retry",
+    "x-ms-retry-after-ms",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "x-ratelimit-reset-after",
+    "x-ratelimit-resource",
+    "x-rate-limit-remaining",
+    "x-rate-limit-reset",
+    "x-shopify-shop-api-call-limit",
+    "x-ms-ratelimit-remaining-subscription-reads",
+    "x-ratelimit-bucket",
 ];
 
 fuzz_target!(|data: &[u8]| {
@@ -45,13 +68,18 @@ fuzz_target!(|data: &[u8]| {
     }
     let max = Duration::from_secs(60);
     let instant = std::time::Instant::now();
-    if let Some((Pushback::Delay(delay), _)) = hints::pushback(&headers, now) {
+    let reading = hints::read(&headers, now);
+    if let Some((Pushback::Delay(delay), _)) = reading.wait {
         let (capped, _) = hints::cap(delay, max);
         let _ = instant + capped;
     }
-    if let Some(quota) = hints::quota(&headers) {
-        let (reset, _) = hints::cap(quota.reset_in(now), max);
-        let _ = instant + reset + quota.spacing(now).min(reset);
+    for quota in [reading.requests, reading.tokens, reading.binding()]
+        .into_iter()
+        .flatten()
+    {
+        let (reset, _) = hints::cap(quota.reset, max);
+        let _ = instant + reset + quota.spacing().min(reset);
     }
+    assert_eq!(hints::quota(&headers, now), reading.binding());
     let _ = hints::grpc_timeout(&headers);
 });

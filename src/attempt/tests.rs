@@ -161,3 +161,36 @@ fn a_client_that_retries_itself_gets_a_failed_connection_at_once() {
         }
     );
 }
+
+#[test]
+fn an_overload_is_retried_after_a_doubling_backoff_within_max_elapsed() {
+    let mut policy = attempts(8);
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        policy.begin(Duration::ZERO);
+        policy.overloaded();
+        match throttled(&mut policy, S, true) {
+            Next::Retry { after, .. } => waits.push(after.as_millis()),
+            next => panic!("{next:?}"),
+        }
+    }
+    assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 8000]);
+    // A throttle that is no overload waits only for its slot.
+    policy.begin(Duration::ZERO);
+    assert!(matches!(
+        throttled(&mut policy, S, true),
+        Next::Retry {
+            after: Duration::ZERO,
+            ..
+        }
+    ));
+    // Never past max_elapsed (30 s): 1 s is left at 29 s.
+    let mut policy = attempts(8);
+    for _ in 0..5 {
+        policy.overloaded();
+    }
+    policy.begin(Duration::ZERO);
+    assert!(
+        matches!(throttled(&mut policy, 29 * S, true), Next::Retry { after, .. } if after == S)
+    );
+}

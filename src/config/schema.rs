@@ -25,6 +25,7 @@ use super::kinds::{
     CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
     Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
 };
+use crate::quota::Spend;
 use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
 use crate::throttle::{Preset, Rules};
@@ -266,6 +267,8 @@ pub struct UpstreamSettings {
     pub access_log: AccessLog,
     /// The longest pause or rate-limit window an upstream's headers can impose.
     pub max_pause: Duration,
+    /// How a rate-limit window the upstream states is spent.
+    pub quota: Spend,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -297,9 +300,10 @@ impl Default for UpstreamSettings {
             client_cert: None,
             client_key: None,
             access_log: AccessLog::Off,
-            max_pause: Duration::from_secs(60),
+            max_pause: max_pause_default(Preset::None),
+            quota: Spend::Use,
             sleeper: sleeper_defaults(Preset::None),
-            throttle: throttle_defaults(),
+            throttle: throttle_defaults(Preset::None),
             retry: RetrySettings::default(),
             queue: QueueSettings::default(),
             sigv4: None,
@@ -325,6 +329,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     client_key: KEY_FILE,
     access_log: Parsed(parse_access_log),
     max_pause: SOME_TIME,
+    quota: Plain,
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool, lanes);
 
 /// Which requests of an upstream get a line in the access log.
@@ -417,11 +422,26 @@ pub const SLEEPER: Schema<sleeper::Settings> = keys!(
     }
 );
 
-/// Throttles recognised besides the preset's: 429 and 503.
-pub fn throttle_defaults() -> Rules {
+/// Throttles recognised besides the preset's: 429 and 503; 529 too for `anthropic`,
+/// 403 (when it says rate limit) rather than 503 for `github`.
+pub fn throttle_defaults(preset: Preset) -> Rules {
+    let statuses = match preset {
+        Preset::Anthropic => vec![429, 503, 529],
+        Preset::GitHub => vec![403, 429],
+        _ => vec![429, 503],
+    };
     Rules {
-        statuses: vec![429, 503],
+        statuses,
         ..Rules::default()
+    }
+}
+
+/// `max_pause` unless set: an hour for `github`, whose primary quota resets hourly and
+/// answers every request before the reset with a refusal; a minute otherwise.
+pub fn max_pause_default(preset: Preset) -> Duration {
+    match preset {
+        Preset::GitHub => Duration::from_secs(3600),
+        _ => Duration::from_secs(60),
     }
 }
 
@@ -611,6 +631,19 @@ pub struct LaneSettings {
     pub metrics_lanes: usize,
 }
 
+impl LaneSettings {
+    /// The defaults for `preset`: `github` learns its lanes from
+    /// `x-ratelimit-resource`.
+    pub fn defaults_for(preset: Preset) -> Self {
+        let from_response =
+            (preset == Preset::GitHub).then(|| HeaderName::from_static("x-ratelimit-resource"));
+        LaneSettings {
+            from_response,
+            ..LaneSettings::default()
+        }
+    }
+}
+
 impl Default for LaneSettings {
     fn default() -> Self {
         LaneSettings {
@@ -669,4 +702,5 @@ named_choices! {
     Strategy => (0..Strategy::NAMES.len()).map(Strategy::from_index),
     Mode => [Mode::Pace, Mode::Delay, Mode::Observe].into_iter(),
     Preset => (0..Preset::NAMES.len()).map(Preset::from_index),
+    Spend => (0..Spend::NAMES.len()).map(Spend::from_index),
 }

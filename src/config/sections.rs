@@ -7,8 +7,8 @@ use super::reader::{Section, TableReader};
 use super::schema::{
     CONNECT_BACKOFF, FLEET, FleetSettings, LANES, LaneSettings, POOL, PoolSettings, QUEUE,
     QueueSettings, RETRY, RetrySettings, SERVER, SIGV4, SLEEPER, ServerSettings, SigV4Settings,
-    THROTTLE, UPSTREAM, UpstreamSettings, sleeper_defaults, sleeper_defaults_for,
-    throttle_defaults,
+    THROTTLE, UPSTREAM, UpstreamSettings, max_pause_default, sleeper_defaults,
+    sleeper_defaults_for, throttle_defaults,
 };
 use super::validate;
 use crate::sleeper::Mode;
@@ -65,6 +65,9 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     let set = read_keys(&mut t, &UPSTREAM, &mut u);
     validate::client_identity(&t, &u, &set);
     let preset = u.preset;
+    if !set.has("max_pause") {
+        u.max_pause = max_pause_default(preset);
+    }
     u.sleeper = read_section(
         t.table("sleeper"),
         &SLEEPER,
@@ -78,7 +81,7 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     u.throttle = read_section(
         t.table("throttle"),
         &THROTTLE,
-        throttle_defaults(),
+        throttle_defaults(preset),
         |_, _, _| {},
     );
     let mut retry = RetrySettings::defaults_for(preset);
@@ -111,7 +114,7 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     u.lanes = read_section(
         t.table("lanes"),
         &LANES,
-        LaneSettings::default(),
+        LaneSettings::defaults_for(preset),
         |_, _, _| {},
     );
     t.finish(UPSTREAM_SECTIONS);

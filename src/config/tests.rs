@@ -214,6 +214,37 @@ fn retries_follow_botocore_ten_for_dynamodb_five_elsewhere() {
 }
 
 #[test]
+fn the_api_presets_bring_their_vendors_statuses_lanes_and_pauses() {
+    let upstream = |preset: &str, extra: &str| {
+        let text = format!("{MINIMAL}preset = \"{preset}\"\n{extra}");
+        parse(&text).unwrap().upstreams.remove(0)
+    };
+    let minute = Duration::from_secs(60);
+    for (preset, statuses, max_pause, lanes_from) in [
+        ("openai", vec![429, 503], minute, None),
+        ("anthropic", vec![429, 503, 529], minute, None),
+        (
+            "github",
+            vec![403, 429],
+            60 * minute,
+            Some("x-ratelimit-resource"),
+        ),
+        ("none", vec![429, 503], minute, None),
+    ] {
+        let u = upstream(preset, "");
+        assert_eq!(u.throttle.statuses, statuses, "{preset}");
+        assert_eq!(u.max_pause, max_pause, "{preset}");
+        let from = u.lanes.from_response.as_ref().map(|h| h.as_str());
+        assert_eq!(from, lanes_from, "{preset}");
+        assert_eq!(u.quota, crate::quota::Spend::Use);
+    }
+    let u = upstream("github", "max_pause = \"2m\"\nquota = \"smooth\"\n");
+    assert_eq!(u.max_pause, 2 * minute, "a max_pause set stays");
+    assert_eq!(u.quota, crate::quota::Spend::Smooth);
+    assert!(problems(&format!("{MINIMAL}quota = \"ration\"\n"))[0].contains("smooth"));
+}
+
+#[test]
 fn aws_presets_default_to_cubic_and_the_others_to_responsive() {
     for (preset, strategy) in [
         ("dynamodb", Strategy::Cubic),

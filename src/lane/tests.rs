@@ -176,8 +176,9 @@ fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
     let (control, _m, runtime, manual) = control(Preset::None, LaneSettings::default());
     let _inside = runtime.enter();
     let head = tenant("x");
-    for _ in 0..15 {
-        // Each throttle lands in a fresh epoch: a storm that keeps raising (to 44 s;
+    for _ in 0..25 {
+        // Each throttle lands in a fresh epoch: a storm that keeps raising (from
+        // `min_interval`: one dispatch a second is no rate to start from;
         // the lane forgets once it has left its slots unused for `idle_decay`, so a
         // storm that reached `max_interval` takes that long and 30 s more).
         let route = control.lanes.route(&head, None);

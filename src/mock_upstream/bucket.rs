@@ -99,6 +99,15 @@ impl Bucket {
         self.tokens >= self.burst - 1e-9
     }
 
+    /// Whole tokens left at `now`, the bucket's size, and the time until it is full
+    /// again: what an API that states its bucket (OpenAI) sends on every answer.
+    pub fn level(&mut self, now: Instant) -> (u64, u64, Duration) {
+        self.advance(now);
+        let full_in = Duration::try_from_secs_f64((self.burst - self.tokens).max(0.0) / self.rate)
+            .unwrap_or(Duration::MAX);
+        (self.tokens.floor() as u64, self.burst as u64, full_in)
+    }
+
     /// Takes a token if there is one; otherwise records a throttle and returns the time
     /// until the next token.
     pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
@@ -133,6 +142,18 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn its_level_is_what_is_left_and_when_it_is_full_again() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(20.0, 20, None, t0);
+        assert_eq!(b.level(t0), (20, 20, Duration::ZERO));
+        for _ in 0..5 {
+            b.take(t0).unwrap();
+        }
+        assert_eq!(b.level(t0), (15, 20, 250 * MS));
+        assert_eq!(b.level(t0 + 100 * MS), (17, 20, 150 * MS));
+    }
 
     #[test]
     fn a_full_bucket_allows_its_burst_then_the_rate() {

@@ -29,7 +29,7 @@ use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
 use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
-use crate::throttle::{Head, Preset, Verdict, is_batch};
+use crate::throttle::{self, Head, Preset, Verdict, is_batch};
 use crate::transport::{
     Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
     read_up_to, strip_hop_by_hop,
@@ -360,9 +360,6 @@ impl<'a> Ctx<'a> {
         upstream.connected();
         let status = response.status().as_u16();
         upstream.metrics.response(status);
-        if matches!(status, 401 | 403) {
-            upstream.auth_failed(status);
-        }
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         // The lanes the attempt held are told nothing when the answer names another.
@@ -370,8 +367,9 @@ impl<'a> Ctx<'a> {
             Some(lane) => pass.for_lane(lane),
             None => pass,
         };
-        if let Some(quota) = hints::quota(&parts.headers) {
-            pass.lane().apply_quota(quota, self.clock.now());
+        let windows = hints::windows(&parts.headers, self.clock.wall());
+        if windows.requests.is_some() || windows.tokens.is_some() {
+            pass.lane().apply_quota(&windows, self.clock.now());
         }
         let deadline = after(pass.slot().dispatched_at, upstream.client.request_timeout());
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
@@ -381,6 +379,12 @@ impl<'a> Ctx<'a> {
                 return Turn::Answer(answer, settled);
             }
         };
+        // A rate limit answered with 403 (GitHub's) is no refusal of the credentials.
+        let limited =
+            matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
+        if matches!(status, 401 | 403) && !limited {
+            upstream.auth_failed(status);
+        }
         let Verdict::Throttle(signal) = verdict else {
             let (body, settled) = self.watch(pass, verdict, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
@@ -405,6 +409,9 @@ impl<'a> Ctx<'a> {
                 .collect();
             upstream.settle(pass, Settle::Routed(signal, &named))
         };
+        if signal == throttle::Signal::Overload {
+            policy.overloaded();
+        }
         let refused = matches!(pushback, Some((Pushback::Refuse, _)));
         let outcome = attempt::Outcome::Throttled { refused };
         let next = policy.after(outcome, self.elapsed(), || false);

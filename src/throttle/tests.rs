@@ -190,3 +190,77 @@ fn garbage_bodies_are_not_throttles() {
     }
     assert_eq!(verdict(&c, 500, &[], "{"), Verdict::Failure);
 }
+
+#[test]
+fn a_shared_403_is_a_throttle_only_when_it_says_rate_limit() {
+    let c = Classifier::new(
+        Preset::None,
+        Rules {
+            statuses: vec![403, 429],
+            ..Rules::default()
+        },
+    );
+    let permission = r#"{"message":"Resource not accessible by integration","status":"403"}"#;
+    let primary = r#"{"message":"API rate limit exceeded for user ID 1."}"#;
+    let secondary = r#"{"message":"You have exceeded a secondary Rate Limit. Please wait."}"#;
+    let spent = [
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "1795000060"),
+    ];
+    type Row<'a> = (&'a [(&'static str, &'static str)], &'a str, Verdict);
+    let rows: [Row; 7] = [
+        (&[], permission, Verdict::Success),
+        (
+            &[("x-ratelimit-remaining", "4999")],
+            permission,
+            Verdict::Success,
+        ),
+        (&spent, permission, Verdict::Throttle(Signal::Status)),
+        (
+            &[("retry-after", "60")],
+            "",
+            Verdict::Throttle(Signal::Status),
+        ),
+        (&[], primary, Verdict::Throttle(Signal::Body)),
+        (&[], secondary, Verdict::Throttle(Signal::Body)),
+        (&[("content-length", "999999")], "", Verdict::Success),
+    ];
+    for (h, body, expected) in rows {
+        assert_eq!(verdict(&c, 403, h, body), expected, "{h:?} {body}");
+    }
+    // 429 needs no evidence.
+    assert_eq!(verdict(&c, 429, &[], ""), Verdict::Throttle(Signal::Status));
+}
+
+#[test]
+fn overload_is_its_own_signal() {
+    let c = Classifier::new(
+        Preset::None,
+        Rules {
+            statuses: vec![429, 503, 529],
+            ..Rules::default()
+        },
+    );
+    let overloaded =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let overload = Verdict::Throttle(Signal::Overload);
+    assert_eq!(verdict(&c, 529, &[], overloaded), overload);
+    assert_eq!(verdict(&c, 529, &[], ""), overload);
+    assert_eq!(verdict(&c, 503, &[], overloaded), overload);
+    assert_eq!(
+        verdict(&c, 503, &[], "The engine is currently Overloaded"),
+        overload
+    );
+    assert_eq!(
+        verdict(&c, 503, &[], "down for maintenance"),
+        Verdict::Throttle(Signal::Status)
+    );
+    let large = [("content-length", "999999")];
+    assert_eq!(
+        verdict(&c, 503, &large, ""),
+        Verdict::Throttle(Signal::Status)
+    );
+    // Not listed: a 529 is a failure like any 5xx.
+    let plain = Classifier::new(Preset::None, default_rules());
+    assert_eq!(verdict(&plain, 529, &[], overloaded), Verdict::Failure);
+}

@@ -145,10 +145,10 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
         for (name, value) in pair {
             headers.insert(name, HeaderValue::from_static(value));
         }
-        control
-            .lanes
-            .default_lane()
-            .apply_quota(hints::quota(&headers).unwrap(), control.clock().now());
+        control.lanes.default_lane().apply_quota(
+            &hints::windows(&headers, control.clock().wall()),
+            control.clock().now(),
+        );
         assert_eq!(control.paused_until(), Some(epoch() + MINUTE), "{reset}");
         assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 1);
         assert_eq!(control.capped_hint().unwrap().header, Hint::RateLimit);
@@ -158,14 +158,13 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
 #[test]
 fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
     let (control, _runtime, manual) = control();
-    let quota = hints::quota(&header(
-        "ratelimit",
-        "remaining=1, reset=18446744073709551615",
-    ));
+    // 15 digits: the largest integer a structured field holds.
+    let field = header("ratelimit", "remaining=1, reset=999999999999999");
+    let windows = hints::windows(&field, control.clock().wall());
     control
         .lanes
         .default_lane()
-        .apply_quota(quota.unwrap(), control.clock().now());
+        .apply_quota(&windows, control.clock().now());
     assert_eq!(control.paused_until(), None, "a floor, not a pause");
     assert_eq!(control.rate_limit_floor(), Some((MINUTE, epoch() + MINUTE)));
     assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 1);
@@ -175,17 +174,30 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
 }
 
 #[test]
-fn a_quota_within_max_pause_is_spread_as_advertised() {
-    let (control, _runtime, _) = control();
-    let quota = hints::quota(&header("ratelimit", r#""default";r=10;t=30"#)).unwrap();
-    control
-        .lanes
-        .default_lane()
-        .apply_quota(quota, control.clock().now());
+fn a_window_with_plenty_left_is_used_and_a_nearly_spent_one_is_spread() {
+    let (control, _runtime, manual) = control();
+    let lane = control.lanes.default_lane();
+    let apply = |field: &str| {
+        let field = header("ratelimit", field);
+        let windows = hints::windows(&field, control.clock().wall());
+        lane.apply_quota(&windows, control.clock().now());
+    };
+    apply(r#""default";r=1;t=30"#);
     let thirty = Duration::from_secs(30);
+    assert_eq!(control.rate_limit_floor(), Some((thirty, epoch() + thirty)));
+    manual.advance(Duration::from_millis(1));
+    apply(r#""default";r=10;t=30"#);
+    let go = "10 left, nothing in flight: go";
     assert_eq!(
         control.rate_limit_floor(),
-        Some((thirty / 10, epoch() + thirty))
+        None,
+        "{go}, and the floor is lifted"
+    );
+    // 10 to 1 in one answer: others spend 9 for each of ours, so 1 holds none of ours.
+    apply(r#""default";r=1;t=30"#);
+    assert_eq!(
+        control.paused_until(),
+        Some(epoch() + thirty + Duration::from_millis(1))
     );
     assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 0);
 }
@@ -220,12 +232,18 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
         }
         let quota = Quota {
             remaining: 0,
-            reset: u64::MAX,
+            reset: Duration::from_secs(u64::MAX),
+            limit: None,
+            refills: false,
+        };
+        let windows = hints::Reading {
+            requests: Some(quota),
+            ..hints::Reading::default()
         };
         control
             .lanes
             .default_lane()
-            .apply_quota(quota, control.clock().now());
+            .apply_quota(&windows, control.clock().now());
     });
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let logged: Vec<&str> = text.lines().filter(|l| l.contains("max_pause")).collect();

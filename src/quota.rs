@@ -1,0 +1,301 @@
+//! What to do with a rate-limit window an answer states: use it, do not ration it.
+//! While more than a small reserve is left, requests go at the client's own speed;
+//! only the reserve (a few percent, and at least the requests in flight) is spread
+//! until the reset, so the window never runs dry with requests in flight. A bucket
+//! that refills continuously (OpenAI's, Anthropic's, Shopify's) is then paced at its
+//! refill rate. A spent window sends nothing that must fail: callers wait for the
+//! reset. Where others share the quota (one key behind many pods), the remaining
+//! falls faster than this sidecar's own use: it is counted in this sidecar's requests
+//! by the observed fall per answer. `quota = "smooth"` spreads the whole window evenly
+//! instead. Pure: numbers in, a [`Decision`] out.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::hints::Quota;
+
+/// How a window is spent (config `quota`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spend {
+    /// At the client's speed, spreading only the reserve.
+    Use,
+    /// The whole window spread evenly until its reset: steady service over speed.
+    Smooth,
+}
+
+impl Spend {
+    /// Config spellings, in the order of the variants.
+    pub const NAMES: [&'static str; 2] = ["use", "smooth"];
+    const ALL: [Spend; 2] = [Spend::Use, Spend::Smooth];
+
+    /// The spending at `index` of [`Spend::NAMES`].
+    pub fn from_index(index: usize) -> Spend {
+        Self::ALL[index]
+    }
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// The share of a window's limit kept back as the reserve.
+pub const RESERVE_SHARE: f64 = 0.05;
+
+/// What the window asks of the lane.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Decision {
+    /// Send at the client's speed.
+    Go,
+    /// Keep dispatches `spacing` apart for `until` from now.
+    Pace { spacing: Duration, until: Duration },
+    /// Send nothing for `until` from now.
+    Pause { until: Duration },
+}
+
+/// The decision on `window`, with `in_flight` requests out and `fall` units of it
+/// used per answer this sidecar sees (1 when alone on a request window; more when
+/// others share it; for a token window, tokens per request).
+pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decision {
+    let until = window.reset;
+    if until.is_zero() {
+        return Decision::Go;
+    }
+    let fall = if fall.is_finite() { fall.max(1.0) } else { 1.0 };
+    // This sidecar's requests the window still holds.
+    let ours = window.remaining as f64 / fall;
+    if ours < 1.0 {
+        return Decision::Pause { until };
+    }
+    let spread = |count: f64| Decision::Pace {
+        spacing: until.div_f64(count.max(1.0)),
+        until,
+    };
+    if spend == Spend::Smooth {
+        return spread(ours);
+    }
+    let limit = window.limit.map_or(0.0, |l| l as f64 / fall);
+    let reserve = (RESERVE_SHARE * limit).ceil().max(in_flight as f64 + 1.0);
+    if ours > reserve {
+        return Decision::Go;
+    }
+    match window.limit {
+        // What refills in `until` is what was used: pace at that rate.
+        Some(limit) if window.refills && limit > window.remaining => {
+            spread((limit - window.remaining) as f64 / fall)
+        }
+        _ => spread(ours),
+    }
+}
+
+/// The stricter of two decisions: a pause over a pace, the wider spacing, a go last.
+pub fn stricter(a: Decision, b: Decision) -> Decision {
+    use Decision::{Go, Pace, Pause};
+    match (a, b) {
+        (Pause { until: x }, Pause { until: y }) => Pause { until: x.max(y) },
+        (Pause { .. }, _) | (Go, _) => {
+            if a == Go {
+                b
+            } else {
+                a
+            }
+        }
+        (_, Pause { .. }) => b,
+        (Pace { spacing: x, .. }, Pace { spacing: y, .. }) => {
+            if y > x {
+                b
+            } else {
+                a
+            }
+        }
+        (Pace { .. }, Go) => a,
+    }
+}
+
+/// A lane's learned falls: of its request window, and of its token window per request.
+#[derive(Debug, Default)]
+pub struct Falls {
+    pub requests: Fall,
+    pub tokens: Fall,
+}
+
+/// How fast a window's remaining falls per answer, learned from consecutive answers
+/// (a moving average: answers overtake each other). Lock-free: every answer with a
+/// rate-limit header passes here.
+#[derive(Debug)]
+pub struct Fall {
+    last: AtomicU64,
+    /// f64 bits; 0 until a first fall is seen.
+    average: AtomicU64,
+}
+
+impl Default for Fall {
+    fn default() -> Fall {
+        Fall {
+            last: AtomicU64::new(u64::MAX),
+            average: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Fall {
+    /// Takes one answer's `remaining`; returns the average fall per answer so far, or
+    /// `unknown` before any.
+    pub fn observe(&self, remaining: u64, unknown: f64) -> f64 {
+        let last = self.last.swap(remaining, Relaxed);
+        let average = f64::from_bits(self.average.load(Relaxed));
+        // A first answer, or a rise (a refill or a new window): no fall to learn from.
+        if last == u64::MAX || remaining >= last {
+            return if average > 0.0 { average } else { unknown };
+        }
+        let sample = (last - remaining) as f64;
+        let next = if average > 0.0 {
+            0.8 * average + 0.2 * sample
+        } else {
+            sample
+        };
+        self.average.store(next.to_bits(), Relaxed);
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(remaining: u64, reset_s: u64, limit: Option<u64>, refills: bool) -> Quota {
+        Quota {
+            remaining,
+            reset: Duration::from_secs(reset_s),
+            limit,
+            refills,
+        }
+    }
+
+    fn pace(spacing_ms: u64, until_s: u64) -> Decision {
+        Decision::Pace {
+            spacing: Duration::from_millis(spacing_ms),
+            until: Duration::from_secs(until_s),
+        }
+    }
+
+    #[test]
+    fn a_window_with_more_than_the_reserve_left_goes_at_full_speed() {
+        // GitHub: 4000 of 5000 left for the hour.
+        let w = window(4000, 3600, Some(5000), false);
+        assert_eq!(decide(Spend::Use, w, 16, 1.0), Decision::Go);
+        // The reserve is 5 % of the limit (250), and at least what is in flight.
+        assert_eq!(
+            decide(Spend::Use, window(251, 3600, Some(5000), false), 16, 1.0),
+            Decision::Go
+        );
+        assert_ne!(
+            decide(Spend::Use, window(250, 3600, Some(5000), false), 16, 1.0),
+            Decision::Go
+        );
+        assert_ne!(
+            decide(Spend::Use, window(16, 60, None, false), 16, 1.0),
+            Decision::Go
+        );
+        assert_eq!(
+            decide(Spend::Use, window(18, 60, None, false), 16, 1.0),
+            Decision::Go
+        );
+    }
+
+    #[test]
+    fn a_nearly_spent_window_spreads_what_is_left_until_the_reset() {
+        // Remaining 50, reset in 60 s: 50 over the minute.
+        let w = window(50, 60, Some(5000), false);
+        assert_eq!(decide(Spend::Use, w, 16, 1.0), pace(1200, 60));
+    }
+
+    #[test]
+    fn a_spent_window_pauses_until_its_reset_and_a_reset_window_goes() {
+        let w = window(0, 42, Some(5000), false);
+        assert_eq!(
+            decide(Spend::Use, w, 0, 1.0),
+            Decision::Pause {
+                until: Duration::from_secs(42)
+            }
+        );
+        let reset = Quota {
+            reset: Duration::ZERO,
+            ..w
+        };
+        assert_eq!(decide(Spend::Use, reset, 0, 1.0), Decision::Go);
+        assert_eq!(decide(Spend::Smooth, reset, 0, 1.0), Decision::Go);
+    }
+
+    #[test]
+    fn a_low_bucket_that_refills_is_paced_at_its_refill_rate() {
+        // OpenAI: 500 a minute, 10 left, full again in 58.8 s: 490 refill in that time.
+        let w = Quota {
+            reset: Duration::from_millis(58_800),
+            ..window(10, 0, Some(500), true)
+        };
+        assert_eq!(
+            decide(Spend::Use, w, 4, 1.0),
+            Decision::Pace {
+                spacing: Duration::from_millis(120),
+                until: Duration::from_millis(58_800),
+            }
+        );
+    }
+
+    #[test]
+    fn a_shared_quota_is_counted_in_this_sidecars_requests() {
+        // 200 of 5000 left: within the 5 % reserve, spread over the minute; when it
+        // falls by 4 per answer of ours, only 50 of them are left to spread.
+        let w = window(200, 60, Some(5000), false);
+        assert_eq!(decide(Spend::Use, w, 1, 1.0), pace(300, 60));
+        assert_eq!(decide(Spend::Use, w, 1, 4.0), pace(1200, 60));
+        // Tokens: 2000 left at 1000 a request holds 2 requests.
+        let tokens = window(2000, 60, Some(90_000), true);
+        let refill = Decision::Pace {
+            spacing: Duration::from_secs(60).div_f64(88.0),
+            until: Duration::from_secs(60),
+        };
+        assert_eq!(
+            decide(Spend::Use, tokens, 1, 1000.0),
+            refill,
+            "88 000 refill in 60 s"
+        );
+        assert_eq!(
+            decide(Spend::Use, window(900, 6, Some(90_000), true), 1, 1000.0),
+            Decision::Pause {
+                until: Duration::from_secs(6)
+            }
+        );
+    }
+
+    #[test]
+    fn the_stricter_decision_wins() {
+        let pause = |s| Decision::Pause {
+            until: Duration::from_secs(s),
+        };
+        assert_eq!(stricter(Decision::Go, pace(10, 1)), pace(10, 1));
+        assert_eq!(stricter(pace(10, 1), Decision::Go), pace(10, 1));
+        assert_eq!(stricter(pace(10, 1), pace(20, 1)), pace(20, 1));
+        assert_eq!(stricter(pace(30, 1), pause(2)), pause(2));
+        assert_eq!(stricter(pause(3), pace(30, 9)), pause(3));
+        assert_eq!(stricter(pause(3), pause(5)), pause(5));
+        assert_eq!(stricter(Decision::Go, Decision::Go), Decision::Go);
+    }
+
+    #[test]
+    fn smooth_spreads_the_whole_window() {
+        let w = window(4000, 3600, Some(5000), false);
+        assert_eq!(decide(Spend::Smooth, w, 16, 1.0), pace(900, 3600));
+    }
+
+    #[test]
+    fn the_fall_is_learned_from_consecutive_answers() {
+        let f = Fall::default();
+        assert_eq!(f.observe(100, 1.0), 1.0, "nothing to compare with yet");
+        assert_eq!(f.observe(97, 1.0), 3.0);
+        assert_eq!(f.observe(96, 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+        // A refill teaches nothing.
+        assert_eq!(f.observe(500, 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+    }
+}
