@@ -1138,7 +1138,7 @@ fn room_for(others: &LaneMap, name: &str, max_lanes: usize) -> bool {
         return max_lanes >= 2;
     }
     // `default`, the named lanes with this one, and `overflow`.
-    1 + (named + 1) + 1 <= max_lanes
+    named + 3 <= max_lanes
 }
 
 #[cfg(test)]
