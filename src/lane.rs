@@ -692,8 +692,8 @@ fn room_for(others: &LaneMap, name: &str, max_lanes: usize) -> bool {
     if name == route::OVERFLOW {
         return max_lanes >= 2;
     }
-    // `default`, the named lanes with this one, and `overflow`.
-    1 + (named + 1) + 1 <= max_lanes
+    // `default`, the named lanes with this one, and a place for `overflow`.
+    named + 3 <= max_lanes
 }
 
 #[cfg(test)]
