@@ -1137,7 +1137,7 @@ fn room_for(others: &LaneMap, name: &str, max_lanes: usize) -> bool {
     if name == route::OVERFLOW {
         return max_lanes >= 2;
     }
-    // `default`, the named lanes with this one, and `overflow`.
+    // `default`, the named lanes with this one, and a place for `overflow`.
     named + 3 <= max_lanes
 }
 
