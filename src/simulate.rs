@@ -499,49 +499,47 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
 
     fn drop_attempt(&mut self, _queued: Duration) {}
 
-    fn send<'s>(
-        &'s mut self,
+    async fn send(
+        &mut self,
         pass: Pass,
         _queued: Duration,
-        policy: &'s mut Attempts,
-        _route: &'s Route,
-    ) -> impl Future<Output = Turn<()>> + 's {
-        async move {
-            let upstream = self.upstream;
-            let answer = (self.send)(pass.slot(), policy.attempts() > 1);
-            if !self.latency.is_zero() {
-                upstream.clock().sleep(self.latency).await;
-            }
-            let outcome = match answer {
-                Answer::Success => {
-                    upstream.connected();
-                    let success = Some(Verdict::Success);
-                    return Turn::Answer((), upstream.settle(pass, Settle::Answer(success, None)));
-                }
-                Answer::Throttle => {
-                    upstream.connected();
-                    let throttle = Some(Verdict::Throttle(Signal::Body));
-                    let settled = upstream.settle(pass, Settle::Answer(throttle, None));
-                    let elapsed = upstream.clock().now() - self.arrived;
-                    let throttled = attempt::Outcome::Throttled { refused: false };
-                    let next = policy.after(throttled, elapsed, || false);
-                    if next != Next::ReadThrottle {
-                        return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
-                    }
-                    // The modelled answer is always held.
-                    let read = attempt::Outcome::ThrottleRead { held: true };
-                    return Turn::Outcome(read, Some(()), Cow::Borrowed(""), settled);
-                }
-                Answer::Unreachable => {
-                    let refused = Settle::NoConnection(&ConnectCause::Refused);
-                    let settled = upstream.settle(pass, refused);
-                    let wait = settled.backoff();
-                    (attempt::Outcome::ConnectFailed { wait }, settled)
-                }
-            };
-            let (outcome, settled) = outcome;
-            Turn::Outcome(outcome, None, Cow::Borrowed(""), settled)
+        policy: &mut Attempts,
+        _route: &Route,
+    ) -> Turn<()> {
+        let upstream = self.upstream;
+        let answer = (self.send)(pass.slot(), policy.attempts() > 1);
+        if !self.latency.is_zero() {
+            upstream.clock().sleep(self.latency).await;
         }
+        let outcome = match answer {
+            Answer::Success => {
+                upstream.connected();
+                let success = Some(Verdict::Success);
+                return Turn::Answer((), upstream.settle(pass, Settle::Answer(success, None)));
+            }
+            Answer::Throttle => {
+                upstream.connected();
+                let throttle = Some(Verdict::Throttle(Signal::Body));
+                let settled = upstream.settle(pass, Settle::Answer(throttle, None));
+                let elapsed = upstream.clock().now() - self.arrived;
+                let throttled = attempt::Outcome::Throttled { refused: false };
+                let next = policy.after(throttled, elapsed, || false);
+                if next != Next::ReadThrottle {
+                    return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
+                }
+                // The modelled answer is always held.
+                let read = attempt::Outcome::ThrottleRead { held: true };
+                return Turn::Outcome(read, Some(()), Cow::Borrowed(""), settled);
+            }
+            Answer::Unreachable => {
+                let refused = Settle::NoConnection(&ConnectCause::Refused);
+                let settled = upstream.settle(pass, refused);
+                let wait = settled.backoff();
+                (attempt::Outcome::ConnectFailed { wait }, settled)
+            }
+        };
+        let (outcome, settled) = outcome;
+        Turn::Outcome(outcome, None, Cow::Borrowed(""), settled)
     }
 }
 

@@ -419,7 +419,7 @@ impl Control {
     }
 
     /// Waits for a slot in each lane of `route`, in order (`patient`: see
-    /// [`Control::acquire`]); a shed names the lane that shed the request.
+    /// [`Lane::acquire`]); a shed names the lane that shed the request.
     pub async fn acquire_route<'r>(
         &self,
         route: &'r Route,
