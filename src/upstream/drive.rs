@@ -137,25 +137,24 @@ impl Control {
                     }
                     Ok(pass) => {
                         let queued = pass.slot().dispatched_at.saturating_duration_since(asked);
-                        match self.admit(pass.slot().dispatched_at) {
+                        // Every way on ends the pass: a `Turn` holds the proof.
+                        let turn = match self.admit(pass.slot().dispatched_at) {
                             Admission::Closed(wait) => {
                                 dispatch.drop_attempt(queued);
-                                let _settled: Settled = self.settle(pass, Settle::Unsent);
+                                let settled = self.settle(pass, Settle::Unsent);
                                 let outcome = attempt::Outcome::BackoffClosed { wait };
-                                let next = self.decide(&mut policy, outcome, arrived);
-                                (next, None, self.backoff_message(), None)
+                                Turn::Outcome(outcome, None, self.backoff_message(), settled)
                             }
                             Admission::Open | Admission::Probe => {
-                                match dispatch.send(pass, queued, &mut policy, route).await {
-                                    Turn::Answer(answer, _) => return Ended::Answer(answer),
-                                    Turn::Next(next, answer, message, _) => {
-                                        (next, answer, message, None)
-                                    }
-                                    Turn::Outcome(outcome, answer, message, _) => {
-                                        let next = self.decide(&mut policy, outcome, arrived);
-                                        (next, answer, message, None)
-                                    }
-                                }
+                                dispatch.send(pass, queued, &mut policy, route).await
+                            }
+                        };
+                        match turn {
+                            Turn::Answer(answer, _) => return Ended::Answer(answer),
+                            Turn::Next(next, answer, message, _) => (next, answer, message, None),
+                            Turn::Outcome(outcome, answer, message, _) => {
+                                let next = self.decide(&mut policy, outcome, arrived);
+                                (next, answer, message, None)
                             }
                         }
                     }
