@@ -653,13 +653,18 @@ impl Pass {
     /// Ends the attempt: `settle` tells the lanes how it went.
     pub fn settle(self, settle: impl FnOnce(&Pass)) -> Settled {
         settle(&self);
-        Settled(())
+        Settled {
+            backoff: Duration::ZERO,
+        }
     }
 
     /// Hands the pass to what settles it later (a watched body); the request path is
     /// done with it.
     pub fn defer(self) -> (Deferred, Settled) {
-        (Deferred(self), Settled(()))
+        let settled = Settled {
+            backoff: Duration::ZERO,
+        };
+        (Deferred(self), settled)
     }
 }
 
@@ -668,7 +673,22 @@ impl Pass {
 /// unsettled does not compile.
 #[must_use]
 #[derive(Debug)]
-pub struct Settled(());
+pub struct Settled {
+    backoff: Duration,
+}
+
+impl Settled {
+    /// How long the connection backoff turns requests away after an attempt that
+    /// could not connect; zero otherwise.
+    pub fn backoff(&self) -> Duration {
+        self.backoff
+    }
+
+    /// The same proof, with the backoff the attempt's failure started.
+    pub(crate) fn with_backoff(self, backoff: Duration) -> Settled {
+        Settled { backoff }
+    }
+}
 
 /// A pass handed on to be settled later (when a watched body ends).
 #[derive(Debug)]

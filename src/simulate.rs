@@ -30,7 +30,7 @@ use crate::pacer::Slot;
 use crate::plot::{self, CapacityStep, Point};
 use crate::throttle::{Signal, Verdict};
 use crate::transport::ConnectCause;
-use crate::upstream::drive::{Dispatch, Ended, Turn};
+use crate::upstream::drive::{Arrival, Dispatch, Ended, Turn};
 use crate::upstream::{Control, Settle};
 
 /// How the upstream's capacity changes over the run.
@@ -453,7 +453,12 @@ pub async fn request(
     let arrived = upstream.clock().now();
     upstream.deposit(arrived);
     // The modelled body is always held, so every request can be sent again.
-    let policy = upstream.policy(None, true, None);
+    let arrival = Arrival {
+        at: arrived,
+        patience: None,
+        replayable: true,
+        deadline: None,
+    };
     let mut modelled = Modelled {
         upstream,
         latency,
@@ -461,8 +466,7 @@ pub async fn request(
         arrived,
     };
     let mut route = route.clone();
-    let ended = upstream.drive(&mut modelled, &mut route, policy, (arrived, false));
-    match ended.await {
+    match upstream.drive(&mut modelled, &mut route, arrival).await {
         Ended::Answer(()) => (Ending::Success, Duration::ZERO),
         Ended::Exhausted(_) => (Ending::Throttled, Duration::ZERO),
         Ended::Concluded(ending) => match ending.next {
@@ -495,52 +499,47 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
 
     fn drop_attempt(&mut self, _queued: Duration) {}
 
-    fn send<'s>(
-        &'s mut self,
+    async fn send(
+        &mut self,
         pass: Pass,
         _queued: Duration,
-        policy: &'s mut Attempts,
-        _route: &'s Route,
-    ) -> impl Future<Output = Turn<()>> + 's {
-        async move {
-            let upstream = self.upstream;
-            let answer = (self.send)(pass.slot(), policy.attempts() > 1);
-            if !self.latency.is_zero() {
-                upstream.clock().sleep(self.latency).await;
+        policy: &mut Attempts,
+        _route: &Route,
+    ) -> Turn<()> {
+        let upstream = self.upstream;
+        let answer = (self.send)(pass.slot(), policy.attempts() > 1);
+        if !self.latency.is_zero() {
+            upstream.clock().sleep(self.latency).await;
+        }
+        let outcome = match answer {
+            Answer::Success => {
+                upstream.connected();
+                let success = Some(Verdict::Success);
+                return Turn::Answer((), upstream.settle(pass, Settle::Answer(success, None)));
             }
-            let outcome = match answer {
-                Answer::Success => {
-                    upstream.connected();
-                    let success = Some(Verdict::Success);
-                    return Turn::Answer((), upstream.settle(pass, Settle::Answer(success, None)));
-                }
-                Answer::Throttle => {
-                    upstream.connected();
-                    let throttle = Some(Verdict::Throttle(Signal::Body));
-                    let settled = upstream.settle(pass, Settle::Answer(throttle, None));
-                    let elapsed = upstream.clock().now() - self.arrived;
-                    let throttled = attempt::Outcome::Throttled { refused: false };
-                    let next = policy.after(throttled, elapsed, || false);
-                    if next != Next::ReadThrottle {
-                        return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
-                    }
-                    // The modelled answer is always held.
-                    let read = attempt::Outcome::ThrottleRead { held: true };
-                    let next = upstream.decide(policy, read, self.arrived);
+            Answer::Throttle => {
+                upstream.connected();
+                let throttle = Some(Verdict::Throttle(Signal::Body));
+                let settled = upstream.settle(pass, Settle::Answer(throttle, None));
+                let elapsed = upstream.clock().now() - self.arrived;
+                let throttled = attempt::Outcome::Throttled { refused: false };
+                let next = policy.after(throttled, elapsed, || false);
+                if next != Next::ReadThrottle {
                     return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
                 }
-                Answer::Unreachable => {
-                    let settled = upstream.settle(pass, Settle::Answer(None, None));
-                    let now = upstream.clock().now();
-                    upstream.connect_failed(now, &ConnectCause::Refused);
-                    let wait = upstream.connect_backoff_remaining(now);
-                    (attempt::Outcome::ConnectFailed { wait }, settled)
-                }
-            };
-            let (outcome, settled) = outcome;
-            let next = upstream.decide(policy, outcome, self.arrived);
-            Turn::Next(next, None, Cow::Borrowed(""), settled)
-        }
+                // The modelled answer is always held.
+                let read = attempt::Outcome::ThrottleRead { held: true };
+                return Turn::Outcome(read, Some(()), Cow::Borrowed(""), settled);
+            }
+            Answer::Unreachable => {
+                let refused = Settle::NoConnection(&ConnectCause::Refused);
+                let settled = upstream.settle(pass, refused);
+                let wait = settled.backoff();
+                (attempt::Outcome::ConnectFailed { wait }, settled)
+            }
+        };
+        let (outcome, settled) = outcome;
+        Turn::Outcome(outcome, None, Cow::Borrowed(""), settled)
     }
 }
 

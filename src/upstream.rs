@@ -60,6 +60,9 @@ pub enum Settle<'a> {
     /// A batch answer that left the tables this says yes to unprocessed: their lanes
     /// (`TABLE:access`) are told of a partial throttle, the others of a success.
     ByTable(&'a dyn Fn(&str) -> bool),
+    /// No connection could be made, for this cause: no answer for the lanes, and the
+    /// connection backoff starts or steps ([`Settled::backoff`] says for how long).
+    NoConnection(&'a ConnectCause),
 }
 
 /// Called once per finished attempt.
@@ -260,8 +263,9 @@ impl Control {
         self.lock_connect().0.admit(now.into_std())
     }
 
-    /// A connection could not be made for `cause`: starts or steps the backoff.
-    pub fn connect_failed(&self, now: Instant, cause: &ConnectCause) {
+    /// A connection could not be made for `cause`: starts or steps the backoff;
+    /// returns how long it now turns requests away.
+    pub fn connect_failed(&self, now: Instant, cause: &ConnectCause) -> Duration {
         self.metrics.connect_failures.inc();
         let mut guard = self.lock_connect();
         let (backoff, rng) = &mut *guard;
@@ -274,6 +278,20 @@ impl Control {
             .connect_cause
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
+        self.connect_backoff_remaining(now)
+    }
+
+    /// The upstream was reached, and answered with `status` if it did: ends any
+    /// connection backoff, counts the answer and warns of refused credentials (a
+    /// 401 or 403 that is not a rate limit, `limited`: GitHub answers those 403).
+    pub fn reached(&self, status: Option<u16>, limited: bool) {
+        self.connected();
+        if let Some(status) = status {
+            self.metrics.response(status);
+            if matches!(status, 401 | 403) && !limited {
+                self.auth_failed(status);
+            }
+        }
     }
 
     /// The upstream answered 401 or 403: a warning, at most one per 10 s, with how
@@ -346,6 +364,11 @@ impl Control {
 
     /// Ends an attempt: takes its pass and tells each lane it concerns how it went.
     pub fn settle(&self, pass: Pass, how: Settle<'_>) -> Settled {
+        if let Settle::NoConnection(cause) = how {
+            let settled = self.settle(pass, Settle::Answer(None, None));
+            let backoff = self.connect_failed(self.clock.now(), cause);
+            return settled.with_backoff(backoff);
+        }
         pass.settle(|pass| match how {
             Settle::Unsent => {
                 for (lane, slot) in pass.iter() {
@@ -363,6 +386,7 @@ impl Control {
             }
             Settle::ByTable(unprocessed) => self.settle_by_table(pass, unprocessed),
             Settle::Routed(signal, named) => self.settle_routed(pass, signal, named),
+            Settle::NoConnection(_) => {}
         })
     }
 
@@ -396,7 +420,7 @@ impl Control {
     }
 
     /// Waits for a slot in each lane of `route`, in order (`patient`: see
-    /// [`Control::acquire`]); a shed names the lane that shed the request.
+    /// [`Lane::acquire`]); a shed names the lane that shed the request.
     pub async fn acquire_route<'r>(
         &self,
         route: &'r Route,

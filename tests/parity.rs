@@ -153,3 +153,88 @@ async fn connect_retries_follow_the_backoff_alike_in_simulate_and_the_proxy() {
     assert_eq!(simulated.retries_connect, 2.0);
     assert_eq!(simulated, proxied);
 }
+
+#[tokio::test]
+async fn an_aws_clients_failed_connection_goes_back_at_once_alike_in_simulate_and_the_proxy() {
+    // An AWS SDK retries on its own, so easeoff does not retry its connect failures.
+    let extra = "preset = \"aws\"\n[upstream.connect_backoff]\ninitial = \"200ms\"\njitter = 0.0\n[upstream.retry]\nmax_attempts = 3\n";
+    let (simulated, endings, sent) = tokio::task::spawn_blocking(move || {
+        simulated(extra, 1, Answer::Unreachable, Duration::ZERO)
+    })
+    .await
+    .unwrap();
+    assert_eq!(endings, [Ending::Unreachable]);
+    assert_eq!(sent, [Duration::ZERO]);
+
+    let proxy = proxy(dead_port().await, extra).await;
+    let answer = support::get(&format!("http://{}/", proxy.addr)).await;
+    assert!(answer.status.is_server_error(), "{}", answer.status);
+    let failures = metric(proxy.admin, SAMPLES[3]).await as usize;
+    let proxied = proxied(proxy.admin, failures).await;
+
+    assert_eq!(simulated.retries_connect, 0.0);
+    assert_eq!(simulated.connect_failures, 1.0);
+    assert_eq!(simulated, proxied);
+}
+
+/// Lane `b`'s and `default`'s dispatches.
+const LANE_SAMPLES: [&str; 2] = [
+    "easeoff_lane_dispatches_total{lane=\"b\",upstream=\"up\"}",
+    "easeoff_lane_dispatches_total{lane=\"default\",upstream=\"up\"}",
+];
+
+#[tokio::test]
+async fn a_retry_waits_in_the_lane_the_answer_named_alike_in_simulate_and_the_proxy() {
+    // Requests are keyed by method; the throttle names the bucket `b`, which the retry
+    // takes in (`Lanes::refresh`).
+    let extra = "[upstream.sleeper]\nstrategy = \"off\"\n[upstream.lanes]\nby = [\"method\"]\nfrom_response = \"x-bucket\"\n";
+    let simulated = tokio::task::spawn_blocking(move || {
+        let text = format!(
+            "[[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://127.0.0.1:9\"\n{extra}\n"
+        );
+        let mut config = Config::parse(&text, "test.toml", &|_| None).unwrap();
+        let metrics = Metrics::new().unwrap();
+        let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
+        let control = Control::new(
+            config.upstreams.remove(0),
+            &metrics,
+            None,
+            fastrand::Rng::with_seed(1),
+            clock,
+        );
+        let (head, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+        let route = control.lanes.route(&head, None);
+        let mut answers = 0;
+        let (ending, _) = manual.runtime().unwrap().block_on(simulate::request(
+            &control,
+            &route,
+            Duration::from_millis(1),
+            |_, _| {
+                answers += 1;
+                if answers > 1 {
+                    return Answer::Success;
+                }
+                // What the proxy learns from the answer's `x-bucket: b`.
+                control.lanes.learn("GET", "b");
+                Answer::Throttle
+            },
+        ));
+        assert_eq!(ending, Ending::Success);
+        let text = metrics.render().unwrap();
+        LANE_SAMPLES.map(|s| sample_value(&text, s).unwrap())
+    })
+    .await
+    .unwrap();
+
+    let up = throttles_first(1, || respond(429, &[("x-bucket", "b")], "")).await;
+    let proxy = proxy(up.addr, extra).await;
+    let answer = support::get(&format!("http://{}/", proxy.addr)).await;
+    assert_eq!(answer.status, 200);
+    let mut proxied = [0.0; 2];
+    for (value, sample) in proxied.iter_mut().zip(LANE_SAMPLES) {
+        *value = metric(proxy.admin, sample).await;
+    }
+
+    assert_eq!(simulated, [1.0, 1.0]);
+    assert_eq!(simulated, proxied);
+}

@@ -34,7 +34,7 @@ use crate::transport::{
     Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
     read_up_to, strip_hop_by_hop,
 };
-use crate::upstream::drive::{Conclusion, Dispatch, Ended, Turn};
+use crate::upstream::drive::{Arrival, Conclusion, Dispatch, Ended, Turn};
 use crate::upstream::{Settle, Upstream};
 
 /// The header that says why a connection failed (`tls: unknown issuer`).
@@ -99,23 +99,26 @@ pub fn handle<'a>(
             };
             let mut route = upstream.lanes.route(&head, body.held());
             ctx.watch_batch |= route.batch;
-            let policy = upstream.policy(ctx.patience, template.is_some(), ctx.grpc_timeout);
+            let arrival = Arrival {
+                at: ctx.arrived,
+                patience: ctx.patience,
+                replayable: template.is_some(),
+                deadline: ctx.grpc_timeout,
+            };
             let mut attempts = Sender {
                 ctx: &ctx,
                 first: Some(Request::from_parts(head, body)),
                 template,
                 readied: None,
             };
-            let patient = ctx.patience.is_some();
-            let driven = upstream.drive(&mut attempts, &mut route, policy, (ctx.arrived, patient));
-            match driven.await {
+            match upstream.drive(&mut attempts, &mut route, arrival).await {
                 Ended::Answer(response) => response,
                 Ended::Exhausted(kept) => ctx.give_up(kept, None),
                 Ended::Concluded(ending) => ctx.conclude(ending),
             }
         };
         if let Some(line) = line {
-            access::write(upstream.name(), &line, &record, &response);
+            access::write(&upstream.settings.name, &line, &record, &response);
         }
         response
     }
@@ -309,10 +312,8 @@ impl<'a> Ctx<'a> {
             match sent {
                 Ok(response) => self.answered(response, pass, policy, route).await,
                 Err(SendError::Connect(cause)) => {
-                    let settled = upstream.settle(pass, Settle::Answer(None, None));
-                    let now = self.clock.now();
-                    upstream.connect_failed(now, &cause);
-                    let wait = upstream.connect_backoff_remaining(now);
+                    let settled = upstream.settle(pass, Settle::NoConnection(&cause));
+                    let wait = settled.backoff();
                     let message = format!("cannot connect to the upstream: {cause}");
                     if cause.is_lasting() {
                         // A certificate or protocol mismatch fails the same way at once:
@@ -322,8 +323,7 @@ impl<'a> Ctx<'a> {
                         return Turn::Answer(with_cause(answer, &cause), settled);
                     }
                     let outcome = attempt::Outcome::ConnectFailed { wait };
-                    let next = upstream.decide(policy, outcome, self.arrived);
-                    Turn::Next(next, None, Cow::Owned(message), settled)
+                    Turn::Outcome(outcome, None, Cow::Owned(message), settled)
                 }
                 Err(error) => {
                     let settled = upstream.settle(pass, Settle::Answer(None, None));
@@ -331,12 +331,12 @@ impl<'a> Ctx<'a> {
                         SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
                         _ if error.head_too_large() => {
                             upstream.connected();
-                            oversized::warn(upstream.name(), &error);
+                            oversized::warn(&upstream.settings.name, &error);
                             (Reason::UpstreamHeadTooLarge, Outcome::Error)
                         }
                         // It connected, whatever broke afterwards.
                         _ => {
-                            upstream.connected();
+                            upstream.reached(None, false);
                             (Reason::UpstreamUnavailable, Outcome::Error)
                         }
                     };
@@ -357,9 +357,7 @@ impl<'a> Ctx<'a> {
         route: &Route,
     ) -> Turn<Response<ProxyBody>> {
         let upstream = self.upstream;
-        upstream.connected();
         let status = response.status().as_u16();
-        upstream.metrics.response(status);
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         // The lanes the attempt held are told nothing when the answer names another.
@@ -375,6 +373,7 @@ impl<'a> Ctx<'a> {
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
             Ok(classified) => classified,
             Err(answer) => {
+                upstream.reached(Some(status), false);
                 let settled = upstream.settle(pass, Settle::Answer(None, None));
                 return Turn::Answer(answer, settled);
             }
@@ -382,9 +381,7 @@ impl<'a> Ctx<'a> {
         // A rate limit answered with 403 (GitHub's) is no refusal of the credentials.
         let limited =
             matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
-        if matches!(status, 401 | 403) && !limited {
-            upstream.auth_failed(status);
-        }
+        upstream.reached(Some(status), limited);
         let Verdict::Throttle(signal) = verdict else {
             let (body, settled) = self.watch(pass, verdict, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
@@ -427,13 +424,8 @@ impl<'a> Ctx<'a> {
         };
         let held = !matches!(body, ProxyBody::Prefixed { .. } | ProxyBody::Stream(_));
         let outcome = attempt::Outcome::ThrottleRead { held };
-        let next = upstream.decide(policy, outcome, self.arrived);
-        Turn::Next(
-            next,
-            Some(Response::from_parts(parts, body)),
-            Cow::Borrowed(""),
-            settled,
-        )
+        let answer = Some(Response::from_parts(parts, body));
+        Turn::Outcome(outcome, answer, Cow::Borrowed(""), settled)
     }
 
     /// The verdict on an answer, reading a small error body when the head alone does
@@ -488,7 +480,7 @@ impl<'a> Ctx<'a> {
             reply(
                 Reason::Shed(ShedReason::Budget),
                 self.dialect,
-                self.upstream.name(),
+                &self.upstream.settings.name,
                 "throttled",
                 None,
             )
@@ -513,8 +505,8 @@ impl<'a> Ctx<'a> {
             Next::Unreachable { retry_after, .. } => {
                 let (reason, outcome) = (Reason::UpstreamUnavailable, Outcome::Error);
                 let answer = self.local(reason, outcome, &ending.message, Some(retry_after));
-                match self.upstream.connect_cause() {
-                    Some(cause) => with_cause(answer, &cause),
+                match &ending.cause {
+                    Some(cause) => with_cause(answer, cause),
                     None => answer,
                 }
             }
@@ -549,12 +541,12 @@ impl<'a> Ctx<'a> {
         message: &str,
         retry_after: Option<Duration>,
     ) -> Response<ProxyBody> {
-        tracing::debug!(upstream = %self.upstream.name(), ?reason, message, "local answer");
+        tracing::debug!(upstream = %&self.upstream.settings.name, ?reason, message, "local answer");
         self.count(outcome);
         reply(
             reason,
             self.dialect,
-            self.upstream.name(),
+            &self.upstream.settings.name,
             message,
             retry_after,
         )

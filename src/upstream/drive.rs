@@ -15,13 +15,27 @@ use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::lane::{Pass, Route, Settled};
 use crate::pacer::ShedReason;
+use crate::transport::ConnectCause;
 
 /// What one attempt that got its slots left to do: the request's answer, or the
-/// policy's decision with the answer it concerns (a throttle kept for the client) and
-/// the words for the client if it gives up. Either way its pass was settled.
+/// policy's decision (or the outcome for the driver to ask it about, the retry budget
+/// last) with the answer it concerns (a throttle kept for the client) and the words
+/// for the client if it gives up. Either way its pass was settled.
 pub enum Turn<A> {
     Answer(A, Settled),
     Next(Next, Option<A>, Cow<'static, str>, Settled),
+    Outcome(attempt::Outcome, Option<A>, Cow<'static, str>, Settled),
+}
+
+/// One client request as the driver takes it: when it arrived, how long an AWS SDK's
+/// request may wait for its slot, whether its body can be sent again, and a gRPC
+/// client's own deadline.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrival {
+    pub at: Instant,
+    pub patience: Option<Duration>,
+    pub replayable: bool,
+    pub deadline: Option<Duration>,
 }
 
 /// Sends attempts: the proxy's network, or `simulate`'s modelled upstream.
@@ -69,35 +83,39 @@ pub struct Conclusion<A> {
     pub shed: Option<ShedReason>,
     /// Attempts begun.
     pub attempts: u32,
+    /// Why the latest connection failed, when the upstream is unreachable.
+    pub cause: Option<ConnectCause>,
 }
 
 impl Control {
-    /// The attempt policy of one request: `patience` is how long an AWS SDK's request
-    /// may wait for its slot, `replayable` whether its body can be sent again,
-    /// `deadline` a gRPC client's own.
-    pub fn policy(
-        &self,
-        patience: Option<Duration>,
-        replayable: bool,
-        deadline: Option<Duration>,
-    ) -> Attempts {
+    /// The attempt policy of one request.
+    fn policy(&self, request: &Arrival) -> Attempts {
         let settings = &self.settings;
-        let max_wait = settings.queue.max_wait.max(patience.unwrap_or_default());
-        Attempts::new(&settings.retry, max_wait, replayable, deadline)
-            .with_client_retries(settings.preset.is_aws())
+        let max_wait = settings
+            .queue
+            .max_wait
+            .max(request.patience.unwrap_or_default());
+        Attempts::new(
+            &settings.retry,
+            max_wait,
+            request.replayable,
+            request.deadline,
+        )
+        .with_client_retries(settings.preset.is_aws())
     }
 
-    /// Runs one request's attempts, arrived at `arrived`, through `dispatch` until
-    /// it has an answer or the policy ends it; `patient`: see
-    /// [`crate::pacer::Pacer::acquire_with`].
+    /// Runs one request's attempts through `dispatch` until it has an answer or the
+    /// policy ends it. A request with `patience` waits for its slot as
+    /// [`crate::pacer::Pacer::acquire_with`]'s `patient` says.
     pub async fn drive<D: Dispatch>(
         &self,
         dispatch: &mut D,
         route: &mut Route,
-        mut policy: Attempts,
-        (arrived, patient): (Instant, bool),
+        request: Arrival,
     ) -> Ended<D::Answer> {
         let clock = self.clock();
+        let mut policy = self.policy(&request);
+        let (arrived, patient) = (request.at, request.patience.is_some());
         // The latest throttle, kept for the client in case the next attempt cannot go.
         let mut kept = None;
         loop {
@@ -119,26 +137,30 @@ impl Control {
                     }
                     Ok(pass) => {
                         let queued = pass.slot().dispatched_at.saturating_duration_since(asked);
-                        match self.admit(pass.slot().dispatched_at) {
+                        // Every way on ends the pass: a `Turn` holds the proof.
+                        let turn = match self.admit(pass.slot().dispatched_at) {
                             Admission::Closed(wait) => {
                                 dispatch.drop_attempt(queued);
-                                let _settled: Settled = self.settle(pass, Settle::Unsent);
+                                let settled = self.settle(pass, Settle::Unsent);
                                 let outcome = attempt::Outcome::BackoffClosed { wait };
-                                let next = self.decide(&mut policy, outcome, arrived);
-                                (next, None, self.backoff_message(), None)
+                                Turn::Outcome(outcome, None, self.backoff_message(), settled)
                             }
                             Admission::Open | Admission::Probe => {
-                                match dispatch.send(pass, queued, &mut policy, route).await {
-                                    Turn::Answer(answer, _) => return Ended::Answer(answer),
-                                    Turn::Next(next, answer, message, _) => {
-                                        (next, answer, message, None)
-                                    }
-                                }
+                                dispatch.send(pass, queued, &mut policy, route).await
+                            }
+                        };
+                        match turn {
+                            Turn::Answer(answer, _) => return Ended::Answer(answer),
+                            Turn::Next(next, answer, message, _) => (next, answer, message, None),
+                            Turn::Outcome(outcome, answer, message, _) => {
+                                let next = self.decide(&mut policy, outcome, arrived);
+                                (next, answer, message, None)
                             }
                         }
                     }
                 };
             let Next::Retry { after, cause } = next else {
+                let unreachable = matches!(next, Next::Unreachable { .. });
                 return Ended::Concluded(Conclusion {
                     next,
                     kept,
@@ -146,6 +168,7 @@ impl Control {
                     message,
                     shed,
                     attempts: policy.attempts(),
+                    cause: self.connect_cause().filter(|_| unreachable),
                 });
             };
             self.retried(cause);
@@ -160,12 +183,7 @@ impl Control {
     }
 
     /// Asks the policy about an attempt that got no answer, the retry budget last.
-    pub fn decide(
-        &self,
-        policy: &mut Attempts,
-        outcome: attempt::Outcome,
-        arrived: Instant,
-    ) -> Next {
+    fn decide(&self, policy: &mut Attempts, outcome: attempt::Outcome, arrived: Instant) -> Next {
         let now = self.clock().now();
         policy.after(outcome, now - arrived, || self.withdraw(now))
     }
