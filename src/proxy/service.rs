@@ -330,7 +330,7 @@ impl<'a> Ctx<'a> {
                     let (reason, outcome) = match error {
                         SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
                         _ if error.head_too_large() => {
-                            upstream.connected();
+                            upstream.reached(None, false);
                             oversized::warn(&upstream.settings.name, &error);
                             (Reason::UpstreamHeadTooLarge, Outcome::Error)
                         }
