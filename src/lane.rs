@@ -267,6 +267,7 @@ impl Lane {
 
     /// Remembers the header behind a pause or floor, for `/status`.
     fn paused_by(&self, header: Hint) {
+        self.metrics.paused(header).inc();
         self.pause_header.store(header as u8 + 1, Ordering::Relaxed);
     }
 

@@ -218,6 +218,7 @@ macro_rules! per_lane {
         pub struct LaneMetrics {
             $( #[doc = $help] pub $field: $handle, )*
             throttles: Box<[IntCounter]>,
+            pauses: Box<[IntCounter]>,
             /// The last-throttle family and this lane's two label values, for
             /// [`LaneMetrics::throttled`].
             reasons: (GaugeVec, [Box<str>; 2]),
@@ -227,6 +228,7 @@ macro_rules! per_lane {
         struct LaneFamilies {
             $( $field: $vec, )*
             throttles: IntCounterVec,
+            pauses: IntCounterVec,
             reasons: GaugeVec,
         }
 
@@ -235,6 +237,7 @@ macro_rules! per_lane {
                 Ok(LaneFamilies {
                     $( $field: register(registry, <$vec>::new(Opts::new($name, $help), &["upstream", "lane"])?)?, )*
                     throttles: register(registry, IntCounterVec::new(LANE_THROTTLES.opts(), LANE_THROTTLES.labels)?)?,
+                    pauses: register(registry, IntCounterVec::new(LANE_PAUSES.opts(), LANE_PAUSES.labels)?)?,
                     reasons: register(registry, GaugeVec::new(LANE_LAST_THROTTLE.opts(), LANE_LAST_THROTTLE.labels)?)?,
                 })
             }
@@ -246,6 +249,10 @@ macro_rules! per_lane {
                         .iter()
                         .map(|s| self.throttles.with_label_values(&[upstream, lane, s.as_str()]))
                         .collect(),
+                    pauses: Hint::ALL
+                        .iter()
+                        .map(|h| self.pauses.with_label_values(&[upstream, lane, h.as_str()]))
+                        .collect(),
                     reasons: (self.reasons.clone(), [upstream.into(), lane.into()]),
                 }
             }
@@ -255,6 +262,9 @@ macro_rules! per_lane {
                 for s in Signal::ALL {
                     let _ = self.throttles.remove_label_values(&[upstream, lane, s.as_str()]);
                 }
+                for h in Hint::ALL {
+                    let _ = self.pauses.remove_label_values(&[upstream, lane, h.as_str()]);
+                }
                 withdraw_where(&self.reasons, &[("upstream", upstream), ("lane", lane)], |f, l| {
                     let _ = f.remove(l);
                 });
@@ -263,6 +273,7 @@ macro_rules! per_lane {
             fn withdraw(&self, upstream: &str) {
                 $( withdraw(&self.$field, upstream, |f, l| { let _ = f.remove(l); }); )*
                 withdraw(&self.throttles, upstream, |f, l| { let _ = f.remove(l); });
+                withdraw(&self.pauses, upstream, |f, l| { let _ = f.remove(l); });
                 withdraw(&self.reasons, upstream, |f, l| { let _ = f.remove(l); });
             }
         }
@@ -270,6 +281,7 @@ macro_rules! per_lane {
         const LANE_FAMILIES: &[Family] = &[
             $( Family { name: $name, help: $help, kind: $kind, labels: &["upstream", "lane"] }, )*
             LANE_THROTTLES,
+            LANE_PAUSES,
             LANE_LAST_THROTTLE,
         ];
     };
@@ -292,6 +304,14 @@ const LANE_THROTTLES: Family = Family {
     help: "Throttled attempts a lane was told of (by the answer to its own request, or one that named its table or bucket), by signal.",
     kind: "counter",
     labels: &["upstream", "lane", "signal"],
+};
+
+/// Pauses and rate-limit floors per lane, by the header that set them.
+const LANE_PAUSES: Family = Family {
+    name: "easeoff_lane_hint_pauses_total",
+    help: "Answers whose header paused a lane or set its rate-limit floor, by header (retry-after, ratelimit for a rate-limit window in any dialect, ...).",
+    kind: "counter",
+    labels: &["upstream", "lane", "header"],
 };
 
 /// When a lane was last throttled, by reason.
@@ -651,6 +671,11 @@ impl LaneMetrics {
         &self.throttles[signal as usize]
     }
 
+    /// The lane's counter of pauses and floors set by one header.
+    pub fn paused(&self, header: Hint) -> &IntCounter {
+        &self.pauses[header as usize]
+    }
+
     /// Stamps the lane's last throttle of `reason` with `unix_secs`; the label is
     /// [`reason_label`], so upstream text cannot grow the series.
     pub fn throttled(&self, reason: &str, unix_secs: f64) {
@@ -907,7 +932,7 @@ mod tests {
         let lane = m.lane("orders", "default");
         lane.throttled("status", 1.0);
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 35);
+        assert_eq!(families().count(), 36);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);

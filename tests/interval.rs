@@ -223,6 +223,13 @@ async fn a_retry_after_pauses_the_upstream_until_it_has_passed() {
         .await
             > 0.5
     );
+    let by_header =
+        "easeoff_lane_hint_pauses_total{header=\"retry-after\",lane=\"default\",upstream=\"up\"}";
+    assert_eq!(
+        metric(proxy.admin, by_header).await,
+        1.0,
+        "the header behind the pause"
+    );
     assert_eq!(
         send(&client, "GET", &url, &[], Bytes::new()).await.status,
         200
