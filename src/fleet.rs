@@ -3,8 +3,9 @@
 //! With `[fleet]`, a lane's controller interval means the fleet-wide interval `I_f`
 //! (seconds between dispatches of the whole fleet for that lane). Each member paces at
 //! `I_f / share`, where `share` is its max-min fair share of the fleet rate `1 / I_f`
-//! given the demands the members report (`share.rs`); a fleet interval of 0 leaves
-//! every member unpaced. One member alone has share 1: exactly a sidecar on its own.
+//! given what the members' demands claim (`share.rs`; a claim is bounded by the
+//! member's recent dispatches, `demand::claim`); a fleet interval of 0 leaves every
+//! member unpaced. One member alone has share 1: exactly a sidecar on its own.
 //!
 //! One task per process syncs every lane that [`Fleet::join`]ed, once per
 //! `sync_interval`, in one pipelined round trip (`store.rs`); the merge rule (one raise
@@ -36,7 +37,7 @@ use crate::clock::Clock;
 use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
-use demand::Demand;
+use demand::{Demand, Used};
 pub use fault::Fault;
 use learning::{Proposal, Shared};
 pub use memory::Memory;
@@ -138,6 +139,7 @@ struct LaneCell {
 #[derive(Default)]
 struct LaneSync {
     demand: Demand,
+    used: Used,
     last: Option<Decision>,
     /// While on its own, the lane's interval is this member's; proposals are scaled
     /// back to the fleet's by the share it last had.
@@ -552,7 +554,8 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
                 None => lane.waiting.load(Ordering::Relaxed),
             };
             let demand = sync.demand.update(arrivals, waiting, elapsed);
-            demands.push(demand);
+            let used = sync.used.update(arrivals, waiting, elapsed);
+            demands.push(demand::claim(demand, used));
             let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
             raised.push(from);
             let micros = lane.interval.load(Ordering::Relaxed);
@@ -567,6 +570,7 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
             Report {
                 key: &lane.key,
                 demand,
+                used,
                 proposal,
             }
         })

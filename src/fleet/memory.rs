@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::demand::claim;
 use super::learning::{self, Shared};
 use super::store::{Answer, Report};
 
@@ -82,7 +83,7 @@ impl Memory {
                     lane.shared = Some(merged);
                 }
                 lane.members
-                    .insert(member.to_string(), (now, report.demand));
+                    .insert(member.to_string(), (now, claim(report.demand, report.used)));
                 lane.touched = now;
                 Answer {
                     shared: lane.shared,
@@ -110,6 +111,7 @@ mod tests {
         Report {
             key: "lane",
             demand,
+            used: f64::INFINITY,
             proposal,
         }
     }
@@ -220,6 +222,7 @@ mod tests {
                 let report = Report {
                     key: &key,
                     demand: f64::from(rng.u16(0..200)) / 4.0,
+                    used: f64::from(rng.u16(0..200)) / 8.0,
                     proposal,
                 };
                 let ttl = Duration::from_secs(3600);

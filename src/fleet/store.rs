@@ -3,8 +3,8 @@
 //! demands, and the pipelined round trip that runs it for every lane of a member.
 //!
 //! A lane is one hash, `easeoff:<group>:<upstream>:<lane>:state`: field `i` the fleet
-//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand>`
-//! per member, the time by Redis's clock (`TIME`), so the members' clocks need not
+//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used>`
+//! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
 //! (`learning::live`); the script deletes the others' entries as it finds them and
 //! renews the key's TTL, so a lane nobody syncs disappears and nothing grows without
@@ -88,6 +88,9 @@ pub struct Report<'a> {
     pub key: &'a str,
     /// This member's demand, requests per second.
     pub demand: f64,
+    /// This member's recent dispatch rate, requests per second: bounds what its
+    /// demand claims (`demand::claim`).
+    pub used: f64,
     /// What the member learned; `None` before it learned anything.
     pub proposal: Option<Proposal>,
 }
@@ -97,7 +100,7 @@ pub struct Report<'a> {
 pub struct Answer {
     /// The lane's state after the merge; `None` while no member has proposed any.
     pub shared: Option<Shared>,
-    /// The other live members' demands.
+    /// What the other live members' demands claim (`demand::claim`).
     pub others: Vec<f64>,
 }
 
@@ -195,7 +198,7 @@ impl Store {
                 .arg(1)
                 .arg(lane.key)
                 .arg(member)
-                .arg(lane.demand.to_string())
+                .arg(super::demand::entry(lane.demand, lane.used))
                 .arg(p.map_or(String::new(), |p| p.interval.as_micros().to_string()))
                 .arg(p.map_or(String::new(), |p| p.epoch.to_string()))
                 .arg(
@@ -248,7 +251,7 @@ fn answer(fields: &[String]) -> Answer {
     let others = fields
         .iter()
         .skip(2)
-        .filter_map(|d| d.parse::<f64>().ok())
+        .filter_map(|d| super::demand::parse(d))
         .collect();
     Answer { shared, others }
 }
@@ -264,13 +267,13 @@ mod tests {
     #[test]
     fn an_answer_carries_the_state_and_the_other_demands() {
         assert_eq!(
-            answer(&strings(&["20000", "3", "12.5", "inf"])),
+            answer(&strings(&["20000", "3", "12.5 10", "inf inf", "1e9"])),
             Answer {
                 shared: Some(Shared {
                     interval: Duration::from_millis(20),
                     epoch: 3
                 }),
-                others: vec![12.5, f64::INFINITY],
+                others: vec![12.5, f64::INFINITY, 0.0],
             }
         );
     }
@@ -278,7 +281,7 @@ mod tests {
     #[test]
     fn an_answer_without_state_has_none() {
         assert_eq!(
-            answer(&strings(&["", "", "1"])),
+            answer(&strings(&["", "", "1 1"])),
             Answer {
                 shared: None,
                 others: vec![1.0]
