@@ -884,4 +884,23 @@ mod tests {
         let free = decide(shared(0), 5.0, &[1e9]);
         assert_eq!((free.member_interval(), free.rate), (Duration::ZERO, 0.0));
     }
+
+    /// A member joining a lane where 200 entries claim a demand of 1e9 and dispatch
+    /// nothing: dispatching at what each decision gives it, its claim doubles per sync,
+    /// and it holds at least half the rate from the 7th sync on.
+    #[test]
+    fn entries_that_dispatch_nothing_cannot_starve_a_member_that_does() {
+        let fakes = vec![demand::claim(1e9, 0.0); 200];
+        let mut used = 0.0;
+        let mut shares = Vec::new();
+        for _ in 0..12 {
+            let d = decide(shared(10), demand::claim(1e9, used), &fakes);
+            used = d.share * d.rate;
+            shares.push(d.share);
+        }
+        assert_eq!(shares[0], 1.0 / 201.0);
+        assert!(shares[..6].iter().all(|s| *s < 0.5), "{shares:?}");
+        assert!(shares[6..].iter().all(|s| *s >= 0.5), "{shares:?}");
+        assert!(shares[11] > 0.99, "{shares:?}");
+    }
 }
