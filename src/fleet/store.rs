@@ -3,7 +3,7 @@
 //! demands, and the pipelined round trip that runs it for every lane of a member.
 //!
 //! A lane is one hash, `easeoff:<group>:<upstream>:<lane>:state`: field `i` the fleet
-//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used>`
+//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
 //! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
 //! (`learning::live`); the script deletes the others' entries as it finds them and
@@ -91,6 +91,9 @@ pub struct Report<'a> {
     /// This member's recent dispatch rate, requests per second: bounds what its
     /// demand claims (`demand::claim`).
     pub used: f64,
+    /// The fingerprint of this member's settings for the lane (`fingerprint.rs`),
+    /// empty if it has none.
+    pub fingerprint: &'a str,
     /// What the member learned; `None` before it learned anything.
     pub proposal: Option<Proposal>,
 }
@@ -102,6 +105,8 @@ pub struct Answer {
     pub shared: Option<Shared>,
     /// What the other live members' demands claim (`demand::claim`).
     pub others: Vec<f64>,
+    /// The other live members' fingerprints, in the same order (empty where none).
+    pub fingerprints: Vec<String>,
 }
 
 /// A connection to the fleet's Redis, with the script loaded.
@@ -198,7 +203,11 @@ impl Store {
                 .arg(1)
                 .arg(lane.key)
                 .arg(member)
-                .arg(super::demand::entry(lane.demand, lane.used))
+                .arg(super::demand::entry(
+                    lane.demand,
+                    lane.used,
+                    lane.fingerprint,
+                ))
                 .arg(p.map_or(String::new(), |p| p.interval.as_micros().to_string()))
                 .arg(p.map_or(String::new(), |p| p.epoch.to_string()))
                 .arg(
@@ -248,12 +257,17 @@ fn answer(fields: &[String]) -> Answer {
         interval: Duration::from_micros(micros),
         epoch,
     });
-    let others = fields
+    let (others, fingerprints) = fields
         .iter()
         .skip(2)
         .filter_map(|d| super::demand::parse(d))
-        .collect();
-    Answer { shared, others }
+        .map(|(claim, fingerprint)| (claim, fingerprint.to_string()))
+        .unzip();
+    Answer {
+        shared,
+        others,
+        fingerprints,
+    }
 }
 
 #[cfg(test)]
@@ -267,13 +281,14 @@ mod tests {
     #[test]
     fn an_answer_carries_the_state_and_the_other_demands() {
         assert_eq!(
-            answer(&strings(&["20000", "3", "12.5 10", "inf inf", "1e9"])),
+            answer(&strings(&["20000", "3", "12.5 10 ab", "inf inf", "1e9"])),
             Answer {
                 shared: Some(Shared {
                     interval: Duration::from_millis(20),
                     epoch: 3
                 }),
                 others: vec![12.5, f64::INFINITY, 0.0],
+                fingerprints: strings(&["ab", "", ""]),
             }
         );
     }
@@ -284,7 +299,8 @@ mod tests {
             answer(&strings(&["", "", "1 1"])),
             Answer {
                 shared: None,
-                others: vec![1.0]
+                others: vec![1.0],
+                fingerprints: strings(&[""]),
             }
         );
     }
