@@ -175,6 +175,7 @@ fn status_json(state: &AdminState) -> Value {
     if let Some(fleet) = &state.fleet {
         status["fleet"] = json!({ "connected": fleet.is_connected(), "member": fleet.member() });
         status["fleet"]["why_alone"] = json!(fleet.fault());
+        status["fleet"]["settings_differ"] = json!(fleet.settings_differ());
     }
     status
 }

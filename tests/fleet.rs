@@ -573,6 +573,8 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
     })
     .await;
 
+    assert_eq!(sidecar(b.admin).await.0["settings_differ"], false);
+
     // The one throttle goes through A; B, which saw none, paces at its share.
     let answer = support::get(&format!("http://{}/", a.addr)).await;
     assert_eq!(answer.status, 429);
@@ -1015,4 +1017,33 @@ async fn two_hundred_fake_members_with_huge_demand_leave_a_real_one_at_least_hal
     }
     eprintln!("with 200 fakes: {:?}", decisions.last());
     pump.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_shared_by_two_configurations_is_shown_on_status() {
+    let Some(redis) = Redis::start() else { return };
+    let config = |url: &str| {
+        format!(
+            "[fleet]\nredis = \"{}\"\ngroup = \"two\"\nsync_interval = \"50ms\"\n\n\
+             [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
+             [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"{url}\"\n",
+            redis.url()
+        )
+    };
+    // One upstream name, two URLs: two Deployments with one group.
+    let a = support::proxy_config(&config("http://127.0.0.1:1")).await;
+    let b = support::proxy_config(&config("http://127.0.0.1:2")).await;
+    for admin in [a.admin, b.admin] {
+        support::wait_until(PATIENCE, "two members whose settings differ", || async {
+            let (fleet, up) = sidecar(admin).await;
+            up["fleet"]["members"] == 2 && fleet["settings_differ"] == true
+        })
+        .await;
+    }
+    // The one with other settings gone, the other's agree again.
+    a.stop().await.unwrap();
+    support::wait_until(PATIENCE, "the settings to agree", || async {
+        sidecar(b.admin).await.0["settings_differ"] == false
+    })
+    .await;
 }
