@@ -211,6 +211,7 @@ fn status_doc(state: &AdminState) -> Status {
             connected: fleet.is_connected(),
             member: fleet.member().to_string(),
             why_alone: fleet.fault().map(str::to_string),
+            settings_differ: fleet.settings_differ(),
         }),
     }
 }

@@ -3,8 +3,9 @@
 //! With `[fleet]`, a lane's controller interval means the fleet-wide interval `I_f`
 //! (seconds between dispatches of the whole fleet for that lane). Each member paces at
 //! `I_f / share`, where `share` is its max-min fair share of the fleet rate `1 / I_f`
-//! given the demands the members report (`share.rs`); a fleet interval of 0 leaves
-//! every member unpaced. One member alone has share 1: exactly a sidecar on its own.
+//! given what the members' demands claim (`share.rs`; a claim is bounded by the
+//! member's recent dispatches, `demand::claim`); a fleet interval of 0 leaves every
+//! member unpaced. One member alone has share 1: exactly a sidecar on its own.
 //!
 //! One task per process syncs every lane that [`Fleet::join`]ed, once per
 //! `sync_interval`, in one pipelined round trip (`store.rs`); the merge rule (one raise
@@ -19,11 +20,13 @@
 
 mod demand;
 mod fault;
+mod fingerprint;
 pub mod learning;
 pub mod memory;
 pub mod share;
 mod store;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -36,8 +39,9 @@ use crate::clock::Clock;
 use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
-use demand::Demand;
+use demand::{Demand, Used};
 pub use fault::Fault;
+pub use fingerprint::fingerprint;
 use learning::{Proposal, Shared};
 pub use memory::Memory;
 use store::{Answer, Report, Store};
@@ -110,6 +114,8 @@ struct Inner {
     connected: AtomicBool,
     /// Why the lanes run on their own, while they do.
     fault: Mutex<Option<Fault>>,
+    /// Each upstream's settings fingerprint, by name, for the lanes that join later.
+    fingerprints: Mutex<HashMap<String, String>>,
 }
 
 /// One lane's link to the fleet: the counters the lane writes and the sync task reads.
@@ -117,6 +123,8 @@ struct LaneCell {
     upstream: String,
     lane: String,
     key: String,
+    /// This member's settings fingerprint for the lane, empty if none was given.
+    fingerprint: String,
     arrivals: AtomicU64,
     waiting: AtomicUsize,
     /// The controller's interval in microseconds, [`NONE`] before the first report.
@@ -138,6 +146,7 @@ struct LaneCell {
 #[derive(Default)]
 struct LaneSync {
     demand: Demand,
+    used: Used,
     last: Option<Decision>,
     /// While on its own, the lane's interval is this member's; proposals are scaled
     /// back to the fleet's by the share it last had.
@@ -147,6 +156,8 @@ struct LaneSync {
     peak_age: u32,
     /// Why this lane alone could not sync (its key), while it cannot.
     fault: Option<Fault>,
+    /// Whether a live member of the lane runs other settings (its fingerprint differs).
+    differs: bool,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -216,6 +227,7 @@ impl Fleet {
             metrics: metrics.fleet(),
             connected: AtomicBool::new(false),
             fault: Mutex::new(None),
+            fingerprints: Mutex::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(Arc::clone(&inner), clock, stopped));
@@ -237,6 +249,7 @@ impl Fleet {
             metrics: metrics.fleet(),
             connected: AtomicBool::new(true),
             fault: Mutex::new(None),
+            fingerprints: Mutex::default(),
         });
         inner.metrics.connected.set(1);
         let (stop, _) = watch::channel(false);
@@ -287,6 +300,20 @@ impl Fleet {
         lock(&self.inner.fault).map(Fault::meaning)
     }
 
+    /// Gives the fingerprint of `upstream`'s settings (`fingerprint`) to its lanes
+    /// that join from now on: each writes it with its entry, and a lane whose live
+    /// members' fingerprints differ is warned of.
+    pub fn fingerprint(&self, upstream: &str, fingerprint: String) {
+        lock(&self.inner.fingerprints).insert(upstream.to_string(), fingerprint);
+    }
+
+    /// Whether any lane has a live member that runs other settings for it.
+    pub fn settings_differ(&self) -> bool {
+        lock(&self.inner.lanes)
+            .iter()
+            .any(|lane| lock(&lane.sync).differs)
+    }
+
     /// Whether these are the settings the fleet runs with (a reload keeps the fleet).
     pub fn runs(&self, settings: &FleetSettings) -> bool {
         self.inner.settings == *settings
@@ -307,6 +334,10 @@ impl Fleet {
                 "easeoff:{}:{upstream}:{lane}:state",
                 self.inner.settings.group
             ),
+            fingerprint: lock(&self.inner.fingerprints)
+                .get(upstream)
+                .cloned()
+                .unwrap_or_default(),
             arrivals: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             interval: AtomicU64::new(NONE),
@@ -552,7 +583,8 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
                 None => lane.waiting.load(Ordering::Relaxed),
             };
             let demand = sync.demand.update(arrivals, waiting, elapsed);
-            demands.push(demand);
+            let used = sync.used.update(arrivals, waiting, elapsed);
+            demands.push(demand::claim(demand, used));
             let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
             raised.push(from);
             let micros = lane.interval.load(Ordering::Relaxed);
@@ -567,6 +599,8 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
             Report {
                 key: &lane.key,
                 demand,
+                used,
+                fingerprint: &lane.fingerprint,
                 proposal,
             }
         })
@@ -669,6 +703,11 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
     let mut decision = decide(shared, demand, &answer.others);
     {
         let mut sync = lock(&lane.sync);
+        let differs = fingerprint::differs(&lane.fingerprint, &answer.fingerprints);
+        if differs != sync.differs {
+            sync.differs = differs;
+            settings_changed(lane, differs);
+        }
         if let Some(scale) = sync.scale.take() {
             decision.rescale = scale;
         }
@@ -694,6 +733,15 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
         lane.epoch.store(shared.epoch, Ordering::Relaxed);
         let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
         lane.interval.store(micros, Ordering::Relaxed);
+    }
+}
+
+/// One log line when a lane's live members start or stop disagreeing on its settings.
+fn settings_changed(lane: &LaneCell, differs: bool) {
+    if differs {
+        tracing::warn!(upstream = %lane.upstream, lane = %lane.lane, "fleet: another member of this lane runs other upstream settings (a group shared by two configurations?); they share one interval and one rate while pacing differently");
+    } else {
+        tracing::info!(upstream = %lane.upstream, lane = %lane.lane, "fleet: every member of this lane runs the same upstream settings again");
     }
 }
 
@@ -879,5 +927,24 @@ mod tests {
         assert_eq!(idle.share, 0.25);
         let free = decide(shared(0), 5.0, &[1e9]);
         assert_eq!((free.member_interval(), free.rate), (Duration::ZERO, 0.0));
+    }
+
+    /// A member joining a lane where 200 entries claim a demand of 1e9 and dispatch
+    /// nothing: dispatching at what each decision gives it, its claim doubles per sync,
+    /// and it holds at least half the rate from the 7th sync on.
+    #[test]
+    fn entries_that_dispatch_nothing_cannot_starve_a_member_that_does() {
+        let fakes = vec![demand::claim(1e9, 0.0); 200];
+        let mut used = 0.0;
+        let mut shares = Vec::new();
+        for _ in 0..12 {
+            let d = decide(shared(10), demand::claim(1e9, used), &fakes);
+            used = d.share * d.rate;
+            shares.push(d.share);
+        }
+        assert_eq!(shares[0], 1.0 / 201.0);
+        assert!(shares[..6].iter().all(|s| *s < 0.5), "{shares:?}");
+        assert!(shares[6..].iter().all(|s| *s >= 0.5), "{shares:?}");
+        assert!(shares[11] > 0.99, "{shares:?}");
     }
 }

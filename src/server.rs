@@ -464,6 +464,7 @@ async fn build(
             source,
         })?;
     if let Some(fleet) = fleet {
+        fleet.fingerprint(&settings.name, crate::fleet::fingerprint(settings));
         upstream.join_fleet(Arc::clone(fleet));
     }
     Ok(upstream)

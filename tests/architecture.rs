@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fleet/share",
             "fleet/learning",
             "fleet/demand",
+            "fleet/fingerprint",
             "observe",
         ],
     ),

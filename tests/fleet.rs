@@ -196,7 +196,7 @@ fn settings(url: &str) -> FleetSettings {
 struct Member {
     fleet: Fleet,
     metrics: Metrics,
-    link: LaneLink,
+    link: Arc<LaneLink>,
     decisions: Arc<Mutex<Vec<Decision>>>,
 }
 
@@ -206,11 +206,11 @@ impl Member {
         let fleet = Fleet::start(settings(url), &metrics, Clock::Tokio);
         let decisions = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&decisions);
-        let link = fleet.join(
+        let link = Arc::new(fleet.join(
             "orders",
             lane,
             Box::new(move |d| seen.lock().unwrap().push(*d)),
-        );
+        ));
         Member {
             fleet,
             metrics,
@@ -221,6 +221,45 @@ impl Member {
 
     fn last(&self) -> Option<Decision> {
         self.decisions.lock().unwrap().last().copied()
+    }
+
+    /// Dispatches at the rate the member's last decision gives it: an arrival that
+    /// leaves the queue (kept at its length) at once.
+    fn dispatch_at_share(&self) -> tokio::task::JoinHandle<()> {
+        let link = Arc::clone(&self.link);
+        let decisions = Arc::clone(&self.decisions);
+        tokio::spawn(async move {
+            let (mut last, mut owed) = (Instant::now(), 0.0);
+            loop {
+                tokio::time::sleep(ms(5)).await;
+                let now = Instant::now();
+                let given = decisions
+                    .lock()
+                    .unwrap()
+                    .last()
+                    .map_or(0.0, |d| d.share * d.rate);
+                owed += given * (now - last).as_secs_f64();
+                last = now;
+                while owed >= 1.0 {
+                    link.arrived();
+                    owed -= 1.0;
+                }
+            }
+        })
+    }
+
+    /// Arrivals far faster than the fleet rate, each leaving the queue at once: the
+    /// member dispatches enough that its demand claims all it asks.
+    fn pump(&self) -> tokio::task::JoinHandle<()> {
+        let link = Arc::clone(&self.link);
+        tokio::spawn(async move {
+            loop {
+                for _ in 0..100 {
+                    link.arrived();
+                }
+                tokio::time::sleep(ms(5)).await;
+            }
+        })
     }
 
     fn count(&self) -> usize {
@@ -293,7 +332,8 @@ async fn shares_converge_for_equal_and_unequal_demand() {
     let members: Vec<Member> = (0..4)
         .map(|_| Member::join(&redis.url(), "default"))
         .collect();
-    // 100/s for the fleet; every member has a long queue: equal demand.
+    // 100/s for the fleet; every member has a long queue and has dispatched nothing
+    // yet: none claims anything, and the rate is spread evenly.
     members[0].link.learned(ms(10), 1, None);
     for m in &members {
         m.link.waiting(1000);
@@ -308,6 +348,10 @@ async fn shares_converge_for_equal_and_unequal_demand() {
     assert_eq!(members[0].last().unwrap().member_interval(), ms(40));
 
     // Two light members want 5/s each; the two heavy ones split the remaining 90/s.
+    // The heavy ones dispatch (what arrives leaves the queue) and claim all they ask;
+    // the light ones' queues fell by 995, a dispatch rate that takes seconds to fade
+    // below the 2.5/s their 5/s needs.
+    let pumps: Vec<_> = members[2..].iter().map(|m| m.pump()).collect();
     for m in &members[..2] {
         m.link.waiting(5);
     }
@@ -319,6 +363,9 @@ async fn shares_converge_for_equal_and_unequal_demand() {
     for m in &members[..2] {
         // 5/s of 100/s, but never below half an equal share (1/8).
         assert!((m.last().unwrap().share - 0.125).abs() < 1e-9);
+    }
+    for pump in pumps {
+        pump.abort();
     }
 }
 
@@ -525,6 +572,8 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
         fleet["connected"] == true && up["fleet"]["members"] == 2
     })
     .await;
+
+    assert_eq!(sidecar(b.admin).await.0["settings_differ"], false);
 
     // The one throttle goes through A; B, which saw none, paces at its share.
     let answer = support::get(&format!("http://{}/", a.addr)).await;
@@ -915,4 +964,86 @@ async fn a_wrong_password_is_warned_of_within_five_seconds_and_shown_on_status()
     })
     .await;
     assert_eq!(easeoff.logged(warning, "cause").len(), 1);
+}
+
+/// Writes `n` entries `m:<prefix><i>` into `key` as something other than easeoff
+/// could: each with demand `entry` (and no dispatches), seen a minute ahead by
+/// Redis's clock, so they stay live without being written again.
+fn fake_members(redis: &Redis, prefix: &str, n: usize, entry: &str) {
+    let mut c = redis.connection().expect("redis answers");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut c).expect("TIME");
+    let ahead = secs * 1000 + micros / 1000 + 60_000;
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("HSET")
+            .arg(KEY)
+            .arg(format!("m:{prefix}{i}"))
+            .arg(format!("{ahead} {entry}"))
+            .ignore();
+    }
+    pipe.query::<()>(&mut c).expect("the fakes are written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_fake_members_with_huge_demand_leave_a_real_one_at_least_half() {
+    let Some(redis) = Redis::start() else { return };
+    let real = Member::join(&redis.url(), "default");
+    // 1,000/s for the fleet; the real member has a long queue and dispatches at the
+    // rate its share gives it.
+    real.link.learned(ms(1), 1, None);
+    real.link.waiting(1000);
+    wait_for("the real member's first decision", || real.last().is_some()).await;
+    let pump = real.dispatch_at_share();
+    // Half write a demand alone (as a member of another make might), half a demand
+    // of 1e9 and no dispatches.
+    fake_members(&redis, "bare-", 100, "1000000000");
+    fake_members(&redis, "idle-", 100, "1e9 0");
+    wait_for("201 members", || {
+        real.last().is_some_and(|d| d.members == 201)
+    })
+    .await;
+    let joined = Instant::now();
+    wait_for("the real member at >= 0.5", || {
+        real.last().is_some_and(|d| d.share >= 0.5)
+    })
+    .await;
+    eprintln!("share {:?} after the fakes came", joined.elapsed());
+    // It keeps it: every decision for the next 20 syncs.
+    let from = real.count();
+    wait_for("20 more syncs", || real.count() >= from + 20).await;
+    let decisions = real.decisions.lock().unwrap().clone();
+    for d in &decisions[from..] {
+        assert!(d.members == 201 && d.share >= 0.5, "{d:?}");
+    }
+    eprintln!("with 200 fakes: {:?}", decisions.last());
+    pump.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_shared_by_two_configurations_is_shown_on_status() {
+    let Some(redis) = Redis::start() else { return };
+    let config = |url: &str| {
+        format!(
+            "[fleet]\nredis = \"{}\"\ngroup = \"two\"\nsync_interval = \"50ms\"\n\n\
+             [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
+             [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"{url}\"\n",
+            redis.url()
+        )
+    };
+    // One upstream name, two URLs: two Deployments with one group.
+    let a = support::proxy_config(&config("http://127.0.0.1:1")).await;
+    let b = support::proxy_config(&config("http://127.0.0.1:2")).await;
+    for admin in [a.admin, b.admin] {
+        support::wait_until(PATIENCE, "two members whose settings differ", || async {
+            let (fleet, up) = sidecar(admin).await;
+            up["fleet"]["members"] == 2 && fleet["settings_differ"] == true
+        })
+        .await;
+    }
+    // The one with other settings gone, the other's agree again.
+    a.stop().await.unwrap();
+    support::wait_until(PATIENCE, "the settings to agree", || async {
+        sidecar(b.admin).await.0["settings_differ"] == false
+    })
+    .await;
 }

@@ -27,6 +27,8 @@ pub struct FleetStatus {
     pub member: String,
     /// Why this member paces alone, while it does (a Redis error class in words).
     pub why_alone: Option<String>,
+    /// Whether live members of the group run this upstream with other settings.
+    pub settings_differ: bool,
 }
 
 /// One upstream: the headline figures, its counters, its lanes, its last minutes.

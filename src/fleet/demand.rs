@@ -6,6 +6,14 @@
 //! queue adds what it would take to empty it within [`DRAIN`]. A member with requests
 //! waiting therefore always asks for more than it has, and a member whose load jumps is
 //! seen at once: the rate follows a rise in one sync and a fall over [`MEMORY`].
+//!
+//! What a demand claims of the fleet rate is bounded by what the member can use: at
+//! most [`GROWTH`] times the rate it dispatched at recently ([`Used`]). A member that
+//! dispatches nothing claims nothing (it still gets the slot `decide` leaves every
+//! member), so entries that only name a huge demand, from a member with a stuck
+//! upstream or from anything else writing to the group's keys, cannot starve the
+//! members that dispatch; a real member's claim doubles per sync until it has its
+//! share.
 
 use std::time::Duration;
 
@@ -13,6 +21,69 @@ use std::time::Duration;
 pub const DRAIN: Duration = Duration::from_secs(1);
 /// How long a fall in the arrival rate takes to show by about two thirds.
 pub const MEMORY: Duration = Duration::from_secs(2);
+
+/// How far a claim may reach beyond the recent dispatch rate: the factor a member's
+/// share can grow by per sync.
+pub const GROWTH: f64 = 2.0;
+
+/// What a `demand` claims of the fleet rate, given the member's recent dispatch rate
+/// `used`: at most [`GROWTH`] times `used`. NaN or negative values claim nothing.
+pub fn claim(demand: f64, used: f64) -> f64 {
+    let sane = |x: f64| if x.is_nan() { 0.0 } else { x.max(0.0) };
+    sane(demand).min(GROWTH * sane(used))
+}
+
+/// A member's entry in the lane's hash after its last-seen time:
+/// `<demand> <used> <fingerprint>` (`fingerprint.rs`; left out when empty).
+pub fn entry(demand: f64, used: f64, fingerprint: &str) -> String {
+    if fingerprint.is_empty() {
+        format!("{demand} {used}")
+    } else {
+        format!("{demand} {used} {fingerprint}")
+    }
+}
+
+/// The claim an entry written by [`entry`] makes, and its fingerprint (empty if
+/// none); a missing or unreadable dispatch rate counts as 0 (the entry claims
+/// nothing), an unreadable demand as no entry.
+pub fn parse(entry: &str) -> Option<(f64, &str)> {
+    let mut parts = entry.split(' ');
+    let demand = parts.next()?.parse::<f64>().ok()?;
+    let used = parts
+        .next()
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    Some((claim(demand, used), parts.next().unwrap_or("")))
+}
+
+/// A lane's recent dispatch rate, from arrivals and the change in its queue.
+#[derive(Clone, Debug, Default)]
+pub struct Used {
+    rate: f64,
+    waiting: usize,
+}
+
+impl Used {
+    /// The dispatch rate after `arrivals` in `elapsed` with `waiting` queued now:
+    /// what arrived and did not stay queued left the queue (dispatched, or given up).
+    pub fn update(&mut self, arrivals: u64, waiting: usize, elapsed: Duration) -> f64 {
+        let left = (arrivals as usize + self.waiting).saturating_sub(waiting);
+        self.waiting = waiting;
+        self.rate = follow(self.rate, left as u64, elapsed);
+        self.rate
+    }
+}
+
+/// A rate after `events` in `elapsed`: rising at once, falling over [`MEMORY`].
+fn follow(rate: f64, events: u64, elapsed: Duration) -> f64 {
+    let secs = elapsed.as_secs_f64();
+    if secs <= 0.0 {
+        return rate;
+    }
+    let sample = events as f64 / secs;
+    let keep = (-secs / MEMORY.as_secs_f64()).exp();
+    sample.max(rate * keep + sample * (1.0 - keep))
+}
 
 /// One lane's demand estimate.
 #[derive(Clone, Debug, Default)]
@@ -25,12 +96,7 @@ impl Demand {
     /// The demand in requests per second after `arrivals` in `elapsed` with `waiting`
     /// requests queued now.
     pub fn update(&mut self, arrivals: u64, waiting: usize, elapsed: Duration) -> f64 {
-        let secs = elapsed.as_secs_f64();
-        if secs > 0.0 {
-            let sample = arrivals as f64 / secs;
-            let keep = (-secs / MEMORY.as_secs_f64()).exp();
-            self.rate = sample.max(self.rate * keep + sample * (1.0 - keep));
-        }
+        self.rate = follow(self.rate, arrivals, elapsed);
         self.rate + waiting as f64 / DRAIN.as_secs_f64()
     }
 }
@@ -60,6 +126,42 @@ mod tests {
             last = d.update(0, 0, SYNC);
         }
         assert!(last < 1.0, "{last}");
+    }
+
+    #[test]
+    fn a_claim_reaches_at_most_growth_times_the_dispatch_rate() {
+        assert_eq!(claim(1e9, 0.0), 0.0);
+        assert_eq!(claim(1e9, 30.0), 60.0);
+        assert_eq!(claim(40.0, 30.0), 40.0);
+        assert_eq!(claim(f64::INFINITY, 5.0), 10.0);
+        assert_eq!(claim(f64::NAN, 5.0), 0.0);
+        assert_eq!(claim(10.0, f64::NAN), 0.0);
+        assert_eq!(claim(-1.0, 5.0), 0.0);
+    }
+
+    #[test]
+    fn an_entry_reads_back_as_its_claim_and_one_without_dispatches_claims_nothing() {
+        assert_eq!(parse(&entry(100.0, 12.5, "")), Some((25.0, "")));
+        assert_eq!(parse(&entry(0.1, 12.5, "00ff")), Some((0.1, "00ff")));
+        assert_eq!(parse("1000000000"), Some((0.0, "")));
+        assert_eq!(parse("1e9 x"), Some((0.0, "")));
+        assert_eq!(parse("x 5"), None);
+        assert_eq!(parse("inf inf ab"), Some((f64::INFINITY, "ab")));
+    }
+
+    #[test]
+    fn the_dispatch_rate_counts_what_left_the_queue() {
+        let mut u = Used::default();
+        // 25 arrive, 5 stay queued: 20 left in a quarter second.
+        assert_eq!(u.update(25, 5, SYNC), 80.0);
+        // None arrive, the queue empties: 5 left.
+        let after = u.update(0, 0, SYNC);
+        let keep = (-0.125f64).exp();
+        assert!((after - (80.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
+        // A queue that only grows dispatched nothing.
+        let mut stuck = Used::default();
+        assert_eq!(stuck.update(25, 25, SYNC), 0.0);
+        assert_eq!(stuck.update(25, 50, SYNC), 0.0);
     }
 
     #[test]

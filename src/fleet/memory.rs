@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::demand::claim;
 use super::learning::{self, Shared};
 use super::store::{Answer, Report};
 
@@ -21,7 +22,8 @@ pub struct Memory {
 struct Lane {
     shared: Option<Shared>,
     raised_at: Option<Duration>,
-    members: BTreeMap<String, (Duration, f64)>,
+    /// Per member: last sync, claim, fingerprint.
+    members: BTreeMap<String, (Duration, f64, String)>,
     /// The last sync of any member: the key expires `key_ttl` after it.
     touched: Duration,
 }
@@ -38,7 +40,7 @@ impl Memory {
         self.lanes.get(key).map_or(0, |lane| {
             lane.members
                 .values()
-                .filter(|(seen, _)| learning::live(now.saturating_sub(*seen), member_ttl))
+                .filter(|(seen, _, _)| learning::live(now.saturating_sub(*seen), member_ttl))
                 .count()
         })
     }
@@ -62,15 +64,15 @@ impl Memory {
             .iter()
             .map(|report| {
                 let lane = self.lanes.entry(report.key.to_string()).or_default();
-                lane.members.retain(|m, (seen, _)| {
+                lane.members.retain(|m, (seen, _, _)| {
                     m == member || learning::live(now.saturating_sub(*seen), member_ttl)
                 });
-                let others = lane
+                let (others, fingerprints) = lane
                     .members
                     .iter()
                     .filter(|(m, _)| *m != member)
-                    .map(|(_, (_, demand))| *demand)
-                    .collect();
+                    .map(|(_, (_, claim, fingerprint))| (*claim, fingerprint.clone()))
+                    .unzip();
                 if let Some(proposal) = report.proposal {
                     let since = lane.raised_at.map(|at| now.saturating_sub(at));
                     let merged = learning::merge(lane.shared, &proposal, since, hold);
@@ -81,12 +83,17 @@ impl Memory {
                     }
                     lane.shared = Some(merged);
                 }
-                lane.members
-                    .insert(member.to_string(), (now, report.demand));
+                let entry = (
+                    now,
+                    claim(report.demand, report.used),
+                    report.fingerprint.to_string(),
+                );
+                lane.members.insert(member.to_string(), entry);
                 lane.touched = now;
                 Answer {
                     shared: lane.shared,
                     others,
+                    fingerprints,
                 }
             })
             .collect()
@@ -110,6 +117,8 @@ mod tests {
         Report {
             key: "lane",
             demand,
+            used: f64::INFINITY,
+            fingerprint: "",
             proposal,
         }
     }
@@ -220,6 +229,8 @@ mod tests {
                 let report = Report {
                     key: &key,
                     demand: f64::from(rng.u16(0..200)) / 4.0,
+                    used: f64::from(rng.u16(0..200)) / 8.0,
+                    fingerprint: ["", "ab", "cd"][rng.usize(0..3)],
                     proposal,
                 };
                 let ttl = Duration::from_secs(3600);
@@ -235,6 +246,8 @@ mod tests {
                     .remove(0);
                 got.others.sort_by(f64::total_cmp);
                 want.others.sort_by(f64::total_cmp);
+                got.fingerprints.sort();
+                want.fingerprints.sort();
                 assert_eq!(got, want, "step {step}, {member}: {report:?}");
                 epoch = want.shared.map_or(epoch, |s| s.epoch);
             }

@@ -3,8 +3,8 @@
 //! demands, and the pipelined round trip that runs it for every lane of a member.
 //!
 //! A lane is one hash, `easeoff:<group>:<upstream>:<lane>:state`: field `i` the fleet
-//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand>`
-//! per member, the time by Redis's clock (`TIME`), so the members' clocks need not
+//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
+//! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
 //! (`learning::live`); the script deletes the others' entries as it finds them and
 //! renews the key's TTL, so a lane nobody syncs disappears and nothing grows without
@@ -88,6 +88,12 @@ pub struct Report<'a> {
     pub key: &'a str,
     /// This member's demand, requests per second.
     pub demand: f64,
+    /// This member's recent dispatch rate, requests per second: bounds what its
+    /// demand claims (`demand::claim`).
+    pub used: f64,
+    /// The fingerprint of this member's settings for the lane (`fingerprint.rs`),
+    /// empty if it has none.
+    pub fingerprint: &'a str,
     /// What the member learned; `None` before it learned anything.
     pub proposal: Option<Proposal>,
 }
@@ -97,8 +103,10 @@ pub struct Report<'a> {
 pub struct Answer {
     /// The lane's state after the merge; `None` while no member has proposed any.
     pub shared: Option<Shared>,
-    /// The other live members' demands.
+    /// What the other live members' demands claim (`demand::claim`).
     pub others: Vec<f64>,
+    /// The other live members' fingerprints, in the same order (empty where none).
+    pub fingerprints: Vec<String>,
 }
 
 /// A connection to the fleet's Redis, with the script loaded.
@@ -195,7 +203,11 @@ impl Store {
                 .arg(1)
                 .arg(lane.key)
                 .arg(member)
-                .arg(lane.demand.to_string())
+                .arg(super::demand::entry(
+                    lane.demand,
+                    lane.used,
+                    lane.fingerprint,
+                ))
                 .arg(p.map_or(String::new(), |p| p.interval.as_micros().to_string()))
                 .arg(p.map_or(String::new(), |p| p.epoch.to_string()))
                 .arg(
@@ -245,12 +257,17 @@ fn answer(fields: &[String]) -> Answer {
         interval: Duration::from_micros(micros),
         epoch,
     });
-    let others = fields
+    let (others, fingerprints) = fields
         .iter()
         .skip(2)
-        .filter_map(|d| d.parse::<f64>().ok())
-        .collect();
-    Answer { shared, others }
+        .filter_map(|d| super::demand::parse(d))
+        .map(|(claim, fingerprint)| (claim, fingerprint.to_string()))
+        .unzip();
+    Answer {
+        shared,
+        others,
+        fingerprints,
+    }
 }
 
 #[cfg(test)]
@@ -264,13 +281,14 @@ mod tests {
     #[test]
     fn an_answer_carries_the_state_and_the_other_demands() {
         assert_eq!(
-            answer(&strings(&["20000", "3", "12.5", "inf"])),
+            answer(&strings(&["20000", "3", "12.5 10 ab", "inf inf", "1e9"])),
             Answer {
                 shared: Some(Shared {
                     interval: Duration::from_millis(20),
                     epoch: 3
                 }),
-                others: vec![12.5, f64::INFINITY],
+                others: vec![12.5, f64::INFINITY, 0.0],
+                fingerprints: strings(&["ab", "", ""]),
             }
         );
     }
@@ -278,10 +296,11 @@ mod tests {
     #[test]
     fn an_answer_without_state_has_none() {
         assert_eq!(
-            answer(&strings(&["", "", "1"])),
+            answer(&strings(&["", "", "1 1"])),
             Answer {
                 shared: None,
-                others: vec![1.0]
+                others: vec![1.0],
+                fingerprints: strings(&[""]),
             }
         );
     }
