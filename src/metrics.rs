@@ -338,48 +338,82 @@ const BUILD_INFO: Family = Family {
     labels: &["version"],
 };
 
-/// The fleet's families (`[fleet]`): registered with the rest but published only when
-/// a fleet starts, so a sidecar without `[fleet]` exports what it always did.
-const FLEET_CONNECTED: Family = Family {
-    name: "easeoff_fleet_connected",
-    help: "1 while the fleet's Redis answers syncs; 0 while lanes run on their own.",
-    kind: "gauge",
-    labels: &[],
-};
-const FLEET_MEMBERS: Family = fleet_lane(
-    "easeoff_fleet_members",
-    "Live fleet members sharing the lane, this one included.",
-);
-const FLEET_SHARE: Family = fleet_lane(
-    "easeoff_fleet_share_ratio",
-    "This member's fraction of the lane's fleet rate (max-min fair share of the members' demands).",
-);
-const FLEET_RATE: Family = fleet_lane(
-    "easeoff_fleet_rate",
-    "The lane's fleet-wide rate in requests per second (1 / fleet interval); 0 while unpaced.",
-);
+/// Declares the fleet's families (`[fleet]`), registered with the rest but published
+/// only when a fleet starts, so a sidecar without `[fleet]` exports what it always did.
+/// Each line is one family's field, Prometheus vector (which fixes its type), name,
+/// HELP and labels.
+macro_rules! fleet {
+    ($( $field:ident: $vec:ty = $name:literal, $help:literal, [$($label:literal),*]; )*) => {
+        /// The fleet's families; each appears on `/metrics` once resolved.
+        #[derive(Clone)]
+        struct FleetFamilies {
+            $( $field: $vec, )*
+        }
 
-/// A fleet gauge per upstream and lane.
-const fn fleet_lane(name: &'static str, help: &'static str) -> Family {
-    Family {
-        name,
-        help,
-        kind: "gauge",
-        labels: &["upstream", "lane"],
+        impl FleetFamilies {
+            fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+                Ok(FleetFamilies {
+                    $( $field: register(registry, <$vec as FleetVec>::build($name, $help, &[$($label),*])?)?, )*
+                })
+            }
+        }
+
+        const FLEET_FAMILIES: &[Family] = &[
+            $( Family {
+                name: $name,
+                help: $help,
+                kind: <$vec as FleetVec>::KIND,
+                labels: &[$($label),*],
+            }, )*
+        ];
+    };
+}
+
+fleet! {
+    connected: IntGaugeVec = "easeoff_fleet_connected",
+        "1 while the fleet's Redis answers syncs; 0 while lanes run on their own.", [];
+    members: GaugeVec = "easeoff_fleet_members",
+        "Live fleet members sharing the lane, this one included.", ["upstream", "lane"];
+    share: GaugeVec = "easeoff_fleet_share_ratio",
+        "This member's fraction of the lane's fleet rate (max-min fair share of the members' demands).", ["upstream", "lane"];
+    rate: GaugeVec = "easeoff_fleet_rate",
+        "The lane's fleet-wide rate in requests per second (1 / fleet interval); 0 while unpaced.", ["upstream", "lane"];
+    sync: HistogramVec = "easeoff_fleet_sync_seconds",
+        "Time of one sync with the fleet's Redis (all lanes, one round trip).", [];
+    sync_errors: IntCounterVec = "easeoff_fleet_sync_errors_total",
+        "Syncs and connection attempts to the fleet's Redis that failed or timed out.", [];
+    redis_errors: IntCounterVec = "easeoff_fleet_redis_errors_total",
+        "Errors from the fleet's Redis by class: unreachable, timeout, auth, oom, readonly, noscript, wrongtype (one lane's key), not-redis, other.", ["class"];
+}
+
+/// A Prometheus vector a fleet family is made of.
+trait FleetVec: Sized {
+    /// `counter`, `gauge` or `histogram`.
+    const KIND: &'static str;
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error>;
+}
+
+impl<P: Atomic> FleetVec for GenericGaugeVec<P> {
+    const KIND: &'static str = "gauge";
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+        Self::new(Opts::new(name, help), labels)
     }
 }
-const FLEET_SYNC: Family = Family {
-    name: "easeoff_fleet_sync_seconds",
-    help: "Time of one sync with the fleet's Redis (all lanes, one round trip).",
-    kind: "histogram",
-    labels: &[],
-};
-const FLEET_SYNC_ERRORS: Family = Family {
-    name: "easeoff_fleet_sync_errors_total",
-    help: "Syncs and connection attempts to the fleet's Redis that failed or timed out.",
-    kind: "counter",
-    labels: &[],
-};
+
+impl<P: Atomic> FleetVec for GenericCounterVec<P> {
+    const KIND: &'static str = "counter";
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+        Self::new(Opts::new(name, help), labels)
+    }
+}
+
+impl FleetVec for HistogramVec {
+    const KIND: &'static str = "histogram";
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+        Self::new(latency_opts(name, help), labels)
+    }
+}
+
 /// The `class` values of `easeoff_fleet_redis_errors_total`, each exported from the
 /// start (at 0) so that a rate over them is defined.
 pub const REDIS_ERROR_CLASSES: [&str; 9] = [
@@ -393,13 +427,6 @@ pub const REDIS_ERROR_CLASSES: [&str; 9] = [
     "not-redis",
     "other",
 ];
-const FLEET_REDIS_ERRORS: Family = Family {
-    name: "easeoff_fleet_redis_errors_total",
-    help: "Errors from the fleet's Redis by class: unreachable, timeout, auth, oom, readonly, noscript, wrongtype (one lane's key), not-redis, other.",
-    kind: "counter",
-    labels: &["class"],
-};
-
 /// One exported metric family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Family {
@@ -429,58 +456,7 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
 
 /// The fleet's families, exported while a `[fleet]` runs.
 pub fn fleet_families() -> impl Iterator<Item = &'static Family> {
-    [
-        &FLEET_CONNECTED,
-        &FLEET_MEMBERS,
-        &FLEET_SHARE,
-        &FLEET_RATE,
-        &FLEET_SYNC,
-        &FLEET_SYNC_ERRORS,
-        &FLEET_REDIS_ERRORS,
-    ]
-    .into_iter()
-}
-
-/// The fleet's families; each appears on `/metrics` once resolved.
-#[derive(Clone)]
-struct FleetFamilies {
-    connected: IntGaugeVec,
-    members: GaugeVec,
-    share: GaugeVec,
-    rate: GaugeVec,
-    sync: HistogramVec,
-    sync_errors: IntCounterVec,
-    redis_errors: IntCounterVec,
-}
-
-impl FleetFamilies {
-    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let gauge = |f: &Family| register(registry, GaugeVec::new(f.opts(), f.labels)?);
-        Ok(FleetFamilies {
-            connected: register(
-                registry,
-                IntGaugeVec::new(FLEET_CONNECTED.opts(), FLEET_CONNECTED.labels)?,
-            )?,
-            members: gauge(&FLEET_MEMBERS)?,
-            share: gauge(&FLEET_SHARE)?,
-            rate: gauge(&FLEET_RATE)?,
-            sync: register(
-                registry,
-                HistogramVec::new(
-                    latency_opts(FLEET_SYNC.name, FLEET_SYNC.help),
-                    FLEET_SYNC.labels,
-                )?,
-            )?,
-            sync_errors: register(
-                registry,
-                IntCounterVec::new(FLEET_SYNC_ERRORS.opts(), FLEET_SYNC_ERRORS.labels)?,
-            )?,
-            redis_errors: register(
-                registry,
-                IntCounterVec::new(FLEET_REDIS_ERRORS.opts(), FLEET_REDIS_ERRORS.labels)?,
-            )?,
-        })
-    }
+    FLEET_FAMILIES.iter()
 }
 
 /// The fleet's handles, published when a fleet starts.
@@ -932,7 +908,11 @@ mod tests {
         let lane = m.lane("orders", "default");
         lane.throttled("status", 1.0);
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 36);
+        // Every family the registry exports is declared, and none twice.
+        let exported = text.matches("# TYPE easeoff_").count();
+        assert_eq!(families().count(), exported);
+        let names: std::collections::HashSet<_> = families().map(|f| f.name).collect();
+        assert_eq!(names.len(), exported);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);
@@ -972,8 +952,12 @@ mod tests {
         let fleet = m.fleet();
         let lane = fleet.lane("orders", "default");
         let text = m.render().unwrap();
+        let exported = text.matches("# TYPE easeoff_fleet_").count();
+        assert_eq!(fleet_families().count(), exported);
         for family in fleet_families() {
+            let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);
+            assert!(text.contains(&help), "missing {help}");
             assert!(text.contains(&kind), "missing {kind}");
         }
         drop(lane);
