@@ -27,37 +27,29 @@ use crate::hints::Hint;
 use crate::pacer::ShedReason;
 use crate::throttle::Signal;
 
-/// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The upstream answered 1xx, 2xx or 3xx, not a throttle.
-    Success,
-    /// The upstream's throttle reached the client.
-    Throttled,
-    /// The upstream answered 4xx, not a throttle: a bad request, signature or role.
-    ClientError,
-    /// The upstream answered 5xx, not a throttle.
-    UpstreamError,
-    /// No answer: the connection failed or broke, or easeoff could not send the request.
-    Error,
-    /// easeoff answered at once instead of queueing.
-    Shed,
-    /// No answer within `request_timeout`.
-    Timeout,
+crate::spelled::spelled! {
+    fn as_str;
+    /// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Outcome {
+        /// The upstream answered 1xx, 2xx or 3xx, not a throttle.
+        Success = "success",
+        /// The upstream's throttle reached the client.
+        Throttled = "throttled",
+        /// The upstream answered 4xx, not a throttle: a bad request, signature or role.
+        ClientError = "client_error",
+        /// The upstream answered 5xx, not a throttle.
+        UpstreamError = "upstream_error",
+        /// No answer: the connection failed or broke, or easeoff could not send the request.
+        Error = "error",
+        /// easeoff answered at once instead of queueing.
+        Shed = "shed",
+        /// No answer within `request_timeout`.
+        Timeout = "timeout",
+    }
 }
 
 impl Outcome {
-    /// Every outcome, in label order.
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Success,
-        Outcome::Throttled,
-        Outcome::ClientError,
-        Outcome::UpstreamError,
-        Outcome::Error,
-        Outcome::Shed,
-        Outcome::Timeout,
-    ];
-
     /// The outcome of an upstream answer with `status` that is not a throttle.
     pub fn of_status(status: u16) -> Outcome {
         match status {
@@ -66,38 +58,15 @@ impl Outcome {
             _ => Outcome::Success,
         }
     }
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::Throttled => "throttled",
-            Outcome::ClientError => "client_error",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Error => "error",
-            Outcome::Shed => "shed",
-            Outcome::Timeout => "timeout",
-        }
-    }
 }
 
-/// Why easeoff sent an attempt again; the `reason` label of `easeoff_retries_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RetryReason {
-    Throttle,
-    Connect,
-}
-
-impl RetryReason {
-    /// Every reason, in label order.
-    pub const ALL: [RetryReason; 2] = [RetryReason::Throttle, RetryReason::Connect];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetryReason::Throttle => "throttle",
-            RetryReason::Connect => "connect",
-        }
+crate::spelled::spelled! {
+    fn as_str;
+    /// Why easeoff sent an attempt again; the `reason` label of `easeoff_retries_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum RetryReason {
+        Throttle = "throttle",
+        Connect = "connect",
     }
 }
 
