@@ -291,6 +291,11 @@ pub fn randomize(value: f64, factor: f64, max_spread: f64, rng: &mut dyn Random)
 }
 
 /// `Duration` from float nanoseconds, saturating at the ends.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 pub fn from_nanos_f64(ns: f64) -> Duration {
     if ns <= 0.0 {
         Duration::ZERO
