@@ -570,6 +570,11 @@ fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
 }
 
 /// Samples every lane's demand and what it learned, `elapsed` after the last sync.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
     let mut demands = Vec::with_capacity(lanes.len());
     let mut raised = Vec::with_capacity(lanes.len());

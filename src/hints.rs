@@ -32,44 +32,21 @@ pub enum Pushback {
     Refuse,
 }
 
-/// Which header asked for a pause; the `header` label of
-/// `easeoff_hint_pauses_capped_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hint {
-    RetryAfter,
-    AmzRetryAfter,
-    GrpcPushback,
-    /// A rate-limit window with little or nothing left, in any dialect.
-    RateLimit,
-    RetryAfterMs,
-    MsRetryAfterMs,
-    /// `x-should-retry: false` or `Stripe-Should-Retry: false`: never a pause.
-    ShouldRetry,
-}
-
-impl Hint {
-    /// Every hint, in label order.
-    pub const ALL: [Hint; 7] = [
-        Hint::RetryAfter,
-        Hint::AmzRetryAfter,
-        Hint::GrpcPushback,
-        Hint::RateLimit,
-        Hint::RetryAfterMs,
-        Hint::MsRetryAfterMs,
-        Hint::ShouldRetry,
-    ];
-
-    /// The metric label value: the header's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Hint::RetryAfter => "retry-after",
-            Hint::AmzRetryAfter => "x-amz-retry-after",
-            Hint::GrpcPushback => "grpc-retry-pushback-ms",
-            Hint::RateLimit => "ratelimit",
-            Hint::RetryAfterMs => "retry-after-ms",
-            Hint::MsRetryAfterMs => "x-ms-retry-after-ms",
-            Hint::ShouldRetry => "x-should-retry",
-        }
+crate::spelled::spelled! {
+    fn as_str;
+    /// Which header asked for a pause; the `header` label of
+    /// `easeoff_hint_pauses_capped_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Hint {
+        RetryAfter = "retry-after",
+        AmzRetryAfter = "x-amz-retry-after",
+        GrpcPushback = "grpc-retry-pushback-ms",
+        /// A rate-limit window with little or nothing left, in any dialect.
+        RateLimit = "ratelimit",
+        RetryAfterMs = "retry-after-ms",
+        MsRetryAfterMs = "x-ms-retry-after-ms",
+        /// `x-should-retry: false` or `Stripe-Should-Retry: false`: never a pause.
+        ShouldRetry = "x-should-retry",
     }
 }
 

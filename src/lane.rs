@@ -392,7 +392,7 @@ impl Lane {
                     let delay = self.cap(asked, header, now);
                     self.paused_by(header);
                     if self.pacer.paused_until(now).is_none() {
-                        tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = delay.as_millis() as u64, "paused by the upstream's Retry-After");
+                        tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "paused by the upstream's Retry-After");
                     }
                     self.pacer.pause_until(now + delay);
                 }
@@ -472,7 +472,7 @@ impl Lane {
                 metrics.throttle(Signal::RateLimit).inc();
                 self.metrics.throttle(Signal::RateLimit).inc();
                 if self.pacer.paused_until(now).is_none() {
-                    tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = until.as_millis() as u64, "paused until the upstream's rate-limit window resets");
+                    tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX), "paused until the upstream's rate-limit window resets");
                 }
                 self.pacer.pause_until(now + until);
             }

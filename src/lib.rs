@@ -34,6 +34,7 @@ pub mod signals;
 pub mod sigv4;
 pub mod simulate;
 pub mod sleeper;
+mod spelled;
 pub mod status;
 pub mod throttle;
 pub mod train;

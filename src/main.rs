@@ -261,6 +261,11 @@ async fn run_demo(args: DemoArgs) -> ExitCode {
     }
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 async fn run_mock(args: MockArgs) -> ExitCode {
     let mut signals = match Signals::install() {
         Ok(signals) => signals,
@@ -330,6 +335,11 @@ async fn run_mock(args: MockArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
     let shown = path
         .as_ref()

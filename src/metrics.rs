@@ -27,37 +27,29 @@ use crate::hints::Hint;
 use crate::pacer::ShedReason;
 use crate::throttle::Signal;
 
-/// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The upstream answered 1xx, 2xx or 3xx, not a throttle.
-    Success,
-    /// The upstream's throttle reached the client.
-    Throttled,
-    /// The upstream answered 4xx, not a throttle: a bad request, signature or role.
-    ClientError,
-    /// The upstream answered 5xx, not a throttle.
-    UpstreamError,
-    /// No answer: the connection failed or broke, or easeoff could not send the request.
-    Error,
-    /// easeoff answered at once instead of queueing.
-    Shed,
-    /// No answer within `request_timeout`.
-    Timeout,
+crate::spelled::spelled! {
+    fn as_str;
+    /// A client request's final outcome; the `outcome` label of `easeoff_requests_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Outcome {
+        /// The upstream answered 1xx, 2xx or 3xx, not a throttle.
+        Success = "success",
+        /// The upstream's throttle reached the client.
+        Throttled = "throttled",
+        /// The upstream answered 4xx, not a throttle: a bad request, signature or role.
+        ClientError = "client_error",
+        /// The upstream answered 5xx, not a throttle.
+        UpstreamError = "upstream_error",
+        /// No answer: the connection failed or broke, or easeoff could not send the request.
+        Error = "error",
+        /// easeoff answered at once instead of queueing.
+        Shed = "shed",
+        /// No answer within `request_timeout`.
+        Timeout = "timeout",
+    }
 }
 
 impl Outcome {
-    /// Every outcome, in label order.
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Success,
-        Outcome::Throttled,
-        Outcome::ClientError,
-        Outcome::UpstreamError,
-        Outcome::Error,
-        Outcome::Shed,
-        Outcome::Timeout,
-    ];
-
     /// The outcome of an upstream answer with `status` that is not a throttle.
     pub fn of_status(status: u16) -> Outcome {
         match status {
@@ -66,38 +58,15 @@ impl Outcome {
             _ => Outcome::Success,
         }
     }
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::Throttled => "throttled",
-            Outcome::ClientError => "client_error",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Error => "error",
-            Outcome::Shed => "shed",
-            Outcome::Timeout => "timeout",
-        }
-    }
 }
 
-/// Why easeoff sent an attempt again; the `reason` label of `easeoff_retries_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RetryReason {
-    Throttle,
-    Connect,
-}
-
-impl RetryReason {
-    /// Every reason, in label order.
-    pub const ALL: [RetryReason; 2] = [RetryReason::Throttle, RetryReason::Connect];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RetryReason::Throttle => "throttle",
-            RetryReason::Connect => "connect",
-        }
+crate::spelled::spelled! {
+    fn as_str;
+    /// Why easeoff sent an attempt again; the `reason` label of `easeoff_retries_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum RetryReason {
+        Throttle = "throttle",
+        Connect = "connect",
     }
 }
 
@@ -338,48 +307,82 @@ const BUILD_INFO: Family = Family {
     labels: &["version"],
 };
 
-/// The fleet's families (`[fleet]`): registered with the rest but published only when
-/// a fleet starts, so a sidecar without `[fleet]` exports what it always did.
-const FLEET_CONNECTED: Family = Family {
-    name: "easeoff_fleet_connected",
-    help: "1 while the fleet's Redis answers syncs; 0 while lanes run on their own.",
-    kind: "gauge",
-    labels: &[],
-};
-const FLEET_MEMBERS: Family = fleet_lane(
-    "easeoff_fleet_members",
-    "Live fleet members sharing the lane, this one included.",
-);
-const FLEET_SHARE: Family = fleet_lane(
-    "easeoff_fleet_share_ratio",
-    "This member's fraction of the lane's fleet rate (max-min fair share of the members' demands).",
-);
-const FLEET_RATE: Family = fleet_lane(
-    "easeoff_fleet_rate",
-    "The lane's fleet-wide rate in requests per second (1 / fleet interval); 0 while unpaced.",
-);
+/// Declares the fleet's families (`[fleet]`), registered with the rest but published
+/// only when a fleet starts, so a sidecar without `[fleet]` exports what it always did.
+/// Each line is one family's field, Prometheus vector (which fixes its type), name,
+/// HELP and labels.
+macro_rules! fleet {
+    ($( $field:ident: $vec:ty = $name:literal, $help:literal, [$($label:literal),*]; )*) => {
+        /// The fleet's families; each appears on `/metrics` once resolved.
+        #[derive(Clone)]
+        struct FleetFamilies {
+            $( $field: $vec, )*
+        }
 
-/// A fleet gauge per upstream and lane.
-const fn fleet_lane(name: &'static str, help: &'static str) -> Family {
-    Family {
-        name,
-        help,
-        kind: "gauge",
-        labels: &["upstream", "lane"],
+        impl FleetFamilies {
+            fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+                Ok(FleetFamilies {
+                    $( $field: register(registry, <$vec as FleetVec>::build($name, $help, &[$($label),*])?)?, )*
+                })
+            }
+        }
+
+        const FLEET_FAMILIES: &[Family] = &[
+            $( Family {
+                name: $name,
+                help: $help,
+                kind: <$vec as FleetVec>::KIND,
+                labels: &[$($label),*],
+            }, )*
+        ];
+    };
+}
+
+fleet! {
+    connected: IntGaugeVec = "easeoff_fleet_connected",
+        "1 while the fleet's Redis answers syncs; 0 while lanes run on their own.", [];
+    members: GaugeVec = "easeoff_fleet_members",
+        "Live fleet members sharing the lane, this one included.", ["upstream", "lane"];
+    share: GaugeVec = "easeoff_fleet_share_ratio",
+        "This member's fraction of the lane's fleet rate (max-min fair share of the members' demands).", ["upstream", "lane"];
+    rate: GaugeVec = "easeoff_fleet_rate",
+        "The lane's fleet-wide rate in requests per second (1 / fleet interval); 0 while unpaced.", ["upstream", "lane"];
+    sync: HistogramVec = "easeoff_fleet_sync_seconds",
+        "Time of one sync with the fleet's Redis (all lanes, one round trip).", [];
+    sync_errors: IntCounterVec = "easeoff_fleet_sync_errors_total",
+        "Syncs and connection attempts to the fleet's Redis that failed or timed out.", [];
+    redis_errors: IntCounterVec = "easeoff_fleet_redis_errors_total",
+        "Errors from the fleet's Redis by class: unreachable, timeout, auth, oom, readonly, noscript, wrongtype (one lane's key), not-redis, other.", ["class"];
+}
+
+/// A Prometheus vector a fleet family is made of.
+trait FleetVec: Sized {
+    /// `counter`, `gauge` or `histogram`.
+    const KIND: &'static str;
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error>;
+}
+
+impl<P: Atomic> FleetVec for GenericGaugeVec<P> {
+    const KIND: &'static str = "gauge";
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+        Self::new(Opts::new(name, help), labels)
     }
 }
-const FLEET_SYNC: Family = Family {
-    name: "easeoff_fleet_sync_seconds",
-    help: "Time of one sync with the fleet's Redis (all lanes, one round trip).",
-    kind: "histogram",
-    labels: &[],
-};
-const FLEET_SYNC_ERRORS: Family = Family {
-    name: "easeoff_fleet_sync_errors_total",
-    help: "Syncs and connection attempts to the fleet's Redis that failed or timed out.",
-    kind: "counter",
-    labels: &[],
-};
+
+impl<P: Atomic> FleetVec for GenericCounterVec<P> {
+    const KIND: &'static str = "counter";
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+        Self::new(Opts::new(name, help), labels)
+    }
+}
+
+impl FleetVec for HistogramVec {
+    const KIND: &'static str = "histogram";
+    fn build(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+        Self::new(latency_opts(name, help), labels)
+    }
+}
+
 /// The `class` values of `easeoff_fleet_redis_errors_total`, each exported from the
 /// start (at 0) so that a rate over them is defined.
 pub const REDIS_ERROR_CLASSES: [&str; 9] = [
@@ -393,13 +396,6 @@ pub const REDIS_ERROR_CLASSES: [&str; 9] = [
     "not-redis",
     "other",
 ];
-const FLEET_REDIS_ERRORS: Family = Family {
-    name: "easeoff_fleet_redis_errors_total",
-    help: "Errors from the fleet's Redis by class: unreachable, timeout, auth, oom, readonly, noscript, wrongtype (one lane's key), not-redis, other.",
-    kind: "counter",
-    labels: &["class"],
-};
-
 /// One exported metric family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Family {
@@ -429,58 +425,7 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
 
 /// The fleet's families, exported while a `[fleet]` runs.
 pub fn fleet_families() -> impl Iterator<Item = &'static Family> {
-    [
-        &FLEET_CONNECTED,
-        &FLEET_MEMBERS,
-        &FLEET_SHARE,
-        &FLEET_RATE,
-        &FLEET_SYNC,
-        &FLEET_SYNC_ERRORS,
-        &FLEET_REDIS_ERRORS,
-    ]
-    .into_iter()
-}
-
-/// The fleet's families; each appears on `/metrics` once resolved.
-#[derive(Clone)]
-struct FleetFamilies {
-    connected: IntGaugeVec,
-    members: GaugeVec,
-    share: GaugeVec,
-    rate: GaugeVec,
-    sync: HistogramVec,
-    sync_errors: IntCounterVec,
-    redis_errors: IntCounterVec,
-}
-
-impl FleetFamilies {
-    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let gauge = |f: &Family| register(registry, GaugeVec::new(f.opts(), f.labels)?);
-        Ok(FleetFamilies {
-            connected: register(
-                registry,
-                IntGaugeVec::new(FLEET_CONNECTED.opts(), FLEET_CONNECTED.labels)?,
-            )?,
-            members: gauge(&FLEET_MEMBERS)?,
-            share: gauge(&FLEET_SHARE)?,
-            rate: gauge(&FLEET_RATE)?,
-            sync: register(
-                registry,
-                HistogramVec::new(
-                    latency_opts(FLEET_SYNC.name, FLEET_SYNC.help),
-                    FLEET_SYNC.labels,
-                )?,
-            )?,
-            sync_errors: register(
-                registry,
-                IntCounterVec::new(FLEET_SYNC_ERRORS.opts(), FLEET_SYNC_ERRORS.labels)?,
-            )?,
-            redis_errors: register(
-                registry,
-                IntCounterVec::new(FLEET_REDIS_ERRORS.opts(), FLEET_REDIS_ERRORS.labels)?,
-            )?,
-        })
-    }
+    FLEET_FAMILIES.iter()
 }
 
 /// The fleet's handles, published when a fleet starts.
@@ -932,7 +877,11 @@ mod tests {
         let lane = m.lane("orders", "default");
         lane.throttled("status", 1.0);
         let text = m.render().unwrap();
-        assert_eq!(families().count(), 36);
+        // Every family the registry exports is declared, and none twice.
+        let exported = text.matches("# TYPE easeoff_").count();
+        assert_eq!(families().count(), exported);
+        let names: std::collections::HashSet<_> = families().map(|f| f.name).collect();
+        assert_eq!(names.len(), exported);
         for family in families() {
             let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);
@@ -972,8 +921,12 @@ mod tests {
         let fleet = m.fleet();
         let lane = fleet.lane("orders", "default");
         let text = m.render().unwrap();
+        let exported = text.matches("# TYPE easeoff_fleet_").count();
+        assert_eq!(fleet_families().count(), exported);
         for family in fleet_families() {
+            let help = format!("# HELP {} {}\n", family.name, family.help);
             let kind = format!("# TYPE {} {}\n", family.name, family.kind);
+            assert!(text.contains(&help), "missing {help}");
             assert!(text.contains(&kind), "missing {kind}");
         }
         drop(lane);

@@ -479,6 +479,11 @@ fn success(style: Style) -> Response<MockBody> {
     }
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 fn throttle(style: Style, wait: Duration) -> Response<MockBody> {
     match style {
         Style::Anthropic => {

@@ -64,37 +64,20 @@ pub struct Shed {
     pub reason: ShedReason,
 }
 
-/// Why a request was shed; the `reason` label of `easeoff_shed_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ShedReason {
-    /// `max_waiting` requests already waited.
-    QueueFull,
-    /// Its slot lay past its deadline (`max_wait`, or the client's own).
-    Deadline,
-    /// Its slot lay past the end of the shutdown drain.
-    Draining,
-    /// A retry's slot lay past the request's retry time (`retry.max_elapsed`); set
-    /// by the attempt loop, which knows which attempt it was.
-    Budget,
-}
-
-impl ShedReason {
-    /// Every reason, in label order.
-    pub const ALL: [ShedReason; 4] = [
-        ShedReason::QueueFull,
-        ShedReason::Deadline,
-        ShedReason::Draining,
-        ShedReason::Budget,
-    ];
-
-    /// The label value, also sent in `x-easeoff-shed-reason`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ShedReason::QueueFull => "queue-full",
-            ShedReason::Deadline => "deadline",
-            ShedReason::Draining => "draining",
-            ShedReason::Budget => "budget",
-        }
+crate::spelled::spelled! {
+    fn as_str;
+    /// Why a request was shed; the `reason` label of `easeoff_shed_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum ShedReason {
+        /// `max_waiting` requests already waited.
+        QueueFull = "queue-full",
+        /// Its slot lay past its deadline (`max_wait`, or the client's own).
+        Deadline = "deadline",
+        /// Its slot lay past the end of the shutdown drain.
+        Draining = "draining",
+        /// A retry's slot lay past the request's retry time (`retry.max_elapsed`); set
+        /// by the attempt loop, which knows which attempt it was.
+        Budget = "budget",
     }
 }
 

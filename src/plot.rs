@@ -192,6 +192,11 @@ impl Frame {
 
     /// One dot per spot and colour; throttles last, so they stay visible on top of
     /// the successes.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "float to integer `as` saturates, as wanted here"
+    )]
     fn dots(&self, svg: &mut String, points: &[Point]) {
         for throttled in [false, true] {
             let color = if throttled { RED } else { BLUE };

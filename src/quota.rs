@@ -14,28 +14,15 @@ use std::time::Duration;
 
 use crate::hints::Quota;
 
-/// How a window is spent (config `quota`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Spend {
-    /// At the client's speed, spreading only the reserve.
-    Use,
-    /// The whole window spread evenly until its reset: steady service over speed.
-    Smooth,
-}
-
-impl Spend {
-    /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 2] = ["use", "smooth"];
-    const ALL: [Spend; 2] = [Spend::Use, Spend::Smooth];
-
-    /// The spending at `index` of [`Spend::NAMES`].
-    pub fn from_index(index: usize) -> Spend {
-        Self::ALL[index]
-    }
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+crate::spelled::spelled! {
+    fn name;
+    /// How a window is spent (config `quota`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Spend {
+        /// At the client's speed, spreading only the reserve.
+        Use = "use",
+        /// The whole window spread evenly until its reset: steady service over speed.
+        Smooth = "smooth",
     }
 }
 

@@ -106,6 +106,11 @@ impl Spread {
     /// The wait to tell a request shed at `now` whose slot would have come `wait`
     /// from now, with dispatches `spacing` apart: `wait` if no earlier shed holds a
     /// place in the way, else the next free place plus a jitter below `spacing`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "float to integer `as` saturates, as wanted here"
+    )]
     pub fn retry_after(&self, now: Instant, wait: Duration, spacing: Duration) -> Duration {
         let now_ns = nanos(now.saturating_duration_since(self.origin));
         let want = now_ns.saturating_add(nanos(wait)).max(1);
@@ -209,6 +214,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::cast_possible_truncation, reason = "a test's small indices")]
     fn a_burst_comes_back_one_spacing_apart_with_jitter_inside_each() {
         let t0 = Instant::now();
         let spread = Spread::new(t0, FAR, 7);

@@ -272,6 +272,11 @@ impl World {
     }
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError> {
     let start = clock.now();
     let end = start + options.duration;

@@ -31,77 +31,41 @@ impl Random for fastrand::Rng {
     }
 }
 
-/// How a sleeper reacts to throttles and successes (config `sleeper.strategy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strategy {
-    /// AutoSleeper's rule: ×up on throttles, ×down after a run of successes.
-    Responsive,
-    /// CUBIC in the rate domain: ×beta on a throttle, time-based return to the rate of
-    /// the last throttle, then probing beyond it.
-    Cubic,
-    /// gRPC connection backoff applied to throttles; a success resets to 0.
-    Exponential,
-    /// Polly/AWS decorrelated jitter; a success resets to 0.
-    Decorrelated,
-    /// +initial per throttle; a success resets to 0.
-    Linear,
-    /// A fixed interval: a static rate limit.
-    Constant,
-    /// Pass-through: the interval stays 0.
-    Off,
-}
-
-impl Strategy {
-    /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 7] = [
-        "responsive",
-        "cubic",
-        "exponential",
-        "decorrelated",
-        "linear",
-        "constant",
-        "off",
-    ];
-    const ALL: [Strategy; 7] = [
-        Strategy::Responsive,
-        Strategy::Cubic,
-        Strategy::Exponential,
-        Strategy::Decorrelated,
-        Strategy::Linear,
-        Strategy::Constant,
-        Strategy::Off,
-    ];
-
-    /// The strategy at `index` of [`Strategy::NAMES`].
-    pub fn from_index(index: usize) -> Strategy {
-        Self::ALL[index]
-    }
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+crate::spelled::spelled! {
+    fn name;
+    /// How a sleeper reacts to throttles and successes (config `sleeper.strategy`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Strategy {
+        /// AutoSleeper's rule: ×up on throttles, ×down after a run of successes.
+        Responsive = "responsive",
+        /// CUBIC in the rate domain: ×beta on a throttle, time-based return to the rate of
+        /// the last throttle, then probing beyond it.
+        Cubic = "cubic",
+        /// gRPC connection backoff applied to throttles; a success resets to 0.
+        Exponential = "exponential",
+        /// Polly/AWS decorrelated jitter; a success resets to 0.
+        Decorrelated = "decorrelated",
+        /// +initial per throttle; a success resets to 0.
+        Linear = "linear",
+        /// A fixed interval: a static rate limit.
+        Constant = "constant",
+        /// Pass-through: the interval stays 0.
+        Off = "off",
     }
 }
 
-/// Where the interval is applied (config `sleeper.mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Dispatches to the upstream are spaced at least the interval apart, in order.
-    Pace,
-    /// Every request waits the interval on its own (AutoSleeper's per-call sleep).
-    Delay,
-    /// Learn and export as `pace`, but never delay or shed: a shadow mode that counts
-    /// what pacing would have done (see `observe.rs`).
-    Observe,
-}
-
-impl Mode {
-    /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 3] = ["pace", "delay", "observe"];
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+crate::spelled::spelled! {
+    fn name;
+    /// Where the interval is applied (config `sleeper.mode`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Mode {
+        /// Dispatches to the upstream are spaced at least the interval apart, in order.
+        Pace = "pace",
+        /// Every request waits the interval on its own (AutoSleeper's per-call sleep).
+        Delay = "delay",
+        /// Learn and export as `pace`, but never delay or shed: a shadow mode that counts
+        /// what pacing would have done (see `observe.rs`).
+        Observe = "observe",
     }
 }
 
@@ -327,6 +291,11 @@ pub fn randomize(value: f64, factor: f64, max_spread: f64, rng: &mut dyn Random)
 }
 
 /// `Duration` from float nanoseconds, saturating at the ends.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 pub fn from_nanos_f64(ns: f64) -> Duration {
     if ns <= 0.0 {
         Duration::ZERO
@@ -391,7 +360,7 @@ mod tests {
     #[test]
     fn strategy_names_round_trip() {
         for (i, name) in Strategy::NAMES.iter().enumerate() {
-            assert_eq!(Strategy::from_index(i).name(), *name);
+            assert_eq!(Strategy::ALL[i].name(), *name);
         }
     }
 

@@ -201,6 +201,11 @@ fn lane_row(lane: &LaneStatus) -> [String; 11] {
 }
 
 /// The largest value of each of `width` spans as one of eight bar heights.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 fn bars(values: &[f64], width: usize) -> String {
     const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     if values.is_empty() {

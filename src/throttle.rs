@@ -18,99 +18,49 @@ pub use shared::headers_say_so as rate_limited;
 /// Error bodies up to this size are read for codes; larger ones stream untouched.
 pub const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Which upstream family's conventions to apply (config `preset`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Preset {
-    None,
-    /// AWS error codes from `x-amzn-ErrorType` or the JSON/XML body.
-    Aws,
-    /// `aws`, plus DynamoDB's error format for easeoff's own shed answers.
-    DynamoDb,
-    /// `grpc-status: 8` (RESOURCE_EXHAUSTED).
-    Grpc,
-    /// OpenAI and Azure OpenAI: 429, and 503 overload.
-    OpenAi,
-    /// Anthropic: 429, and 529 or 503 overload.
-    Anthropic,
-    /// GitHub: 429, and 403 when it says rate limit; `x-ratelimit-resource` names the
-    /// lane, and a spent hourly quota may pause for up to an hour.
-    GitHub,
+crate::spelled::spelled! {
+    fn name;
+    /// Which upstream family's conventions to apply (config `preset`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Preset {
+        None = "none",
+        /// AWS error codes from `x-amzn-ErrorType` or the JSON/XML body.
+        Aws = "aws",
+        /// `aws`, plus DynamoDB's error format for easeoff's own shed answers.
+        DynamoDb = "dynamodb",
+        /// `grpc-status: 8` (RESOURCE_EXHAUSTED).
+        Grpc = "grpc",
+        /// OpenAI and Azure OpenAI: 429, and 503 overload.
+        OpenAi = "openai",
+        /// Anthropic: 429, and 529 or 503 overload.
+        Anthropic = "anthropic",
+        /// GitHub: 429, and 403 when it says rate limit; `x-ratelimit-resource` names the
+        /// lane, and a spent hourly quota may pause for up to an hour.
+        GitHub = "github",
+    }
 }
 
 impl Preset {
-    /// Config spellings, in the order of the variants.
-    pub const NAMES: [&'static str; 7] = [
-        "none",
-        "aws",
-        "dynamodb",
-        "grpc",
-        "openai",
-        "anthropic",
-        "github",
-    ];
-    const ALL: [Preset; 7] = [
-        Preset::None,
-        Preset::Aws,
-        Preset::DynamoDb,
-        Preset::Grpc,
-        Preset::OpenAi,
-        Preset::Anthropic,
-        Preset::GitHub,
-    ];
-
-    /// The preset at `index` of [`Preset::NAMES`].
-    pub fn from_index(index: usize) -> Preset {
-        Self::ALL[index]
-    }
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Speaks AWS error codes.
     pub fn is_aws(self) -> bool {
         matches!(self, Preset::Aws | Preset::DynamoDb)
     }
 }
 
-/// What gave a throttle away; the `signal` label of `easeoff_throttles_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Signal {
-    Status,
-    Header,
-    Body,
-    Grpc,
-    Partial,
-    RateLimit,
-    /// 529, or a 503 that says "overloaded": retried with backoff, never learned as
-    /// a quota.
-    Overload,
-}
-
-impl Signal {
-    /// Every signal, for metrics that must exist from start-up.
-    pub const ALL: [Signal; 7] = [
-        Signal::Status,
-        Signal::Header,
-        Signal::Body,
-        Signal::Grpc,
-        Signal::Partial,
-        Signal::RateLimit,
-        Signal::Overload,
-    ];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Signal::Status => "status",
-            Signal::Header => "header",
-            Signal::Body => "body",
-            Signal::Grpc => "grpc",
-            Signal::Partial => "partial",
-            Signal::RateLimit => "ratelimit",
-            Signal::Overload => "overload",
-        }
+crate::spelled::spelled! {
+    fn as_str;
+    /// What gave a throttle away; the `signal` label of `easeoff_throttles_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Signal {
+        Status = "status",
+        Header = "header",
+        Body = "body",
+        Grpc = "grpc",
+        Partial = "partial",
+        RateLimit = "ratelimit",
+        /// 529, or a 503 that says "overloaded": retried with backoff, never learned as
+        /// a quota.
+        Overload = "overload",
     }
 }
 

@@ -209,6 +209,11 @@ pub async fn run(requests: u64, clients: usize, out: &mut dyn Write) -> Result<(
 
 /// Starts a mock for each of [`UPSTREAMS`]; returns them, easeoff's config for them,
 /// and the CA file the https one's certificate is trusted from.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 async fn upstreams() -> Result<(Vec<MockUpstream>, String, CaFile), DemoError> {
     let (tls, ca_pem) = certificate().map_err(|e| DemoError::Mock(std::io::Error::other(e)))?;
     let ca = CaFile::write(&ca_pem).map_err(DemoError::Mock)?;

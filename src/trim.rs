@@ -28,7 +28,9 @@ pub fn if_worth_it() {
     trim();
 }
 
+// The one FFI call, allowed here only (Cargo.toml denies unsafe code).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
 fn trim() {
     // SAFETY: malloc_trim only walks glibc's own heaps and gives their free pages
     // back; any thread may call it at any time.

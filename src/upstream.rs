@@ -271,7 +271,7 @@ impl Control {
         let (backoff, rng) = &mut *guard;
         if let Some(wait) = backoff.on_failure(now.into_std(), rng) {
             self.connect_healthy.store(false, Ordering::Relaxed);
-            tracing::warn!(upstream = %self.name(), %cause, backoff_ms = wait.as_millis() as u64, "cannot connect; backing off");
+            tracing::warn!(upstream = %self.name(), %cause, backoff_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "cannot connect; backing off");
         }
         drop(guard);
         *self

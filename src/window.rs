@@ -13,6 +13,7 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 
 /// A count of events over the last `BUCKETS` × `bucket_ns` nanoseconds.
 #[derive(Debug)]
+#[allow(clippy::cast_possible_truncation, reason = "BUCKETS is 10")]
 pub struct WindowedCount {
     bucket_ns: u64,
     buckets: [AtomicU64; BUCKETS as usize],

@@ -6,6 +6,12 @@
 //! after 10 s) is the same test with more:
 //! `EASEOFF_ABSORB_REQUESTS=3000 EASEOFF_ABSORB_RATE=100 EASEOFF_ABSORB_SETTLE=10 cargo test --release --test absorb -- --nocapture`
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,12 @@
 //! easeoff start upstream work for it, and cancels it, again and again, gets a GOAWAY
 //! after `http2_max_resets` cancels, so the upstream work it can cause is bounded.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,5 +1,11 @@
 //! The sleeper seen through the real proxy: bursts, sequences and pacing.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::sync::Arc;

@@ -1,6 +1,12 @@
 //! The easeoff process through its life: SIGTERM drains without dropping anything it
 //! accepted, SIGHUP reloads without disturbing unchanged upstreams or failing a request.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::net::SocketAddr;

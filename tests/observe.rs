@@ -1,6 +1,12 @@
 //! `mode = "observe"`: the shadow mode learns and exports as `pace` does but never
 //! delays or sheds, and says what pacing would have done.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::sync::Arc;

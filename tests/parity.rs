@@ -3,6 +3,12 @@
 //! refusals and connect retries in the simulation (virtual time, modelled upstream)
 //! and in the real server (an in-test upstream on loopback).
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::sync::{Arc, Mutex};

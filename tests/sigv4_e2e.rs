@@ -17,6 +17,12 @@
 //! `~/.cache/easeoff-e2e-js/node_modules`; `EASEOFF_REQUIRE_JS_SDK=1` (set by CI) makes
 //! them required.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -3,6 +3,12 @@
 //! out) if easeoff buffered the body. easeoff holds at most `retry.max_body_bytes`
 //! (1 MiB) of an upload so it can replay it, so the upload sends 2 MiB before waiting.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::convert::Infallible;

@@ -1,6 +1,12 @@
 //! Upstreams that go away, reset connections or break off: clear answers, backoff,
 //! and recovery when they come back.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "test figures are small"
+)]
+
 mod support;
 
 use std::time::{Duration, Instant};

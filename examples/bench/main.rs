@@ -7,6 +7,12 @@
 //!
 //! `bench/control.sh` and `bench/pacing.sh` build what they need and call this.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a benchmark's counts and percentiles are small; float to integer `as` saturates"
+)]
+
 mod adaptive;
 mod analysis;
 mod churn;

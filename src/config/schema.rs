@@ -683,12 +683,12 @@ impl Choice for RuntimeShape {
     }
 }
 
-/// Choices whose words their own modules define, as `name()`.
+/// Choices whose words their own modules define, as `name()` (see `spelled!`).
 macro_rules! named_choices {
-    ($($T:ty => $all:expr),* $(,)?) => {$(
+    ($($T:ty),* $(,)?) => {$(
         impl Choice for $T {
             fn all() -> impl Iterator<Item = Self> + Clone {
-                $all
+                <$T>::ALL.into_iter()
             }
 
             fn word(self) -> &'static str {
@@ -698,9 +698,4 @@ macro_rules! named_choices {
     )*};
 }
 
-named_choices! {
-    Strategy => (0..Strategy::NAMES.len()).map(Strategy::from_index),
-    Mode => [Mode::Pace, Mode::Delay, Mode::Observe].into_iter(),
-    Preset => (0..Preset::NAMES.len()).map(Preset::from_index),
-    Spend => (0..Spend::NAMES.len()).map(Spend::from_index),
-}
+named_choices! { Strategy, Mode, Preset, Spend }

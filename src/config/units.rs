@@ -70,6 +70,11 @@ pub fn format_duration(d: Duration) -> String {
 }
 
 /// Parses a byte size: a plain count (`1048576`) or `"64KiB"`, `"1MiB"`, `"10MB"`.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let s = text.trim();
     let split = s

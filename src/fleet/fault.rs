@@ -5,43 +5,33 @@
 
 use redis::{ErrorKind, RedisError};
 
-/// One class of Redis failure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// No connection: refused, reset, or no route.
-    Unreachable,
-    /// No answer within the sync's time.
-    Timeout,
-    /// The password or user is wrong, or the user may not run the commands.
-    Auth,
-    /// Redis refuses writes at `maxmemory` (`OOM`).
-    OutOfMemory,
-    /// A read-only replica (`READONLY`).
-    ReadOnly,
-    /// The sync script is missing and loading it again did not help (`NOSCRIPT`).
-    NoScript,
-    /// A lane's key holds something other than a hash (`WRONGTYPE`).
-    WrongType,
-    /// The server does not speak Redis's protocol.
-    NotRedis,
-    /// Any other error.
-    Other,
+crate::spelled::spelled! {
+    fn as_str;
+    /// One class of Redis failure.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Fault {
+        /// No connection: refused, reset, or no route.
+        Unreachable = "unreachable",
+        /// No answer within the sync's time.
+        Timeout = "timeout",
+        /// The password or user is wrong, or the user may not run the commands.
+        Auth = "auth",
+        /// Redis refuses writes at `maxmemory` (`OOM`).
+        OutOfMemory = "oom",
+        /// A read-only replica (`READONLY`).
+        ReadOnly = "readonly",
+        /// The sync script is missing and loading it again did not help (`NOSCRIPT`).
+        NoScript = "noscript",
+        /// A lane's key holds something other than a hash (`WRONGTYPE`).
+        WrongType = "wrongtype",
+        /// The server does not speak Redis's protocol.
+        NotRedis = "not-redis",
+        /// Any other error.
+        Other = "other",
+    }
 }
 
 impl Fault {
-    /// Every class, in label order.
-    pub const ALL: [Fault; 9] = [
-        Fault::Unreachable,
-        Fault::Timeout,
-        Fault::Auth,
-        Fault::OutOfMemory,
-        Fault::ReadOnly,
-        Fault::NoScript,
-        Fault::WrongType,
-        Fault::NotRedis,
-        Fault::Other,
-    ];
-
     /// The class of `error`.
     pub fn of(error: &RedisError) -> Fault {
         if error.is_timeout() {
@@ -77,21 +67,6 @@ impl Fault {
             "WRONGTYPE" => Fault::WrongType,
             _ => return None,
         })
-    }
-
-    /// The `class` label of `easeoff_fleet_redis_errors_total`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::Unreachable => "unreachable",
-            Fault::Timeout => "timeout",
-            Fault::Auth => "auth",
-            Fault::OutOfMemory => "oom",
-            Fault::ReadOnly => "readonly",
-            Fault::NoScript => "noscript",
-            Fault::WrongType => "wrongtype",
-            Fault::NotRedis => "not-redis",
-            Fault::Other => "other",
-        }
     }
 
     /// What it means for the operator, for the log and `/status`.

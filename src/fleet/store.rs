@@ -214,9 +214,9 @@ impl Store {
                     p.and_then(|p| p.raised_from)
                         .map_or(String::new(), |e| e.to_string()),
                 )
-                .arg(member_ttl.as_millis() as u64)
-                .arg(key_ttl.as_millis() as u64)
-                .arg(hold.as_millis() as u64);
+                .arg(u64::try_from(member_ttl.as_millis()).unwrap_or(u64::MAX))
+                .arg(u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX))
+                .arg(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX));
         }
         let raw: Vec<RedisResult<Vec<String>>> = pipe.query_async(conn).await?;
         let lost = |r: &RedisResult<_>| matches!(r, Err(e) if e.code() == Some("NOSCRIPT"));

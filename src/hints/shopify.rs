@@ -18,6 +18,11 @@ pub fn read(headers: &HeaderMap, _now: SystemTime, reading: &mut Reading<'_>) {
     }
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 fn bucket(headers: &HeaderMap) -> Option<Quota> {
     let (used, size) = text(headers, "x-shopify-shop-api-call-limit")?.split_once('/')?;
     let (used, size) = (values::count(used)?, values::count(size)?);

@@ -101,6 +101,11 @@ impl Bucket {
 
     /// Whole tokens left at `now`, the bucket's size, and the time until it is full
     /// again: what an API that states its bucket (OpenAI) sends on every answer.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "float to integer `as` saturates, as wanted here"
+    )]
     pub fn level(&mut self, now: Instant) -> (u64, u64, Duration) {
         self.advance(now);
         let full_in = Duration::try_from_secs_f64((self.burst - self.tokens).max(0.0) / self.rate)

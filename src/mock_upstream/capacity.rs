@@ -118,6 +118,11 @@ fn slot(access: Access) -> usize {
 }
 
 /// A bucket's burst for a rate the flags give without one.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 pub fn default_burst(rate: f64) -> u32 {
     ((rate / 10.0).ceil() as u32).max(1)
 }

@@ -182,6 +182,8 @@ mod linux {
     }
 
     /// A non-blocking monotonic timerfd in the reactor (`Instant` is monotonic too).
+    // Registering a raw descriptor is unsafe; allowed here only (Cargo.toml denies it).
+    #[allow(unsafe_code)]
     fn timer_fd() -> Option<AsyncFd<OwnedFd>> {
         let fd = timerfd_create(
             TimerfdClockId::Monotonic,

@@ -438,6 +438,7 @@ async fn the_floor_never_lowers_a_larger_interval() {
 }
 
 #[tokio::test(start_paused = true)]
+#[allow(clippy::cast_possible_truncation, reason = "a test's small indices")]
 async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once() {
     let pacer = pacer(Mode::Pace);
     pacer.set_interval(100 * MS, 1);
