@@ -67,9 +67,12 @@ impl Used {
     /// The dispatch rate after `arrivals` in `elapsed` with `waiting` queued now:
     /// what arrived and did not stay queued left the queue (dispatched, or given up).
     pub fn update(&mut self, arrivals: u64, waiting: usize, elapsed: Duration) -> f64 {
-        let left = (arrivals as usize + self.waiting).saturating_sub(waiting);
+        let queued = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let left = arrivals
+            .saturating_add(queued(self.waiting))
+            .saturating_sub(queued(waiting));
         self.waiting = waiting;
-        self.rate = follow(self.rate, left as u64, elapsed);
+        self.rate = follow(self.rate, left, elapsed);
         self.rate
     }
 }
