@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fleet/demand",
             "fleet/fingerprint",
             "observe",
+            "spelled",
         ],
     ),
     ("pacing", &["pacer", "metrics"]),
