@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let [preset, high, low, rest @ ..] = data else {
         return;
     };
-    let preset = Preset::from_index(usize::from(*preset) % Preset::NAMES.len());
+    let preset = Preset::ALL[usize::from(*preset) % Preset::ALL.len()];
     let code = 100 + u16::from_be_bytes([*high, *low]) % 900;
     let Ok(status) = StatusCode::from_u16(code) else {
         return;
