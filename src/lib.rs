@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod connect_backoff;
 pub mod controller;
+pub mod cost;
 pub mod deadline;
 pub mod demo;
 pub mod flag_waker;

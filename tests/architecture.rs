@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fleet/fingerprint",
             "observe",
             "spelled",
+            "cost",
         ],
     ),
     ("pacing", &["pacer", "metrics"]),
