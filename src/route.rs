@@ -7,6 +7,7 @@
 //! joined by `|`). A request whose lane cannot be told goes to `default`.
 
 pub mod dynamodb;
+mod json;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -36,6 +37,9 @@ pub enum Part {
     /// The first N segments of the path (`path:1` of `/pkg.Service/Method` is the gRPC
     /// service).
     Path(usize),
+    /// A top-level string field of a JSON request body (`body:model`), as far as the
+    /// body is held (empty when absent or past it).
+    Body(Box<str>),
 }
 
 impl fmt::Display for Part {
@@ -44,16 +48,17 @@ impl fmt::Display for Part {
             Part::Method => f.write_str("method"),
             Part::Header(name) => write!(f, "header:{name}"),
             Part::Path(n) => write!(f, "path:{n}"),
+            Part::Body(field) => write!(f, "body:{field}"),
         }
     }
 }
 
-/// `method`, `header:NAME`, `path:N` (N from 1 to 16) or `service` (a gRPC service:
-/// `path:1`).
+/// `method`, `header:NAME`, `path:N` (N from 1 to 16), `body:FIELD` or `service` (a
+/// gRPC service: `path:1`).
 pub fn parse_part(text: &str) -> Result<Part, String> {
     let bad = || {
         format!(
-            "must be \"method\", \"header:NAME\", \"path:N\" (N from 1 to 16) or \"service\", got \"{text}\""
+            "must be \"method\", \"header:NAME\", \"path:N\" (N from 1 to 16), \"body:FIELD\" or \"service\", got \"{text}\""
         )
     };
     match text {
@@ -65,6 +70,13 @@ pub fn parse_part(text: &str) -> Result<Part, String> {
         return HeaderName::from_bytes(name.as_bytes())
             .map(Part::Header)
             .map_err(|_| bad());
+    }
+    if let Some(field) = text.strip_prefix("body:") {
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+        return match field.len() {
+            1..=64 if field.chars().all(plain) => Ok(Part::Body(field.into())),
+            _ => Err(bad()),
+        };
     }
     if let Some(n) = text.strip_prefix("path:") {
         return match n.parse::<usize>() {
@@ -87,7 +99,8 @@ pub enum Rule {
 }
 
 impl Rule {
-    /// The rule in force: `by` when set (empty: one lane), else the preset's; with
+    /// The rule in force: `by` when set (empty: one lane), else the preset's (a
+    /// DynamoDB table, a gRPC method, an LLM API's model); with
     /// `from_response` and no `by`, requests are told apart by their first path segment
     /// until the upstream names their bucket.
     pub fn of(preset: Preset, by: Option<&[Part]>, from_response: bool) -> Rule {
@@ -96,6 +109,10 @@ impl Rule {
             Some(parts) => Rule::Parts(parts.to_vec()),
             None if preset == Preset::DynamoDb => Rule::DynamoDb,
             None if preset == Preset::Grpc => Rule::Parts(vec![Part::Path(2)]),
+            // Both limit each model on its own, and name it only in the body.
+            None if matches!(preset, Preset::OpenAi | Preset::Anthropic) => {
+                Rule::Parts(vec![Part::Body("model".into())])
+            }
             None if from_response => Rule::Parts(vec![Part::Path(1)]),
             None => Rule::Single,
         }
@@ -103,7 +120,11 @@ impl Rule {
 
     /// Whether the rule reads the request body.
     pub fn reads_body(&self) -> bool {
-        *self == Rule::DynamoDb
+        match self {
+            Rule::DynamoDb => true,
+            Rule::Parts(parts) => parts.iter().any(|p| matches!(p, Part::Body(_))),
+            Rule::Single => false,
+        }
     }
 }
 
@@ -210,7 +231,15 @@ pub fn keys<'a>(rule: &Rule, head: &Parts, body: Option<&'a [u8]>) -> Keys<'a> {
     match rule {
         Rule::Single => Keys::default(),
         Rule::DynamoDb => dynamodb_keys(&head.headers, body),
-        Rule::Parts(parts) => Keys::one(joined(parts, head)),
+        Rule::Parts(parts) => {
+            let name = joined(parts, head, body);
+            // Nothing to tell it by (one part, absent): `default`.
+            if name.is_empty() {
+                Keys::default()
+            } else {
+                Keys::one(name)
+            }
+        }
     }
 }
 
@@ -256,7 +285,7 @@ pub fn hot_key_name(table: &str, suffix: &str, key: u64) -> String {
     format!("{}:key={key:016x}", lane_name(table, suffix))
 }
 
-fn joined(parts: &[Part], head: &Parts) -> Name {
+fn joined(parts: &[Part], head: &Parts, body: Option<&[u8]>) -> Name {
     let mut name = Name::new();
     for (i, part) in parts.iter().enumerate() {
         let whole = match part {
@@ -267,6 +296,10 @@ fn joined(parts: &[Part], head: &Parts) -> Name {
                 push_cut(&mut name, &value, MAX_NAME)
             }
             Part::Path(n) => push_cut(&mut name, path_prefix(head.uri.path(), *n), MAX_NAME),
+            Part::Body(field) => {
+                let value = body.and_then(|b| json::top_level_string(b, field));
+                push_cut(&mut name, value.as_deref().unwrap_or(""), MAX_NAME)
+            }
         };
         if !whole || (i + 1 < parts.len() && !push_cut(&mut name, "|", MAX_NAME)) {
             break;
@@ -356,7 +389,7 @@ mod tests {
 
     #[test]
     fn parts_parse_and_print_back() {
-        for text in ["method", "header:x-tenant", "path:2"] {
+        for text in ["method", "header:x-tenant", "path:2", "body:model"] {
             assert_eq!(parse_part(text).unwrap().to_string(), text);
         }
         assert_eq!(parse_part("service"), Ok(Part::Path(1)));
@@ -366,6 +399,9 @@ mod tests {
             "path:x",
             "header:",
             "header:a b",
+            "body:",
+            "body:a b",
+            "body:a\"",
             "query",
             "",
         ] {
@@ -391,6 +427,30 @@ mod tests {
             Rule::of(Preset::Grpc, Some(&by), false),
             Rule::Parts(vec![Part::Method])
         );
+    }
+
+    #[test]
+    fn a_body_field_names_the_lane_as_far_as_the_body_is_held() {
+        let rule = Rule::of(Preset::OpenAi, None, false);
+        assert_eq!(rule, Rule::Parts(vec![Part::Body("model".into())]));
+        assert!(rule.reads_body());
+        let h = head("POST", "/v1/chat/completions", &[]);
+        let lane = |body: &[u8]| keys(&rule, &h, Some(body)).names();
+        let chat =
+            br#"{"messages":[{"role":"user","content":"hi"}],"model":"gpt-4o","stream":true}"#;
+        assert_eq!(lane(chat), ["gpt-4o"]);
+        assert_eq!(lane(br#"{"model":"claude-\u0033"}"#), ["claude-3"]);
+        // Absent, not a string, not JSON, or cut off before it: `default`.
+        for other in [
+            &br#"{"messages":[]}"#[..],
+            br#"{"model":7}"#,
+            b"model",
+            br#"{"messages":[{"#,
+        ] {
+            assert!(keys(&rule, &h, Some(other)).is_default(), "{other:?}");
+        }
+        assert!(keys(&rule, &h, None).is_default());
+        assert!(!Rule::Parts(vec![Part::Method]).reads_body());
     }
 
     #[test]

@@ -9,7 +9,9 @@ mod headers;
 mod plain;
 mod verifier;
 
-pub use body::{ProxyBody, WatchFrames, discard, expects_continue, read_error_body, read_up_to};
+pub use body::{
+    ProxyBody, WatchFrames, discard, expects_continue, read_error_body, read_start, read_up_to,
+};
 pub use cause::{ConnectCause, SendError};
 pub use client::{ClientError, UpstreamClient, set_worker, worker_count};
 pub use headers::strip_hop_by_hop;

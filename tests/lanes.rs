@@ -457,3 +457,71 @@ async fn a_retry_after_a_hot_key_throttle_waits_in_the_hot_key_lane() {
     assert_eq!(hot_lane["dispatches"], 2, "{hot_lane}");
     assert_eq!(hot_lane["throttles"]["body"], 3, "{hot_lane}");
 }
+
+/// An OpenAI-like upstream: 429 for model `slow`, else 200 with the body's length.
+async fn two_models() -> TestUpstream {
+    upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        use http_body_util::BodyExt;
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        if String::from_utf8_lossy(&body).contains(r#""model":"slow""#) {
+            respond(429, &[("retry-after-ms", "1")], "{}")
+        } else {
+            respond(200, &[], body.len().to_string())
+        }
+    })
+    .await
+}
+
+async fn chat(addr: std::net::SocketAddr, body: String) -> Answer {
+    let url = format!("http://{addr}/v1/chat/completions");
+    let headers = [("content-type", "application/json")];
+    send(&client(), "POST", &url, &headers, Bytes::from(body)).await
+}
+
+#[tokio::test]
+async fn one_models_throttles_do_not_slow_another() {
+    let up = two_models().await;
+    let config = "preset = \"openai\"\n[upstream.retry]\nmax_attempts = 1\n";
+    let proxy = proxy(up.addr, config).await;
+    for _ in 0..3 {
+        let answer = chat(proxy.addr, r#"{"model":"slow","messages":[]}"#.into()).await;
+        assert_eq!(answer.status, 429);
+    }
+    assert!(lane_interval_ms(proxy.admin, "slow").await.unwrap() > 0.0);
+    let held = sleeps(proxy.admin).await;
+    for _ in 0..20 {
+        let answer = chat(proxy.addr, r#"{"messages":[],"model":"fast"}"#.into()).await;
+        assert_eq!(answer.status, 200);
+    }
+    assert_eq!(
+        sleeps(proxy.admin).await,
+        held,
+        "no call to the fast model waited"
+    );
+    assert_eq!(lane_interval_ms(proxy.admin, "fast").await, Some(0.0));
+}
+
+#[tokio::test]
+async fn a_body_past_what_easeoff_holds_is_sent_whole_in_the_lane_its_start_names() {
+    let up = two_models().await;
+    let config = "preset = \"openai\"\n[upstream.retry]\nmax_body_bytes = 1024\n";
+    let proxy = proxy(up.addr, config).await;
+    let prompt = "x".repeat(100_000);
+    let body = format!(r#"{{"model":"big","messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
+    let answer = chat(proxy.addr, body.clone()).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.text(),
+        body.len().to_string(),
+        "the upstream got it whole"
+    );
+    assert_eq!(
+        lane_interval_ms(proxy.admin, "big").await,
+        Some(0.0),
+        "its lane"
+    );
+    // The model named after the held part: `default`, still sent whole.
+    let late = format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}],"model":"big"}}"#);
+    let answer = chat(proxy.addr, late.clone()).await;
+    assert_eq!(answer.text(), late.len().to_string());
+}

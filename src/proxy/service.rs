@@ -32,7 +32,7 @@ use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{self, Head, Preset, Verdict, is_batch};
 use crate::transport::{
     Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
-    read_up_to, strip_hop_by_hop,
+    read_start, read_up_to, strip_hop_by_hop,
 };
 use crate::upstream::drive::{Arrival, Conclusion, Dispatch, Ended, Turn};
 use crate::upstream::{Settle, Upstream};
@@ -241,16 +241,20 @@ impl<'a> Ctx<'a> {
         } else {
             retry.max_body_bytes
         };
-        // A lane rule that reads the body (DynamoDB's TableName) needs its start too.
+        // A lane rule that reads the body (DynamoDB's TableName, a model) needs its
+        // start, however long the body is.
         let routed = upstream.lanes.rule().reads_body();
-        let body = if retry.max_attempts > 1 || signed_body || routed {
-            read_up_to(body, hold, Some(idle)).await.map_err(|error| {
-                let message = format!("cannot read the request body: {error}");
-                self.local(Reason::BadRequest, Outcome::Error, &message, None)
-            })?
+        let read = if routed {
+            read_start(body, hold, Some(idle)).await
+        } else if retry.max_attempts > 1 || signed_body {
+            read_up_to(body, hold, Some(idle)).await
         } else {
-            ProxyBody::Stream(body)
+            Ok(ProxyBody::Stream(body))
         };
+        let body = read.map_err(|error| {
+            let message = format!("cannot read the request body: {error}");
+            self.local(Reason::BadRequest, Outcome::Error, &message, None)
+        })?;
         if signed_body && body.replay().is_none() {
             let message = format!(
                 "the request body is larger than {hold} bytes, the most easeoff holds to sign it"

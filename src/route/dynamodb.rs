@@ -8,13 +8,12 @@
 //! decoding them, and stops once it has its answer. A body it cannot follow (not JSON,
 //! truncated) gives what was found before the fault, usually nothing; never an error.
 
-mod json;
 #[cfg(test)]
 mod tests;
 
 use std::borrow::Cow;
 
-use json::{Cursor, Flow, Str};
+use super::json::{self, Cursor, Flow, Str, top_level};
 
 /// What an operation does to a table's capacity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -305,21 +304,6 @@ fn leading_table_name(body: &[u8]) -> Option<(&str, usize)> {
     }
     let name = std::str::from_utf8(&rest[..end]).ok()?;
     Some((name, START.len() + end + 1))
-}
-
-/// Finds the top-level `key`, hands its value to `read` and stops there.
-fn top_level<'a>(
-    cursor: &mut Cursor<'a>,
-    key: &str,
-    mut read: impl FnMut(&mut Cursor<'a>) -> Option<()>,
-) -> Option<()> {
-    cursor.object(|c, name| {
-        if name.is(key) {
-            read(c)?;
-            return Some(Flow::Stop);
-        }
-        c.skip_value().map(|()| Flow::Next)
-    })
 }
 
 /// A stable 64-bit hash of the partition key value of a single-item request: the

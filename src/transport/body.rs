@@ -153,14 +153,24 @@ pub async fn read_up_to(
     limit: u64,
     idle: Option<Duration>,
 ) -> Result<ProxyBody, ReadError> {
+    if body.size_hint().lower() > limit {
+        return Ok(ProxyBody::Stream(body));
+    }
+    read_start(body, limit, idle).await
+}
+
+/// [`read_up_to`], but a body announced larger than `limit` is read up to it too, so
+/// that what it starts with can place it (its lane); it then goes on as `Prefixed`.
+pub async fn read_start(
+    body: Incoming,
+    limit: u64,
+    idle: Option<Duration>,
+) -> Result<ProxyBody, ReadError> {
     if body.is_end_stream() {
         return Ok(ProxyBody::Full {
             data: None,
             trailers: None,
         });
-    }
-    if body.size_hint().lower() > limit {
-        return Ok(ProxyBody::Stream(body));
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut body = body;

@@ -1,5 +1,5 @@
 //! A forward-only cursor over a JSON body for reading a few keys near the top of a
-//! DynamoDB request or answer. Values the caller does not want are skipped by matching
+//! request or answer (DynamoDB's tables and keys, an LLM request's `model`). Values the caller does not want are skipped by matching
 //! quotes and brackets, without decoding or allocating, and the caller stops as soon as
 //! it has its answer, so the rest of a 16 MB batch is never looked at. It checks no more
 //! than it needs: a malformed value it skips goes unnoticed, and any structure it cannot
@@ -226,6 +226,32 @@ impl<'a> Cursor<'a> {
         self.pos += 1;
         Some(b == close)
     }
+}
+
+/// Finds the top-level `key`, hands its value to `read` and stops there.
+pub(super) fn top_level<'a>(
+    cursor: &mut Cursor<'a>,
+    key: &str,
+    mut read: impl FnMut(&mut Cursor<'a>) -> Option<()>,
+) -> Option<()> {
+    cursor.object(|c, name| {
+        if name.is(key) {
+            read(c)?;
+            return Some(Flow::Stop);
+        }
+        c.skip_value().map(|()| Flow::Next)
+    })
+}
+
+/// The top-level string `key` of a JSON object body (`"model"` of an LLM API request),
+/// read as far as `body` goes; `None` when absent, not a string, or past the end.
+pub(super) fn top_level_string<'a>(body: &'a [u8], key: &str) -> Option<Cow<'a, str>> {
+    let mut found = None;
+    let _ = top_level(&mut Cursor::new(body), key, |c| {
+        found = c.string_or_skip()?.and_then(|s| s.decode());
+        Some(())
+    });
+    found
 }
 
 /// FNV-1a over a JSON value's bytes, leaving out whitespace outside strings so the
