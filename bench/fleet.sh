@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # A fleet of sidecars against one throttled bucket: N easeoff processes, each with its
-# own closed-loop writers (h2load, one request at a time per connection), all
+# own closed-loop writers (bench/latency.py, one request at a time per connection,
+# every request timed), all
 # forwarding to one `easeoff mock-upstream --rate RATE`, first each on its own
 # ("independent"), then sharing through a redis-server ("fleet"). After a warm-up,
 # reports over the measured window: goodput / capacity and throttled attempts (what
 # the bucket saw), Jain's fairness index over the members' goodput, the members'
-# rates, and the writers' errors (answers other than 2xx, or none).
+# rates, the writers' errors (answers other than 2xx, or none), and the writers'
+# latency p50/p99 (ms, every answer the full-speed writers waited for).
 #
 #   bench/fleet.sh [--members "1 4 8 16"] [--modes "independent fleet"] [--rate 100]
 #                  [--clients 4] [--light 0] [--light-rate 5] [--warmup 10]
 #                  [--seconds 20] [--runs 1] [--fault KILL:RESTART] [--fault-kind kill|oom]
-#                  [--svg FILE]
+#                  [--baseline yes|no] [--svg FILE]
 #
-# --light K: the first K members' writers send LIGHT_RATE requests/s in all instead of
-# as fast as they can (unequal demand). --fault 10:20 kills redis 10 s into the
-# measured window and starts it again, empty, at 20 s (fleet mode only), and reports
-# goodput before, during and after the outage; it also samples every member's
+# --light K: the first K members' writers send LIGHT_RATE requests/s in all (h2load)
+# instead of as fast as they can (unequal demand). --fault 10:20 kills redis 10 s into
+# the measured window and starts it again, empty, at 20 s (fleet mode only), and reports
+# goodput and latency before, during and after the outage; unless --baseline no, the
+# same fleet round runs first without the fault, its windows reported alike, so the
+# fault's cost is read side by side. It also samples every member's
 # successes once a second and draws them (bench/fleet_svg.py: one line per member, the
 # outage shaded) into FILE (default target/fleet-fault.svg). --fault-kind oom keeps
 # redis running but out of memory instead (`CONFIG SET maxmemory 1`: it answers and
@@ -29,19 +33,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 members_list="1 4 8 16" modes="independent fleet" rate=100 clients=4 light=0 light_rate=5
-warmup=10 seconds=20 runs=1 fault="" fault_kind=kill svg=target/fleet-fault.svg
+warmup=10 seconds=20 runs=1 fault="" fault_kind=kill baseline=yes svg=target/fleet-fault.svg
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members_list=$2 ;; --modes) modes=$2 ;; --rate) rate=$2 ;;
     --clients) clients=$2 ;; --light) light=$2 ;; --light-rate) light_rate=$2 ;;
     --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;; --svg) svg=$2 ;;
-    --fault-kind) fault_kind=$2 ;;
+    --fault-kind) fault_kind=$2 ;; --baseline) baseline=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
-for tool in h2load curl redis-server; do
-  command -v "$tool" >/dev/null || { echo "fleet.sh needs $tool (apt-get install nghttp2-client curl redis-server)" >&2; exit 2; }
+for tool in h2load curl redis-server python3; do
+  command -v "$tool" >/dev/null || { echo "fleet.sh needs $tool (apt-get install nghttp2-client curl redis-server python3)" >&2; exit 2; }
 done
 bin=${EASEOFF_BIN:-$PWD/target/release/easeoff}
 [ -x "$bin" ] || { cargo build --release --locked --quiet; bin=$PWD/target/release/easeoff; }
@@ -92,10 +96,26 @@ sample_members() {
     sleep 1
   done
 }
+# The rounds of one run and member count, MODE:FAULT: with a fault, a fleet round
+# without it first (the baseline), unless --baseline no.
+rounds() {
+  local mode
+  for mode in $modes; do
+    if [ -n "$fault" ] && [ "$mode" = fleet ]; then
+      [ "$baseline" = no ] || echo "fleet:0"
+      echo "fleet:1"
+    else
+      echo "$mode:0"
+    fi
+  done
+}
 printf '%-4s %-12s %7s %9s %10s %6s %7s  %s\n' run mode members goodput throttled% jain errors "member rates (/s)"
 for run in $(seq "$runs"); do
   for n in $members_list; do
-    for mode in $modes; do
+    for round in $(rounds); do
+      mode=${round%%:*} faulting=${round##*:}
+      label=$mode
+      [ "$faulting" = 0 ] || label="$mode+$fault_kind"
       mock_port=$(free_port) mock_admin=$(free_port)
       "$bin" mock-upstream --listen "127.0.0.1:$mock_port" --admin "127.0.0.1:$mock_admin" \
         --rate "$rate" --style dynamodb --log-format json >"$work/mock.log" 2>&1 &
@@ -133,13 +153,15 @@ EOF
       for admin in "${admins[@]}"; do wait_http "http://127.0.0.1:$admin/readyz"; done
 
       total=$((warmup + seconds + 2))
+      rm -f "$work"/latency-*.txt "$work"/writer-*.txt "$work"/h2load-*.txt
       for i in $(seq "$n"); do
         url="http://127.0.0.1:${listens[$((i - 1))]}/"
         if [ "$i" -le "$light" ]; then
           # LIGHT_RATE in all: one connection at that many requests per second.
           h2load --h1 -D "$total" -c 1 -m 1 --rps "$light_rate" "$url" >"$work/h2load-$i.txt" 2>&1 &
         else
-          h2load --h1 -D "$total" -c "$clients" -m 1 "$url" >"$work/h2load-$i.txt" 2>&1 &
+          python3 bench/latency.py run "$url" --seconds "$total" --threads "$clients" \
+            --out "$work/latency-$i.txt" >"$work/writer-$i.txt" 2>&1 &
         fi
         pids+=($!)
       done
@@ -160,14 +182,18 @@ EOF
         pids+=("$sampler")
         sleep "$kill_at"
         okk=$(sample "$mock" 'mock_requests_total{result="ok"}') tk=$(date +%s.%N)
-        if [ "$fault_kind" = oom ]; then
+        if [ "$faulting" = 0 ]; then
+          :
+        elif [ "$fault_kind" = oom ]; then
           redis-cli -p "$redis_port" CONFIG SET maxmemory 1 >/dev/null
         else
           kill -9 "$redis_pid" 2>/dev/null || true
         fi
         sleep $((restart_at - kill_at))
         okr=$(sample "$mock" 'mock_requests_total{result="ok"}') tr=$(date +%s.%N)
-        if [ "$fault_kind" = oom ]; then
+        if [ "$faulting" = 0 ]; then
+          :
+        elif [ "$fault_kind" = oom ]; then
           redis-cli -p "$redis_port" CONFIG SET maxmemory 0 >/dev/null
         else
           start_redis "$redis_port"
@@ -191,11 +217,15 @@ EOF
       sleep 3
       errors=0
       for i in $(seq "$n"); do
-        read -r s4 s5 < <(awk '/^status codes:/ { gsub(",", ""); print $7, $9 }' "$work/h2load-$i.txt" 2>/dev/null || echo "0 0")
-        read -r errored timedout < <(awk '/^requests:/ { gsub(",", ""); print $12, $14 }' "$work/h2load-$i.txt" 2>/dev/null || echo "0 0")
-        errors=$((errors + ${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0}))
+        if [ -f "$work/h2load-$i.txt" ]; then
+          read -r s4 s5 < <(awk '/^status codes:/ { gsub(",", ""); print $7, $9 }' "$work/h2load-$i.txt" 2>/dev/null || echo "0 0")
+          read -r errored timedout < <(awk '/^requests:/ { gsub(",", ""); print $12, $14 }' "$work/h2load-$i.txt" 2>/dev/null || echo "0 0")
+          errors=$((errors + ${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0}))
+        else
+          errors=$((errors + $(awk '/^ok / { print $4; found=1 } END { if (!found) print 1 }' "$work/writer-$i.txt")))
+        fi
       done
-      awk -v run="$run" -v mode="$mode" -v n="$n" -v rate="$rate" -v ok0="$ok0" -v ok1="$ok1" \
+      awk -v run="$run" -v mode="$label" -v n="$n" -v rate="$rate" -v ok0="$ok0" -v ok1="$ok1" \
           -v th0="$th0" -v th1="$th1" -v t0="$t0" -v t1="$t1" -v errors="$errors" \
           -v before="${before[*]}" -v after="${after[*]}" 'BEGIN {
         ok = ok1 - ok0; th = th1 - th0; secs = t1 - t0
@@ -210,9 +240,16 @@ EOF
         read -r okk tk okr tr <<<"$phases"
         awk -v ok0="$ok0" -v t0="$t0" -v okk="$okk" -v tk="$tk" -v okr="$okr" -v tr="$tr" \
             -v ok1="$ok1" -v t1="$t1" -v rate="$rate" -v connected="$connected" 'BEGIN {
-          printf "     goodput/capacity before the kill %.3f, redis down %.3f, after the restart %.3f; connected at the end: %s\n",
+          printf "     goodput/capacity before the fault %.3f, during %.3f, after %.3f; connected at the end: %s\n",
             (okk - ok0) / ((tk - t0) * rate), (okr - okk) / ((tr - tk) * rate), (ok1 - okr) / ((t1 - tr) * rate), connected
         }'
+        latencies=("$work"/latency-*.txt)
+        if [ -e "${latencies[0]}" ]; then
+          python3 bench/latency.py summary --window "before:$t0:$tk" --window "during:$tk:$tr" \
+            --window "after:$tr:$t1" "${latencies[@]}" |
+            awk '{ printf "%s %s %.1f/%.1f (%d requests, %d errors)", NR == 1 ? "     writers latency p50/p99 ms:" : ",", $1, $5, $7, $3, $9 } END { print "" }'
+        fi
+        [ "$faulting" = 1 ] || { stop_all; continue; }
         mkdir -p "$(dirname "$svg")"
         python3 bench/fleet_svg.py "$work/series.txt" "$kill_at" "$restart_at" "$rate" "$svg" &&
           echo "     per-member rates over time: $svg"

@@ -175,6 +175,8 @@ per_upstream! {
         "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.";
     pub lanes: IntGauge = "easeoff_lanes",
         "Lanes alive: the default lane and one per table, method or bucket requests were paced in.";
+    pub goaway_dropped: IntCounter = "easeoff_goaway_dropped_total",
+        "HTTP/2 requests left unanswered when a connection closing for too many cancelled streams ran out of time (60 s).";
 }
 
 /// Declares the per-lane families, labelled `upstream`, `lane` and, for throttles,

@@ -49,8 +49,13 @@ const PENDING_ACCEPT_RESETS: usize = 20;
 const LOCAL_ERROR_RESETS: usize = 1024;
 
 /// How long a connection told to close for too many cancelled streams may take to
-/// send its GOAWAY and finish what it has open before it is dropped.
+/// send its GOAWAY and its last answers once it has no request open.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The longest such a connection waits for the requests it had taken (its GOAWAY
+/// promised them answers; their own deadlines usually end them much sooner) before
+/// it is dropped with them.
+pub const RESET_CLOSE_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long an HTTP/1 connection idles before it gives back hyper's read and write
 /// buffers and the room for a request in flight (about 25 KiB): ten thousand clients
@@ -144,6 +149,26 @@ impl Tracker {
     /// When the connection was accepted.
     pub fn accepted(&self) -> Instant {
         self.accepted
+    }
+
+    /// Requests the service is working on that have no answer yet.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// For a connection closing for too many cancelled streams since `since`: when to
+    /// look again, or `None` to drop it now (its last answer had `CLOSE_GRACE` to go
+    /// out, or [`RESET_CLOSE_LIMIT`] ran out).
+    fn closing_step(&self, since: Instant, now: Instant) -> Option<Instant> {
+        if now >= since + RESET_CLOSE_LIMIT {
+            return None;
+        }
+        if self.active() > 0 {
+            return Some(now + CLOSE_GRACE);
+        }
+        let ended = Duration::from_millis(self.last_end_ms.load(Ordering::Relaxed));
+        let flushed = (self.accepted + ended + CLOSE_GRACE).max(since + CLOSE_GRACE);
+        (flushed > now).then_some(flushed)
     }
 
     fn millis_since_accept(&self) -> u64 {
@@ -286,6 +311,7 @@ where
     // for its upstream connections' reads too.
     let serving = FlagWaker::within(tracker.bound.pass().clone());
     let mut closing: Option<Closed> = None;
+    let mut refused_at = Instant::now();
     // Whether the watchdog fires by the time an idle connection should park.
     let mut armed = false;
     loop {
@@ -324,12 +350,20 @@ where
             }
             Event::TooManyResets => {
                 closing = Some(Closed::TooManyResets);
+                // The GOAWAY covers every stream open: they get their answers first.
                 conn.as_mut().graceful_shutdown();
-                watchdog.as_mut().reset(Instant::now() + CLOSE_GRACE);
+                refused_at = Instant::now();
+                watchdog.as_mut().reset(refused_at + CLOSE_GRACE);
             }
             Event::Watchdog => match closing {
                 Some(Closed::Drained | Closed::Idle | Closed::Parked) => {
                     watchdog.as_mut().reset(far_future());
+                }
+                Some(Closed::TooManyResets) => {
+                    match tracker.closing_step(refused_at, Instant::now()) {
+                        Some(at) => watchdog.as_mut().reset(at),
+                        None => return (Closed::TooManyResets, Ok(())),
+                    }
                 }
                 Some(reason) => return (reason, Ok(())),
                 None => match idle_step(tracker, limits, may_park(), begun) {
@@ -698,5 +732,33 @@ mod tests {
             fresh.begin().done();
         }
         assert!(!fresh.is_refusing());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_closing_for_resets_waits_for_its_open_requests_up_to_the_limit() {
+        let tracker = Tracker::new(&LIMITS);
+        let since = Instant::now();
+        let open = tracker.begin();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let now = Instant::now();
+        assert_eq!(tracker.closing_step(since, now), Some(now + CLOSE_GRACE));
+        // Its answer goes out; the connection has a second more to send it.
+        open.done();
+        let answered = Instant::now();
+        assert_eq!(
+            tracker.closing_step(since, answered),
+            Some(answered + CLOSE_GRACE)
+        );
+        tokio::time::advance(CLOSE_GRACE).await;
+        assert_eq!(tracker.closing_step(since, Instant::now()), None);
+        // A request that never ends is dropped at the limit.
+        let _stuck = tracker.begin();
+        let at_limit = since + RESET_CLOSE_LIMIT;
+        assert!(
+            tracker
+                .closing_step(since, at_limit - CLOSE_GRACE)
+                .is_some()
+        );
+        assert_eq!(tracker.closing_step(since, at_limit), None);
     }
 }

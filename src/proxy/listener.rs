@@ -142,10 +142,14 @@ async fn accept(
         };
         let builders = Arc::clone(&builders);
         let mut draining = draining.clone();
+        let current = Arc::clone(current);
         tokio::spawn(async move {
             let (closed, ended) =
                 serve_client(stream, service, &builders, &tracker, &limits, &mut draining).await;
             match (closed, ended) {
+                (Closed::TooManyResets, _) if tracker.active() > 0 => {
+                    dropped_at_goaway(&current, tracker.active());
+                }
                 (Closed::TooManyResets, _) => {
                     tracing::debug!("client connection closed: too many cancelled streams");
                 }
@@ -155,6 +159,21 @@ async fn accept(
             drop(permit);
         });
     }
+}
+
+/// A connection closed for too many cancelled streams still had `streams` without an
+/// answer when [`RESET_CLOSE_LIMIT`](super::connection::RESET_CLOSE_LIMIT) ran out.
+fn dropped_at_goaway(current: &Current, streams: usize) {
+    let upstream = current.load();
+    upstream
+        .metrics
+        .goaway_dropped
+        .inc_by(u64::try_from(streams).unwrap_or(u64::MAX));
+    tracing::warn!(
+        upstream = %upstream.name(),
+        streams,
+        "a client connection closing for too many cancelled streams was dropped with requests still unanswered"
+    );
 }
 
 /// The connection builders of one listener: HTTP/1.1 alone, and with h2c detection.
