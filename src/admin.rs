@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
@@ -31,6 +31,7 @@ use crate::admin::document::{
     ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
 };
 use crate::admin::history::{History, Key, Sample};
+use crate::clock::Clock;
 use crate::fleet::{Decision, Fleet};
 use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
@@ -98,7 +99,8 @@ pub async fn sample_history(state: Arc<AdminState>) {
             u.refresh_gauges();
             samples.extend(samples_of(&u));
         }
-        let now = SystemTime::now()
+        let now = Clock::Tokio
+            .wall()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64();

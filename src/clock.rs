@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
-use tokio::time::Instant;
+/// The one monotonic time type: tokio's, so that tests with paused time move it, and a
+/// [`ManualClock`]'s instants are of the same type as the proxy's. Every instant in
+/// decision state is one, read from a [`Clock`].
+pub use tokio::time::Instant;
 
 /// Where time comes from. Cloning is cheap; reading [`Clock::Tokio`] is one branch and
 /// the system's monotonic clock, so the hot path pays nothing for the choice.
@@ -82,7 +85,47 @@ impl Clock {
     pub fn is_tokio(&self) -> bool {
         matches!(self, Clock::Tokio)
     }
+
+    /// Ticks every `period` on this clock, the first at once.
+    pub fn interval(&self, period: Duration) -> Interval {
+        Interval {
+            clock: self.clone(),
+            period,
+            next: self.now(),
+        }
+    }
 }
+
+/// Ticks on a [`Clock`], as tokio's `interval` with `MissedTickBehavior::Delay` does on
+/// its own: on time, the ticks keep to their schedule; a tick taken late moves the
+/// ones after it, so ticks never come in a burst to catch up.
+#[derive(Debug)]
+pub struct Interval {
+    clock: Clock,
+    period: Duration,
+    next: Instant,
+}
+
+impl Interval {
+    /// How late a tick may be and still keep the schedule (tokio's own tolerance).
+    const LATE: Duration = Duration::from_millis(5);
+
+    /// Returns at the next tick.
+    pub async fn tick(&mut self) {
+        self.clock.sleep_until(self.next).await;
+        let now = self.clock.now();
+        let from = if now > self.next + Self::LATE {
+            now
+        } else {
+            self.next
+        };
+        // The config bounds a period; a far tick rather than a panic if one is not.
+        self.next = from.checked_add(self.period).unwrap_or(from + YEAR);
+    }
+}
+
+/// A year: where an [`Interval`] whose period overflows an instant puts its next tick.
+const YEAR: Duration = Duration::from_secs(365 * 86_400);
 
 /// Virtual time: starts at the moment it is made and moves only by
 /// [`ManualClock::advance`] or [`ManualClock::advance_to_next`]. Sleepers wake in the
@@ -275,6 +318,30 @@ mod tests {
             order,
             [(1, 10 * MS), (3, 20 * MS), (0, 30 * MS), (2, 30 * MS)]
         );
+    }
+
+    #[test]
+    fn an_interval_keeps_its_schedule_and_a_late_tick_moves_the_next() {
+        let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
+        let runtime = manual.runtime().unwrap();
+        let t0 = clock.now();
+        let ticks = runtime.block_on(async {
+            let mut interval = clock.interval(10 * MS);
+            let mut ticks = Vec::new();
+            for i in 0..5 {
+                interval.tick().await;
+                ticks.push(clock.now() - t0);
+                match i {
+                    // A tick 3 ms late keeps the schedule.
+                    1 => manual.advance(13 * MS),
+                    // One 18 ms late moves it.
+                    2 => manual.advance(25 * MS),
+                    _ => {}
+                }
+            }
+            ticks
+        });
+        assert_eq!(ticks, [Duration::ZERO, 10 * MS, 23 * MS, 48 * MS, 58 * MS]);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! failure steps the backoff (1 s, 1.6 s, 2.56 s, ... ±20%, at most 120 s), any answer
 //! resets it. Pure: time and randomness come in; `upstream.rs` holds the lock.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::clock::Instant;
 use crate::config::ConnectBackoffSettings;
 use crate::sleeper::{Exponential, Random};
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::Instant;
 
 /// How far a deadline that would overflow is put: out of reach, as tokio does for
 /// its own far-future timers.

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
+use crate::clock::{Clock, Instant};
 use crate::config::Config;
 use crate::load::{self, Shot, Tally, Until};
 use crate::mock_upstream::{self, MockOptions, MockUpstream, Style};
@@ -92,7 +91,7 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> Result<(), DemoE
     if options.admin.is_some() {
         let _ = writeln!(out, "status page: http://{}/", server_admin);
     }
-    let start = Instant::now();
+    let start = Clock::Tokio.now();
     let tally: Arc<Tally> = Arc::default();
     let writers = tokio::spawn(load::write(
         addr,

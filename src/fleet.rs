@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::config::{ConnectBackoffSettings, FleetSettings};
@@ -390,7 +389,8 @@ fn member_id() -> String {
 }
 
 /// The sync task: one round trip per `sync_interval` while connected; reconnection
-/// with gRPC's backoff while not.
+/// with gRPC's backoff while not. Its ticks, backoff and round-trip times are on
+/// `clock`; only the round trips' own deadlines are tokio's, like any socket's.
 async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>) {
     let settings = &inner.settings;
     let metrics = &inner.metrics;
@@ -405,26 +405,24 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     };
     let mut backoff = ConnectBackoff::new(&reconnect_backoff(settings.sync_interval));
     let mut rng = fastrand::Rng::new();
-    let mut tick = tokio::time::interval(settings.sync_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = clock.interval(settings.sync_interval);
     let mut connected = false;
     let mut failures = 0u32;
     let mut last_round = clock.now();
     metrics.connected.set(0);
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            () = tick.tick() => {}
             _ = stopped.changed() => break,
         }
         if !store.is_connected() {
-            let now = std::time::Instant::now();
-            if let Admission::Closed(_) = backoff.admit(now) {
+            if let Admission::Closed(_) = backoff.admit(clock.now()) {
                 continue;
             }
             let timeout = settings.sync_interval.max(Duration::from_millis(500));
             if let Err(error) = store.connect(timeout).await {
                 metrics.sync_errors.inc();
-                backoff.on_failure(std::time::Instant::now(), &mut rng);
+                backoff.on_failure(clock.now(), &mut rng);
                 let fault = Fault::of(&error);
                 metrics.redis_error(fault.as_str());
                 if !connected {
@@ -439,9 +437,10 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         let elapsed = now.saturating_duration_since(last_round);
         last_round = now;
         let lanes = live_lanes(&inner);
-        let started = Instant::now();
+        let started = clock.now();
         let result = sync_round(&inner, &mut store, &lanes, elapsed).await;
-        metrics.sync.observe(started.elapsed().as_secs_f64());
+        let took = clock.now().saturating_duration_since(started);
+        metrics.sync.observe(took.as_secs_f64());
         match result {
             Ok(()) => {
                 failures = 0;
@@ -459,7 +458,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
                 failures += 1;
                 if failures >= FAILURES_TO_LOCAL {
                     store.disconnect();
-                    backoff.on_failure(std::time::Instant::now(), &mut rng);
+                    backoff.on_failure(clock.now(), &mut rng);
                     if connected {
                         connected = false;
                         inner.connected.store(false, Ordering::Relaxed);
@@ -823,6 +822,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Instant;
     use crate::config::FleetSettings;
 
     fn shared(ms: u64) -> Shared {
@@ -836,7 +836,7 @@ mod tests {
     fn reconnection_attempts_never_wait_longer_than_two_and_a_half_seconds() {
         let mut backoff = ConnectBackoff::new(&reconnect_backoff(Duration::from_millis(250)));
         let mut rng = fastrand::Rng::with_seed(3);
-        let mut now = std::time::Instant::now();
+        let mut now = Instant::now();
         let mut longest = Duration::ZERO;
         for _ in 0..40 {
             let wait = backoff.on_failure(now, &mut rng).unwrap_or_default();

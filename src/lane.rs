@@ -14,9 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use foldhash::fast::RandomState;
-use tokio::time::Instant;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::fleet::{Decision, Fleet, LaneLink};

@@ -12,7 +12,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::time::Instant;
+
+use crate::clock::{Clock, Instant};
 
 /// The request every writer sends, over and over.
 #[derive(Debug)]
@@ -94,7 +95,7 @@ pub async fn write(
                         }
                         None
                     }
-                    Until::Deadline(at) if Instant::now() >= at => return,
+                    Until::Deadline(at) if Clock::Tokio.now() >= at => return,
                     Until::Deadline(at) => Some(at),
                 };
                 let mut request = Request::builder().method(shot.method.clone()).uri(&uri);

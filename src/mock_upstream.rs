@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
@@ -30,6 +30,7 @@ use prometheus::{Encoder, Gauge, IntCounterVec, Opts, Registry, TextEncoder};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::clock::Clock;
 use crate::route::dynamodb::{self, Access};
 use capacity::{Capacity, Demand, Exhausted, Verdict};
 
@@ -115,6 +116,8 @@ pub struct MockUpstream {
 
 struct Inner {
     options: MockOptions,
+    /// The clock its capacity and its rate-limit headers follow.
+    clock: Clock,
     capacity: Mutex<Capacity>,
     ok: AtomicU64,
     throttled: AtomicU64,
@@ -168,13 +171,15 @@ impl MockUpstream {
             requests.with_label_values(&[result]);
         }
         rate.set(options.rate);
-        let now = Instant::now();
+        let clock = Clock::Tokio;
+        let now = clock.now();
         let shared = Bucket::new(options.rate, options.burst, options.autoscale, now)
             .with_schedule(options.schedule.steps());
         let capacity = Capacity::new(shared, &options.table_rates, options.key_rate, now);
         Ok(MockUpstream {
             inner: Arc::new(Inner {
                 options,
+                clock,
                 capacity: Mutex::new(capacity),
                 ok: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
@@ -202,7 +207,7 @@ impl MockUpstream {
     pub fn rate(&self) -> f64 {
         let mut capacity = self.lock_capacity();
         let shared = capacity.shared();
-        shared.advance(Instant::now());
+        shared.advance(self.inner.clock.now());
         shared.rate()
     }
 
@@ -270,7 +275,7 @@ impl MockUpstream {
     }
 
     async fn answer(&self, req: Request<Incoming>) -> Response<MockBody> {
-        let arrived = Instant::now();
+        let arrived = self.inner.clock.now();
         let style = self.inner.options.style;
         let path = req.uri().path();
         if self
@@ -341,11 +346,12 @@ impl MockUpstream {
             Verdict::Throttled { reasons, .. } => table_throttle(&reasons),
         };
         if matches!(style, Style::Openai | Style::Anthropic) {
-            let level = self.lock_capacity().shared().level(Instant::now());
+            let level = self.lock_capacity().shared().level(self.inner.clock.now());
             if style == Style::Openai {
                 openai_headers(answer.headers_mut(), level);
             } else {
-                anthropic_headers(answer.headers_mut(), level);
+                let wall = self.inner.clock.wall();
+                anthropic_headers(answer.headers_mut(), level, wall);
             }
         }
         answer
@@ -431,9 +437,13 @@ fn openai_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Dur
 }
 
 /// Anthropic's request-bucket headers: `(left, size, full again in)`, the reset as an
-/// RFC 3339 time.
-fn anthropic_headers(headers: &mut HeaderMap, (left, size, full_in): (u64, u64, Duration)) {
-    let at = time::OffsetDateTime::from(std::time::SystemTime::now() + full_in);
+/// RFC 3339 time from `now`.
+fn anthropic_headers(
+    headers: &mut HeaderMap,
+    (left, size, full_in): (u64, u64, Duration),
+    now: SystemTime,
+) {
+    let at = time::OffsetDateTime::from(now + full_in);
     let format = time::format_description::well_known::Rfc3339;
     headers.insert(
         "anthropic-ratelimit-requests-limit",

@@ -21,9 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
-use tokio::time::Instant;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::sleeper::Mode;
 use crate::window::WindowedCount;
 use precise::PreciseSleep;

@@ -20,7 +20,6 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, Semaphore, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::admin::{self, AdminLimits, AdminState, Upstreams};
 use crate::clock::Clock;
@@ -340,10 +339,10 @@ impl Live {
         let mut state = self.state.lock().await;
         state.draining = true;
         let margin = (grace / 10).min(Duration::from_secs(1));
-        let by = crate::deadline::after(Instant::now(), grace.saturating_sub(margin));
+        let within = grace.saturating_sub(margin);
         let replaced = state.replaced.iter().filter_map(Weak::upgrade);
         for upstream in self.all().into_iter().chain(replaced) {
-            upstream.drain(by);
+            upstream.drain(within);
         }
         let waiting: usize = self.all().iter().map(|u| u.waiting()).sum();
         tracing::info!(waiting, grace = ?grace, "draining");

@@ -17,9 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName};
-use tokio::time::Instant;
 
-use crate::clock::nanos;
+use crate::clock::{Instant, nanos};
 
 /// The most of a hint the AWS SDKs honour beyond their own backoff (botocore's and
 /// the JS SDK's standard mode wait `max(backoff, min(hint, backoff + 5 s))`).

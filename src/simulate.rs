@@ -15,11 +15,10 @@ pub mod report;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use tokio::time::Instant;
-
 use std::borrow::Cow;
 
 use crate::attempt::{self, Attempts, Next};
+use crate::clock::Instant;
 use crate::clock::{Clock, ManualClock};
 use crate::config::{FleetSettings, UpstreamSettings};
 use crate::fleet::{Fleet, Memory};
@@ -246,7 +245,7 @@ impl World {
             Some(table) => table,
             None => &mut self.bucket,
         };
-        let throttled = bucket.take(slot.dispatched_at.into_std()).is_err();
+        let throttled = bucket.take(slot.dispatched_at).is_err();
         let at = self.since_start(slot.dispatched_at);
         if self.bucket.rate() != self.rate {
             self.rate = self.bucket.rate();
@@ -265,7 +264,7 @@ impl World {
     /// A scheduled capacity change. The new bucket starts full; with the burst at a
     /// tenth of a second of capacity that is a negligible gift.
     fn set_capacity(&mut self, rate: f64, now: Instant) {
-        self.bucket = Bucket::new(rate, self.burst, None, now.into_std());
+        self.bucket = Bucket::new(rate, self.burst, None, now);
         self.rate = rate;
         let at = self.since_start(now);
         self.trace.capacity.push((at, rate));
@@ -283,18 +282,13 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     let (initial, steps) = options.schedule();
     let world: Shared = Arc::new(Mutex::new(World {
         start,
-        bucket: Bucket::new(
-            initial,
-            options.burst,
-            options.autoscale(),
-            start.into_std(),
-        ),
+        bucket: Bucket::new(initial, options.burst, options.autoscale(), start),
         tables: if options.scenario == Scenario::Tables {
             TABLES
                 .iter()
                 .map(|(_, share)| {
                     let burst = ((options.burst as f64 * share).ceil() as u32).max(1);
-                    Bucket::new(initial * share, burst, None, start.into_std())
+                    Bucket::new(initial * share, burst, None, start)
                 })
                 .collect()
         } else {

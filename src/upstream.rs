@@ -13,12 +13,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use tokio::time::Instant;
-
 use crate::attempt::Cause;
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
+use crate::deadline::after;
 use crate::fleet::Fleet;
 use crate::hints::Hint;
 use crate::lane::{CappedHint, Lane, Lanes, Pass, Route, Settled};
@@ -260,7 +259,7 @@ impl Control {
         if self.connect_healthy.load(Ordering::Relaxed) {
             return Admission::Open;
         }
-        self.lock_connect().0.admit(now.into_std())
+        self.lock_connect().0.admit(now)
     }
 
     /// A connection could not be made for `cause`: starts or steps the backoff;
@@ -269,7 +268,7 @@ impl Control {
         self.metrics.connect_failures.inc();
         let mut guard = self.lock_connect();
         let (backoff, rng) = &mut *guard;
-        if let Some(wait) = backoff.on_failure(now.into_std(), rng) {
+        if let Some(wait) = backoff.on_failure(now, rng) {
             self.connect_healthy.store(false, Ordering::Relaxed);
             tracing::warn!(upstream = %self.name(), %cause, backoff_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "cannot connect; backing off");
         }
@@ -338,7 +337,7 @@ impl Control {
         if self.connect_healthy.load(Ordering::Relaxed) {
             return Duration::ZERO;
         }
-        self.lock_connect().0.remaining(now.into_std())
+        self.lock_connect().0.remaining(now)
     }
 
     /// The default lane's latest capped hint while its pause or window lasts.
@@ -491,9 +490,10 @@ impl Control {
         self.lanes.all().iter().map(|l| l.waiting()).sum()
     }
 
-    /// From now on no request waits past `by` (the shutdown drain), in every lane.
-    pub fn drain(&self, by: Instant) {
-        self.lanes.drain(by);
+    /// From now on no request waits more than `within` from now (the shutdown drain),
+    /// in every lane.
+    pub fn drain(&self, within: Duration) {
+        self.lanes.drain(after(self.clock.now(), within));
     }
 
     /// Sets the gauges that depend on the moment of the scrape; idle lanes forget

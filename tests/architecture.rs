@@ -1,6 +1,7 @@
 //! ARCHITECTURE.md's module map holds: every `use crate::` and `use super::` in `src/`
 //! points to a module in the same layer or below, no two modules import each other,
-//! and the layer table here is the map ARCHITECTURE.md draws.
+//! and the layer table here is the map ARCHITECTURE.md draws. Time is read directly
+//! (not through `Clock`) only in the files ARCHITECTURE.md lists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -86,6 +87,11 @@ fn is_test(module: &str) -> bool {
     module.split('/').any(|part| part == "tests")
 }
 
+/// `text` without its inline `mod tests` (which comes last in a file).
+fn without_tests(text: &str) -> &str {
+    text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text)
+}
+
 /// The paths one `use` names, its braces expanded: `a::{b, c::{d, e}}` → `a::b`,
 /// `a::c::d`, `a::c::e`.
 fn expand(prefix: &str, tree: &str, out: &mut Vec<String>) {
@@ -119,18 +125,11 @@ fn expand(prefix: &str, tree: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The modules `module`'s `use crate::` and `use super::` lines point to, its own
-/// inline `mod tests` left out.
-fn imports(
-    module: &str,
-    text: &str,
-    known: &BTreeMap<String, std::path::PathBuf>,
-) -> BTreeSet<String> {
-    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
-    let parent: Vec<&str> = module.split('/').collect();
-    let parent = &parent[..parent.len() - 1];
-    let mut targets = BTreeSet::new();
-    let mut lines = text.lines();
+/// Every path the `use` statements of `text` name, braces expanded, its inline
+/// `mod tests` left out.
+fn use_paths(text: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut lines = without_tests(text).lines();
     while let Some(line) = lines.next() {
         let line = line.trim_start();
         let line = match line.split_once(' ') {
@@ -146,26 +145,38 @@ fn imports(
             statement.push_str(more);
         }
         let tree = statement.split(';').next().unwrap_or_default().trim();
-        let mut paths = Vec::new();
         expand("", tree, &mut paths);
-        for path in paths {
-            let parts: Vec<&str> = path.split("::").map(str::trim).collect();
-            let full: Vec<&str> = match parts.first() {
-                Some(&"crate") => parts[1..].to_vec(),
-                Some(&"super") => parent
-                    .iter()
-                    .copied()
-                    .chain(parts[1..].iter().copied())
-                    .collect(),
-                _ => continue,
-            };
-            let target = (1..=full.len())
-                .rev()
-                .map(|n| full[..n].join("/"))
-                .find(|candidate| known.contains_key(candidate));
-            if let Some(target) = target.filter(|t| t != module) {
-                targets.insert(target);
-            }
+    }
+    paths
+}
+
+/// The modules `module`'s `use crate::` and `use super::` lines point to, its own
+/// inline `mod tests` left out.
+fn imports(
+    module: &str,
+    text: &str,
+    known: &BTreeMap<String, std::path::PathBuf>,
+) -> BTreeSet<String> {
+    let parent: Vec<&str> = module.split('/').collect();
+    let parent = &parent[..parent.len() - 1];
+    let mut targets = BTreeSet::new();
+    for path in use_paths(text) {
+        let parts: Vec<&str> = path.split("::").map(str::trim).collect();
+        let full: Vec<&str> = match parts.first() {
+            Some(&"crate") => parts[1..].to_vec(),
+            Some(&"super") => parent
+                .iter()
+                .copied()
+                .chain(parts[1..].iter().copied())
+                .collect(),
+            _ => continue,
+        };
+        let target = (1..=full.len())
+            .rev()
+            .map(|n| full[..n].join("/"))
+            .find(|candidate| known.contains_key(candidate));
+        if let Some(target) = target.filter(|t| t != module) {
+            targets.insert(target);
         }
     }
     targets
@@ -285,4 +296,88 @@ fn architecture_md_draws_the_same_layers() {
         drawn, table,
         "ARCHITECTURE.md's map (left) vs LAYERS (right)"
     );
+}
+
+/// What reads time without `Clock`, or names a time type other than `clock::Instant`.
+const DIRECT_TIME: &[&str] = &[
+    "Instant::now",
+    "SystemTime::now",
+    "into_std",
+    "std::time::Instant",
+    "tokio::time::Instant",
+];
+
+/// The files of `src/` (`proxy/connection.rs`) whose code outside tests reads time
+/// directly, with the first line that does.
+fn direct_time_reads() -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for (module, path) in modules() {
+        if is_test(&module) || module == "clock" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a readable source file");
+        let code = without_tests(&text)
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"));
+        let mut read = code.filter(|line| DIRECT_TIME.iter().any(|p| line.contains(p)));
+        let imported = use_paths(&text)
+            .into_iter()
+            .find(|path| DIRECT_TIME.contains(&path.as_str()))
+            .map(|path| format!("use {path}"));
+        if let Some(line) = read.next().map(|l| l.trim().to_string()).or(imported) {
+            found.insert(format!("{module}.rs"), line);
+        }
+    }
+    found
+}
+
+/// The files ARCHITECTURE.md lists under "Direct reads of time": each sub-item names
+/// its files in backquotes before its colon.
+fn listed_time_reads() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ARCHITECTURE.md"))
+        .expect("ARCHITECTURE.md");
+    let list = doc
+        .split("\n- Direct reads of time")
+        .nth(1)
+        .expect("a \"Direct reads of time\" item in ARCHITECTURE.md");
+    let mut listed = BTreeSet::new();
+    for line in list.lines().skip(1) {
+        if !line.starts_with("  ") {
+            break;
+        }
+        let Some(item) = line.trim_start().strip_prefix("- ") else {
+            continue;
+        };
+        let names = item.split(": ").next().unwrap_or(item);
+        for (i, part) in names.split('`').enumerate() {
+            if i % 2 == 1 && part.ends_with(".rs") {
+                listed.insert(part.to_string());
+            }
+        }
+    }
+    listed
+}
+
+#[test]
+fn time_is_read_directly_only_where_architecture_md_lists() {
+    let found = direct_time_reads();
+    let listed = listed_time_reads();
+    assert!(
+        !listed.is_empty(),
+        "no files parsed from ARCHITECTURE.md's list"
+    );
+    let mut wrong = Vec::new();
+    for (file, line) in &found {
+        if !listed.contains(file) {
+            wrong.push(format!(
+                "src/{file} reads time directly (`{line}`): read it through `Clock`, or list the file and why in ARCHITECTURE.md"
+            ));
+        }
+    }
+    for file in listed.iter().filter(|f| !found.contains_key(*f)) {
+        wrong.push(format!(
+            "ARCHITECTURE.md lists src/{file}, which no longer reads time directly"
+        ));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 
 /// A window this wide sends any burst a client pool makes: the start is over.
 pub const OPEN_AT: u32 = 64;

@@ -2,9 +2,10 @@
 //! DynamoDB-like auto-scaling that raises the rate after throttling has lasted a while.
 //! Pure: time comes in.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::schedule::Step;
+use crate::clock::Instant;
 
 /// Auto-scaling: after `after` of sustained throttling, rate × `factor`, up to `max`.
 #[derive(Clone, Copy, Debug, PartialEq)]

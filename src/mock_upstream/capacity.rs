@@ -5,9 +5,10 @@
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::bucket::Bucket;
+use crate::clock::Instant;
 use crate::route::dynamodb::{Access, Limit};
 
 /// `--table-rate`: the table's own capacity for reads, writes or both.

@@ -16,9 +16,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 
 /// The most the timerfd is armed early. A wake-up later than this is a stall of the
 /// host, not the timer's habit; the spin after an early wake-up stays this short.

@@ -19,8 +19,8 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
-use tokio::time::Instant;
 
+use crate::clock::Instant;
 use crate::flag_waker::FlagWaker;
 use crate::transport::Bound;
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
+
+use crate::clock::Instant;
 
 /// The error a silent body ends with.
 #[derive(Debug, thiserror::Error)]

@@ -4,8 +4,9 @@
 //! answers every request that way.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::clock::Instant;
 use crate::notice::Notice;
 use crate::transport::SendError;
 
@@ -17,10 +18,11 @@ static NOTICE: Notice = Notice::every(PERIOD);
 /// Where [`NOTICE`]'s time is counted from.
 static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
-/// Logs, at most once per [`PERIOD`], that `upstream` answered with an oversized head.
-pub fn warn(upstream: &str, error: &SendError) {
-    let origin = *ORIGIN.get_or_init(Instant::now);
-    if let Some(answers) = NOTICE.hit(origin.elapsed()) {
+/// Logs, at most once per [`PERIOD`], that `upstream` answered with an oversized head
+/// (at `now`, on the upstream's clock).
+pub fn warn(upstream: &str, error: &SendError, now: Instant) {
+    let origin = *ORIGIN.get_or_init(|| now);
+    if let Some(answers) = NOTICE.hit(now.saturating_duration_since(origin)) {
         tracing::warn!(
             upstream,
             answers,

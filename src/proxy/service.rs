@@ -13,14 +13,13 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use hyper::body::Incoming;
-use tokio::time::Instant;
 
 use super::access::{self, Record};
 use super::oversized;
 use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
 use crate::attempt::{self, Attempts, Next};
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::lane::{Lane, Pass, Route, Settled};
@@ -335,7 +334,11 @@ impl<'a> Ctx<'a> {
                         SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
                         _ if error.head_too_large() => {
                             upstream.reached(None, false);
-                            oversized::warn(&upstream.settings.name, &error);
+                            oversized::warn(
+                                &upstream.settings.name,
+                                &error,
+                                upstream.clock().now(),
+                            );
                             (Reason::UpstreamHeadTooLarge, Outcome::Error)
                         }
                         // It connected, whatever broke afterwards.

@@ -26,11 +26,11 @@ use hyper::client::conn::http1::{Builder, Connection, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 use tower_service::Service;
 
 use super::body::ProxyBody;
 use super::cause::{ConnectCause, SendError};
+use crate::clock::Instant;
 use crate::flag_waker::{FlagWaker, Pass};
 
 /// An upstream connection's own future: it reads and writes while polled.

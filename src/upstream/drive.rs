@@ -7,10 +7,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::{Control, Settle};
 use crate::attempt::{self, Attempts, Next};
+use crate::clock::Instant;
 use crate::connect_backoff::Admission;
 use crate::deadline::after;
 use crate::lane::{Pass, Route, Settled};
