@@ -441,13 +441,9 @@ impl Lane {
         let metrics = &self.common.metrics;
         let in_flight = u64::try_from(metrics.in_flight.get()).unwrap_or(0);
         let spend = self.common.settings.quota;
+        let at = self.since_origin(now);
         let decide = |window: Quota, fall: &quota::Fall| {
-            quota::decide(
-                spend,
-                window,
-                in_flight,
-                fall.observe(window.remaining, 1.0),
-            )
+            quota::decide(spend, window, in_flight, fall.observe(window, at, 1.0))
         };
         let requests = windows.requests.map(|w| decide(w, &self.falls.requests));
         let tokens = windows.tokens.map(|w| decide(w, &self.falls.tokens));
