@@ -30,6 +30,7 @@ use crate::shed::Spread;
 use crate::sleeper::{Mode, Step};
 use crate::throttle::{Signal, Verdict};
 
+mod overloads;
 mod slow_start;
 pub use slow_start::SlowStart;
 
@@ -100,6 +101,8 @@ pub struct Lane {
     goodput: Option<(Goodput, Instant)>,
     /// How fast the upstream's rate-limit windows fall per answer.
     falls: Falls,
+    /// How often overloads come, which decides whether one moves the interval.
+    overloads: overloads::Overloads,
 }
 
 impl std::fmt::Debug for Lane {
@@ -148,6 +151,7 @@ impl Lane {
             start,
             goodput: observe.then(|| (Goodput::default(), clock.now())),
             falls: Falls::default(),
+            overloads: overloads::Overloads::default(),
         }
     }
 
@@ -400,6 +404,10 @@ impl Lane {
                     // Observe mode: pacing would not have met this throttle.
                     return self.succeeded(slot);
                 }
+                if signal == Signal::Overload && !self.overloads.frequent() {
+                    // A rare overload: the request's retry backs off; the rate stays.
+                    return self.start.answered(false, false);
+                }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
                 let at = self.since_origin(now);
@@ -413,6 +421,7 @@ impl Lane {
                 self.start.answered(true, false);
             }
             Some(Verdict::Success) => {
+                self.overloads.success();
                 self.count_success();
                 self.succeeded(slot);
             }
