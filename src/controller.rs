@@ -68,7 +68,8 @@ impl<R: Random> Controller<R> {
     }
 
     /// An overload answer (529, a 503 that says "overloaded") to an attempt dispatched
-    /// in `epoch`: the upstream is busy whoever asks, so it is no quota to learn. It
+    /// in `epoch`: the upstream is busy whoever asks, so it is no quota to learn. The
+    /// lane passes only overloads that come often (see `lane/overloads.rs`). It
     /// raises the interval only from 0, as far as a first throttle would; a raised
     /// interval stays where it is. A steady small fraction of overloads therefore moves
     /// the rate at most that far, however long it lasts, under every strategy.

@@ -29,6 +29,7 @@ use crate::shed::Spread;
 use crate::sleeper::{Mode, Step};
 use crate::throttle::{Signal, Verdict};
 
+mod overloads;
 mod slow_start;
 pub use slow_start::SlowStart;
 
@@ -99,6 +100,8 @@ pub struct Lane {
     goodput: Option<(Goodput, Instant)>,
     /// How fast the upstream's rate-limit windows fall per answer.
     falls: Falls,
+    /// How often overloads come, which decides whether one moves the interval.
+    overloads: overloads::Overloads,
 }
 
 impl std::fmt::Debug for Lane {
@@ -147,6 +150,7 @@ impl Lane {
             start,
             goodput: observe.then(|| (Goodput::default(), clock.now())),
             falls: Falls::default(),
+            overloads: overloads::Overloads::default(),
         }
     }
 
@@ -399,6 +403,10 @@ impl Lane {
                     // Observe mode: pacing would not have met this throttle.
                     return self.succeeded(slot);
                 }
+                if signal == Signal::Overload && !self.overloads.frequent() {
+                    // A rare overload: the request's retry backs off; the rate stays.
+                    return self.start.answered(false, false);
+                }
                 let spacing = self.pacer.observed_spacing(now);
                 let mut controller = self.lock();
                 let at = self.since_origin(now);
@@ -412,6 +420,7 @@ impl Lane {
                 self.start.answered(true, false);
             }
             Some(Verdict::Success) => {
+                self.overloads.success();
                 self.count_success();
                 self.succeeded(slot);
             }
@@ -440,13 +449,9 @@ impl Lane {
         let metrics = &self.common.metrics;
         let in_flight = u64::try_from(metrics.in_flight.get()).unwrap_or(0);
         let spend = self.common.settings.quota;
+        let at = self.since_origin(now);
         let decide = |window: Quota, fall: &quota::Fall| {
-            quota::decide(
-                spend,
-                window,
-                in_flight,
-                fall.observe(window.remaining, 1.0),
-            )
+            quota::decide(spend, window, in_flight, fall.observe(window, at, 1.0))
         };
         let requests = windows.requests.map(|w| decide(w, &self.falls.requests));
         let tokens = windows.tokens.map(|w| decide(w, &self.falls.tokens));

@@ -51,13 +51,25 @@ pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decisio
     let fall = if fall.is_finite() { fall.max(1.0) } else { 1.0 };
     // This sidecar's requests the window still holds.
     let ours = window.remaining as f64 / fall;
-    if ours < 1.0 {
-        return Decision::Pause { until };
-    }
     let spread = |count: f64| Decision::Pace {
         spacing: until.div_f64(count.max(1.0)),
         until,
     };
+    // What refills in `until` is what was used: in this sidecar's requests.
+    let refill = match window.limit {
+        Some(limit) if window.refills && limit > window.remaining => {
+            Some((limit - window.remaining) as f64 / fall)
+        }
+        _ => None,
+    };
+    if ours < 1.0 {
+        // A bucket that refills holds the next request long before it is full again
+        // (its reset): pace at the refill rate, slowed to win back a reserve.
+        return match refill {
+            Some(refill) => spread(refill * REFILL_SHARE_WHEN_LOW),
+            None => Decision::Pause { until },
+        };
+    }
     if spend == Spend::Smooth {
         return spread(ours);
     }
@@ -66,14 +78,17 @@ pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decisio
     if ours > reserve {
         return Decision::Go;
     }
-    match window.limit {
-        // What refills in `until` is what was used: pace at that rate.
-        Some(limit) if window.refills && limit > window.remaining => {
-            spread((limit - window.remaining) as f64 / fall)
-        }
-        _ => spread(ours),
+    match refill {
+        // Below half the reserve, slower than the refill so that the reserve comes
+        // back: at exactly the refill rate, every early dispatch would be refused.
+        Some(refill) if ours < reserve / 2.0 => spread(refill * REFILL_SHARE_WHEN_LOW),
+        Some(refill) => spread(refill),
+        None => spread(ours),
     }
 }
+
+/// The share of a low bucket's refill rate used while it wins back its reserve.
+pub const REFILL_SHARE_WHEN_LOW: f64 = 0.9;
 
 /// The stricter of two decisions: a pause over a pace, the wider spacing, a go last.
 pub fn stricter(a: Decision, b: Decision) -> Decision {
@@ -107,11 +122,17 @@ pub struct Falls {
 }
 
 /// How fast a window's remaining falls per answer, learned from consecutive answers
-/// (a moving average: answers overtake each other). Lock-free: every answer with a
-/// rate-limit header passes here.
+/// (a moving average: answers overtake each other). A bucket that refills gains
+/// between two answers what it refills in the time between them; that is added back,
+/// or a bucket paced at its refill rate would seem not to fall at all. Lock-free:
+/// every answer with a rate-limit header passes here; the remaining and the time are
+/// two atomics, and an answer that slips between another's two stores only blurs one
+/// sample of the average.
 #[derive(Debug)]
 pub struct Fall {
     last: AtomicU64,
+    /// Nanoseconds since the lane's origin of the `last` answer.
+    last_at: AtomicU64,
     /// f64 bits; 0 until a first fall is seen.
     average: AtomicU64,
 }
@@ -120,22 +141,30 @@ impl Default for Fall {
     fn default() -> Fall {
         Fall {
             last: AtomicU64::new(u64::MAX),
+            last_at: AtomicU64::new(0),
             average: AtomicU64::new(0),
         }
     }
 }
 
 impl Fall {
-    /// Takes one answer's `remaining`; returns the average fall per answer so far, or
-    /// `unknown` before any.
-    pub fn observe(&self, remaining: u64, unknown: f64) -> f64 {
+    /// Takes one answer's `window`, seen `at` (since a fixed origin); returns the
+    /// average fall per answer so far, or `unknown` before any.
+    pub fn observe(&self, window: Quota, at: Duration, unknown: f64) -> f64 {
+        let remaining = window.remaining;
+        let at_ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
         let last = self.last.swap(remaining, Relaxed);
+        let last_at = self.last_at.swap(at_ns, Relaxed);
         let average = f64::from_bits(self.average.load(Relaxed));
-        // A first answer, or a rise (a refill or a new window): no fall to learn from.
-        if last == u64::MAX || remaining >= last {
-            return if average > 0.0 { average } else { unknown };
+        let known = if average > 0.0 { average } else { unknown };
+        if last == u64::MAX {
+            return known;
         }
-        let sample = (last - remaining) as f64;
+        let sample = last as f64 - remaining as f64 + refilled(window, last, at_ns, last_at);
+        // A rise beyond the refill (a new window) teaches nothing.
+        if sample <= 0.0 {
+            return known;
+        }
         let next = if average > 0.0 {
             0.8 * average + 0.2 * sample
         } else {
@@ -143,6 +172,20 @@ impl Fall {
         };
         self.average.store(next.to_bits(), Relaxed);
         next
+    }
+}
+
+/// What a refilling `window` regained between an answer that left `last` at `last_at`
+/// and this one at `at` (nanoseconds): its refill rate for the time between, up to
+/// its limit; nothing for a window that does not refill.
+fn refilled(window: Quota, last: u64, at: u64, last_at: u64) -> f64 {
+    match window.limit {
+        Some(limit) if window.refills && limit > window.remaining && !window.reset.is_zero() => {
+            let rate = (limit - window.remaining) as f64 / window.reset.as_secs_f64();
+            let between = at.saturating_sub(last_at) as f64 / 1e9;
+            (rate * between).min(limit.saturating_sub(last) as f64)
+        }
+        _ => 0.0,
     }
 }
 
@@ -216,16 +259,43 @@ mod tests {
 
     #[test]
     fn a_low_bucket_that_refills_is_paced_at_its_refill_rate() {
-        // OpenAI: 500 a minute, 10 left, full again in 58.8 s: 490 refill in that time.
+        // OpenAI: 500 a minute, 20 left (within the reserve of 25), full again in
+        // 57.6 s: 480 refill in that time.
         let w = Quota {
-            reset: Duration::from_millis(58_800),
-            ..window(10, 0, Some(500), true)
+            reset: Duration::from_millis(57_600),
+            ..window(20, 0, Some(500), true)
         };
         assert_eq!(
             decide(Spend::Use, w, 4, 1.0),
             Decision::Pace {
                 spacing: Duration::from_millis(120),
+                until: Duration::from_millis(57_600),
+            }
+        );
+        // Below half the reserve: 90 % of the refill, to win the reserve back.
+        let low = Quota {
+            remaining: 10,
+            reset: Duration::from_millis(58_800),
+            ..w
+        };
+        assert_eq!(
+            decide(Spend::Use, low, 4, 1.0),
+            Decision::Pace {
+                spacing: Duration::from_millis(58_800).div_f64(490.0 * 0.9),
                 until: Duration::from_millis(58_800),
+            }
+        );
+    }
+
+    #[test]
+    fn a_spent_bucket_that_refills_is_paced_not_paused_until_it_is_full() {
+        // Nothing left, full again in 60 s: the next request is back in 120 ms, not 60 s.
+        let w = window(0, 60, Some(500), true);
+        assert_eq!(
+            decide(Spend::Use, w, 16, 1.0),
+            Decision::Pace {
+                spacing: Duration::from_secs(60).div_f64(500.0 * 0.9),
+                until: Duration::from_secs(60),
             }
         );
     }
@@ -237,21 +307,20 @@ mod tests {
         let w = window(200, 60, Some(5000), false);
         assert_eq!(decide(Spend::Use, w, 1, 1.0), pace(300, 60));
         assert_eq!(decide(Spend::Use, w, 1, 4.0), pace(1200, 60));
-        // Tokens: 2000 left at 1000 a request holds 2 requests.
-        let tokens = window(2000, 60, Some(90_000), true);
+        // Tokens: 4000 left at 1000 a request holds 4 requests, within the reserve
+        // of 5 but not below half of it: 86 000 refill in 60 s.
+        let tokens = window(4000, 60, Some(90_000), true);
         let refill = Decision::Pace {
-            spacing: Duration::from_secs(60).div_f64(88.0),
+            spacing: Duration::from_secs(60).div_f64(86.0),
             until: Duration::from_secs(60),
         };
-        assert_eq!(
-            decide(Spend::Use, tokens, 1, 1000.0),
-            refill,
-            "88 000 refill in 60 s"
-        );
+        assert_eq!(decide(Spend::Use, tokens, 1, 1000.0), refill);
+        // 900 left holds no request: paced at 90 % of the refill of 89.1 requests in 6 s.
         assert_eq!(
             decide(Spend::Use, window(900, 6, Some(90_000), true), 1, 1000.0),
-            Decision::Pause {
-                until: Duration::from_secs(6)
+            Decision::Pace {
+                spacing: Duration::from_secs(6).div_f64(89.1 * 0.9),
+                until: Duration::from_secs(6),
             }
         );
     }
@@ -279,10 +348,33 @@ mod tests {
     #[test]
     fn the_fall_is_learned_from_consecutive_answers() {
         let f = Fall::default();
-        assert_eq!(f.observe(100, 1.0), 1.0, "nothing to compare with yet");
-        assert_eq!(f.observe(97, 1.0), 3.0);
-        assert_eq!(f.observe(96, 1.0), 0.8 * 3.0 + 0.2 * 1.0);
-        // A refill teaches nothing.
-        assert_eq!(f.observe(500, 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+        let at = Duration::from_secs;
+        let w = |remaining| window(remaining, 3600, Some(5000), false);
+        assert_eq!(f.observe(w(100), at(1), 1.0), 1.0, "nothing to compare with yet");
+        assert_eq!(f.observe(w(97), at(2), 1.0), 3.0);
+        assert_eq!(f.observe(w(96), at(3), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+        // A new window teaches nothing.
+        assert_eq!(f.observe(w(5000), at(4), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+    }
+
+    #[test]
+    fn the_fall_of_a_bucket_that_refills_counts_the_refill_between_answers() {
+        // 12 000 tokens a minute (200/s); 10 a request at 20 requests/s: the bucket
+        // stands still, and each request still takes 10.
+        let f = Fall::default();
+        let w = |remaining| Quota {
+            remaining,
+            reset: Duration::from_secs_f64((12_000 - remaining) as f64 / 200.0),
+            limit: Some(12_000),
+            refills: true,
+        };
+        assert_eq!(f.observe(w(100), Duration::from_millis(1000), 1.0), 1.0);
+        let fall = f.observe(w(100), Duration::from_millis(1050), 1.0);
+        assert!((fall - 10.0).abs() < 1e-9, "{fall}");
+        // A full bucket refills nothing more.
+        let full = Fall::default();
+        full.observe(w(11_995), Duration::from_secs(1), 1.0);
+        let fall = full.observe(w(11_990), Duration::from_secs(100), 1.0);
+        assert!((fall - 10.0).abs() < 1e-9, "{fall}");
     }
 }
