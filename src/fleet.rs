@@ -331,7 +331,7 @@ impl Fleet {
             upstream: upstream.to_string(),
             lane: lane.to_string(),
             key: format!(
-                "easeoff:{}:{upstream}:{lane}:state",
+                "easeoff:{{{}:{upstream}:{lane}}}:state",
                 self.inner.settings.group
             ),
             fingerprint: lock(&self.inner.fingerprints)
@@ -394,7 +394,7 @@ fn member_id() -> String {
 async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>) {
     let settings = &inner.settings;
     let metrics = &inner.metrics;
-    let mut store = match Store::new(&settings.redis, settings.ca_file.as_deref()) {
+    let mut store = match Store::new(settings) {
         Ok(store) => store,
         Err(error) => {
             // `check` refuses such URLs and CA files; a config built in code, or a file
