@@ -25,6 +25,7 @@ use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, IntoConnectionInfo, RedisResult, Script,
     TlsCertificates,
 };
+use tokio::sync::watch;
 
 use super::learning::{Proposal, Shared};
 use crate::config::{FleetSettings, RedisMode, RedisUrl};
@@ -124,7 +125,20 @@ pub struct Store {
     conn: Option<Link>,
     /// The last sync found the script gone: load it before the next.
     reload: bool,
+    /// With Sentinel: the primary connected to, and the one the sentinels name now
+    /// (asked by a task of its own, so no sync waits for them).
+    primary: Option<(
+        redis::ConnectionAddr,
+        watch::Receiver<Option<redis::ConnectionAddr>>,
+    )>,
+    /// The sentinels the watching task asks, until it starts.
+    watch: Option<SentinelClient>,
 }
+
+/// How often a member asks the sentinels which server is the primary. A failover
+/// leaves the old primary taking writes until a sentinel demotes it, up to ten seconds
+/// later; asking keeps a member from writing to it for more than this long.
+const PRIMARY_CHECK: Duration = Duration::from_secs(1);
 
 /// Where the fleet's Redis is, by `redis_mode`.
 enum Target {
@@ -149,6 +163,7 @@ impl Store {
     pub fn new(settings: &FleetSettings) -> RedisResult<Store> {
         let tls = certificates(settings)?;
         let urls: Vec<&str> = settings.redis.urls().iter().map(RedisUrl::expose).collect();
+        let mut watch = None;
         let target = match settings.redis_mode {
             RedisMode::Single => {
                 let url = urls.first().copied().unwrap_or_default();
@@ -164,13 +179,18 @@ impl Store {
                 }
                 Target::Cluster(Box::new(builder.build()?))
             }
-            RedisMode::Sentinel => Target::Sentinel(Box::new(sentinel(settings, &urls, tls)?)),
+            RedisMode::Sentinel => {
+                watch = Some(sentinel(settings, &urls, tls.clone())?);
+                Target::Sentinel(Box::new(sentinel(settings, &urls, tls)?))
+            }
         };
         Ok(Store {
             target,
             script: Script::new(SYNC),
             conn: None,
             reload: false,
+            primary: None,
+            watch,
         })
     }
 
@@ -195,11 +215,16 @@ impl Store {
                 let primary = tokio::time::timeout(timeout, sentinels.async_get_client())
                     .await
                     .map_err(|_| timed_out("no sentinel answered"))??;
-                Link::Node(
-                    primary
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                )
+                let conn = primary
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let addr = primary.get_connection_info().addr().clone();
+                let named = match self.primary.take() {
+                    Some((_, named)) => named,
+                    None => watch_primary(self.watch.take(), addr.clone(), timeout),
+                };
+                self.primary = Some((addr, named));
+                Link::Node(conn)
             }
             Target::Cluster(client) => {
                 let cluster = tokio::time::timeout(timeout, client.get_async_connection())
@@ -215,6 +240,13 @@ impl Store {
         self.conn = Some(link);
         self.reload = false;
         Ok(())
+    }
+
+    /// Whether the sentinels name another primary than the one connected to.
+    fn primary_moved(&self) -> bool {
+        self.primary
+            .as_ref()
+            .is_some_and(|(at, named)| named.borrow().as_ref().is_some_and(|now| now != at))
     }
 
     /// Drops the connection; the next [`Store::connect`] makes a new one.
@@ -234,12 +266,19 @@ impl Store {
         key_ttl: Duration,
         hold: Duration,
     ) -> RedisResult<Vec<RedisResult<Answer>>> {
-        let Some(link) = self.conn.as_mut() else {
-            return Err(not_connected());
-        };
         if lanes.is_empty() {
             return Ok(Vec::new());
         }
+        if self.primary_moved() {
+            self.conn = None;
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the sentinels name another primary now",
+            )));
+        }
+        let Some(link) = self.conn.as_mut() else {
+            return Err(not_connected());
+        };
         let ttls = [member_ttl, key_ttl, hold].map(millis);
         let conn = match link {
             Link::Cluster(conn) => {
@@ -431,6 +470,32 @@ fn sentinel(
             .set_client_to_sentinel_certificates(tls);
     }
     builder.build()
+}
+
+/// Asks `sentinels` which server is the primary every [`PRIMARY_CHECK`], until the
+/// store is gone. A failover leaves the old primary taking writes until a sentinel
+/// demotes it, up to ten seconds later: a member that asks leaves it within a second
+/// or two of the switch.
+fn watch_primary(
+    sentinels: Option<SentinelClient>,
+    first: redis::ConnectionAddr,
+    timeout: Duration,
+) -> watch::Receiver<Option<redis::ConnectionAddr>> {
+    let (tell, named) = watch::channel(Some(first));
+    if let Some(mut sentinels) = sentinels {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PRIMARY_CHECK).await;
+                let asked = tokio::time::timeout(timeout, sentinels.async_get_client()).await;
+                let Ok(Ok(primary)) = asked else { continue };
+                let addr = primary.get_connection_info().addr().clone();
+                if tell.send(Some(addr)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    named
 }
 
 fn timed_out(what: &'static str) -> redis::RedisError {
