@@ -58,6 +58,8 @@ const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(2);
 const HOLD_SYNCS: u32 = 2;
 /// A lane's hash outlives its last sync by this many member TTLs.
 const KEY_TTL_MEMBER_TTLS: u32 = 12;
+/// The lane label the lanes past `metrics_lanes` share, as in the lanes' own series.
+const OTHER_SERIES: &str = "other";
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
 const NONE: u64 = u64::MAX;
 /// How many syncs a lane remembers the most members it shared with (a minute at the
@@ -139,6 +141,8 @@ struct LaneCell {
     /// Reads the lane's queue at each sync, if the lane gave a way to.
     queue: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
     metrics: FleetLaneMetrics,
+    /// Whether the lane has series of its own (else it shares [`OTHER_SERIES`]'s).
+    named: bool,
     /// The sync task's own state for the lane; only that task locks it.
     sync: Mutex<LaneSync>,
 }
@@ -320,11 +324,13 @@ impl Fleet {
     }
 
     /// Registers a lane; `on_sync` is called by the sync task after each sync with what
-    /// the fleet decided for this lane, never on the request path.
+    /// the fleet decided for this lane, never on the request path. A lane that is not
+    /// `named` (past `metrics_lanes`) shares the series labelled `other`.
     pub fn join(
         &self,
         upstream: &str,
         lane: &str,
+        named: bool,
         on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
     ) -> LaneLink {
         let cell = Arc::new(LaneCell {
@@ -347,7 +353,11 @@ impl Fleet {
             share: AtomicU64::new(1f64.to_bits()),
             on_sync,
             queue: OnceLock::new(),
-            metrics: self.inner.metrics.lane(upstream, lane),
+            metrics: self
+                .inner
+                .metrics
+                .lane(upstream, if named { lane } else { OTHER_SERIES }),
+            named,
             sync: Mutex::new(LaneSync::default()),
         });
         lock(&self.inner.lanes).push(Arc::clone(&cell));
@@ -504,7 +514,7 @@ fn live_lanes(inner: &Inner) -> Vec<Arc<LaneCell>> {
     let mut lanes = lock(&inner.lanes);
     lanes.retain(|lane| {
         let gone = lane.gone.load(Ordering::Relaxed);
-        if gone {
+        if gone && lane.named {
             inner.metrics.remove_lane(&lane.upstream, &lane.lane);
         }
         !gone
@@ -867,7 +877,7 @@ mod tests {
                         lock(&seen).push(*d);
                     }
                 });
-                let link = fleet.join("up", "default", cb);
+                let link = fleet.join("up", "default", true, cb);
                 link.waiting(1000);
                 (fleet, link)
             })

@@ -209,6 +209,7 @@ impl Member {
         let link = Arc::new(fleet.join(
             "orders",
             lane,
+            true,
             Box::new(move |d| seen.lock().unwrap().push(*d)),
         ));
         Member {
@@ -492,6 +493,7 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
             let link = m.fleet.join(
                 "orders",
                 lane,
+                true,
                 Box::new(move |d| seen.lock().unwrap().push(*d)),
             );
             link.learned(ms(10), 1, None);
@@ -826,7 +828,7 @@ async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
         .map(|(m, seen)| {
             let seen = Arc::clone(seen);
             let cb = Box::new(move |d: &Decision| seen.lock().unwrap().push(*d));
-            m.fleet.join("orders", "b", cb)
+            m.fleet.join("orders", "b", true, cb)
         })
         .collect();
     members[0].link.learned(ms(10), 1, None);

@@ -401,3 +401,52 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
     assert!(sent > 20, "{sent}");
     assert_eq!(failed, 0, "{failed} of {sent} requests failed");
 }
+
+/// A sidecar with many lanes exports fleet series for `metrics_lanes` of them, by
+/// name, and one `other` series the rest share, like every other lane family.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_series_are_bounded_by_metrics_lanes() {
+    let Some(mut servers) = Servers::new("series") else {
+        return;
+    };
+    let port = free_port();
+    servers.start(port, &[]);
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let text = config(&format!("redis = \"redis://127.0.0.1:{port}/0\""), up.addr)
+        + "[upstream.lanes]\nby = [\"header:x-tenant\"]\nmetrics_lanes = 3\n";
+    let sidecar = support::proxy_config(&text).await;
+    let client = support::client();
+    let url = format!("http://{}/", sidecar.addr);
+    for tenant in 0..12 {
+        let tenant = tenant.to_string();
+        let answer = support::send(&client, "GET", &url, &[("x-tenant", &tenant)], "").await;
+        assert_eq!(answer.status, 200);
+    }
+    support::wait_until(PATIENCE, "the lanes to sync", || async {
+        support::metric(
+            sidecar.admin,
+            r#"easeoff_fleet_members{lane="other",upstream="up"}"#,
+        )
+        .await
+            == 1.0
+    })
+    .await;
+    let metrics = support::metrics(sidecar.admin).await;
+    for family in [
+        "easeoff_fleet_members",
+        "easeoff_fleet_share_ratio",
+        "easeoff_fleet_rate",
+    ] {
+        let series = metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .count();
+        assert_eq!(
+            series,
+            3 + 1,
+            "{family}: metrics_lanes by name and `other`\n{metrics}"
+        );
+    }
+    let lanes: Vec<String> = ask(port, &["KEYS", "easeoff:*"]).unwrap();
+    assert_eq!(lanes.len(), 13, "every lane syncs: {lanes:?}");
+}
