@@ -26,7 +26,8 @@ pub use kinds::{UpstreamUrl, ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
     AccessLog, ConnectBackoffSettings, FleetSettings, LaneSettings, PoolSettings, QueueSettings,
-    RedisUrl, RetrySettings, RuntimeShape, ServerSettings, SigV4Settings, UpstreamSettings,
+    RedisMode, RedisNodes, RedisUrl, RetrySettings, RuntimeShape, ServerSettings, SigV4Settings,
+    UpstreamSettings,
 };
 pub use sections::ALL_SECTIONS;
 

@@ -57,6 +57,8 @@ const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(2);
 const HOLD_SYNCS: u32 = 2;
 /// A lane's hash outlives its last sync by this many member TTLs.
 const KEY_TTL_MEMBER_TTLS: u32 = 12;
+/// The lane label the lanes past `metrics_lanes` share, as in the lanes' own series.
+const OTHER_SERIES: &str = "other";
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
 const NONE: u64 = u64::MAX;
 /// How many syncs a lane remembers the most members it shared with (a minute at the
@@ -138,6 +140,8 @@ struct LaneCell {
     /// Reads the lane's queue at each sync, if the lane gave a way to.
     queue: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
     metrics: FleetLaneMetrics,
+    /// Whether the lane has series of its own (else it shares [`OTHER_SERIES`]'s).
+    named: bool,
     /// The sync task's own state for the lane; only that task locks it.
     sync: Mutex<LaneSync>,
 }
@@ -319,18 +323,20 @@ impl Fleet {
     }
 
     /// Registers a lane; `on_sync` is called by the sync task after each sync with what
-    /// the fleet decided for this lane, never on the request path.
+    /// the fleet decided for this lane, never on the request path. A lane that is not
+    /// `named` (past `metrics_lanes`) shares the series labelled `other`.
     pub fn join(
         &self,
         upstream: &str,
         lane: &str,
+        named: bool,
         on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
     ) -> LaneLink {
         let cell = Arc::new(LaneCell {
             upstream: upstream.to_string(),
             lane: lane.to_string(),
             key: format!(
-                "easeoff:{}:{upstream}:{lane}:state",
+                "easeoff:{{{}:{upstream}:{lane}}}:state",
                 self.inner.settings.group
             ),
             fingerprint: lock(&self.inner.fingerprints)
@@ -346,7 +352,11 @@ impl Fleet {
             share: AtomicU64::new(1f64.to_bits()),
             on_sync,
             queue: OnceLock::new(),
-            metrics: self.inner.metrics.lane(upstream, lane),
+            metrics: self
+                .inner
+                .metrics
+                .lane(upstream, if named { lane } else { OTHER_SERIES }),
+            named,
             sync: Mutex::new(LaneSync::default()),
         });
         lock(&self.inner.lanes).push(Arc::clone(&cell));
@@ -394,7 +404,7 @@ fn member_id() -> String {
 async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>) {
     let settings = &inner.settings;
     let metrics = &inner.metrics;
-    let mut store = match Store::new(&settings.redis, settings.ca_file.as_deref()) {
+    let mut store = match Store::new(settings) {
         Ok(store) => store,
         Err(error) => {
             // `check` refuses such URLs and CA files; a config built in code, or a file
@@ -503,7 +513,7 @@ fn live_lanes(inner: &Inner) -> Vec<Arc<LaneCell>> {
     let mut lanes = lock(&inner.lanes);
     lanes.retain(|lane| {
         let gone = lane.gone.load(Ordering::Relaxed);
-        if gone {
+        if gone && lane.named {
             inner.metrics.remove_lane(&lane.upstream, &lane.lane);
         }
         !gone
@@ -867,7 +877,7 @@ mod tests {
                         lock(&seen).push(*d);
                     }
                 });
-                let link = fleet.join("up", "default", cb);
+                let link = fleet.join("up", "default", true, cb);
                 link.waiting(1000);
                 (fleet, link)
             })

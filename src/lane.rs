@@ -870,6 +870,7 @@ impl Lanes {
         let link = fleet.join(
             &self.common.upstream,
             lane.name(),
+            lane.named(),
             Box::new(move |decision| {
                 if let Some(lane) = weak.upgrade() {
                     lane.adopt(decision);

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use easeoff::clock::Clock;
-use easeoff::config::{FleetSettings, RedisUrl};
+use easeoff::config::{FleetSettings, RedisNodes, RedisUrl};
 use easeoff::fleet::{Decision, Fleet, LaneLink};
 use easeoff::metrics::Metrics;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -184,11 +184,11 @@ impl Drop for Redis {
 
 fn settings(url: &str) -> FleetSettings {
     FleetSettings {
-        redis: RedisUrl::parse(url).expect("a valid url"),
+        redis: RedisNodes(vec![RedisUrl::parse(url).expect("a valid url")]),
         group: "test".to_string(),
         sync_interval: SYNC,
         member_ttl: MEMBER_TTL,
-        ca_file: None,
+        ..FleetSettings::default()
     }
 }
 
@@ -209,6 +209,7 @@ impl Member {
         let link = Arc::new(fleet.join(
             "orders",
             lane,
+            true,
             Box::new(move |d| seen.lock().unwrap().push(*d)),
         ));
         Member {
@@ -290,7 +291,7 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-const KEY: &str = "easeoff:test:orders:default:state";
+const KEY: &str = "easeoff:{test:orders:default}:state";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_members_raising_for_one_burst_raise_the_fleet_once() {
@@ -492,6 +493,7 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
             let link = m.fleet.join(
                 "orders",
                 lane,
+                true,
                 Box::new(move |d| seen.lock().unwrap().push(*d)),
             );
             link.learned(ms(10), 1, None);
@@ -770,7 +772,7 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
     })
     .await;
     // A sync happened: the lane's hash holds this sidecar (read on the plain port).
-    let key = "easeoff:tls:up:default:state";
+    let key = "easeoff:{tls:up:default}:state";
     let mut members = 0;
     let deadline = Instant::now() + PATIENCE;
     while members == 0 {
@@ -799,7 +801,11 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
     })
     .await;
     assert_eq!(support::metric(doubting.admin, connected).await, 0.0);
-    assert!(redis.hash("easeoff:untrusted:up:default:state").is_empty());
+    assert!(
+        redis
+            .hash("easeoff:{untrusted:up:default}:state")
+            .is_empty()
+    );
 }
 
 /// Runs `command` with `args` on `redis`.
@@ -822,7 +828,7 @@ async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
         .map(|(m, seen)| {
             let seen = Arc::clone(seen);
             let cb = Box::new(move |d: &Decision| seen.lock().unwrap().push(*d));
-            m.fleet.join("orders", "b", cb)
+            m.fleet.join("orders", "b", true, cb)
         })
         .collect();
     members[0].link.learned(ms(10), 1, None);
@@ -837,7 +843,7 @@ async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
     redis_do(
         &redis,
         "SET",
-        &["easeoff:test:orders:b:state", "not a hash"],
+        &["easeoff:{test:orders:b}:state", "not a hash"],
     );
     wait_for("lane b on its own in both members", || {
         (0..2).all(|i| last_b(i).is_some_and(|d| d.local))
@@ -871,7 +877,7 @@ async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
         assert_eq!(m.fleet.fault(), None, "the fleet as a whole is fine");
     }
 
-    redis_do(&redis, "DEL", &["easeoff:test:orders:b:state"]);
+    redis_do(&redis, "DEL", &["easeoff:{test:orders:b}:state"]);
     wait_for("lane b back in the fleet", || {
         (0..2).all(|i| shared(last_b(i)))
     })

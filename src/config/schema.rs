@@ -22,8 +22,8 @@ use http::uri::{Authority, Scheme};
 
 use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
 use super::kinds::{
-    CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
-    Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
+    CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, MasterName,
+    Name, Needles, Nodes, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
 };
 use crate::quota::Spend;
 use crate::route::Part;
@@ -136,8 +136,13 @@ pub enum RuntimeShape {
 /// `[fleet]`: sidecars that share what their lanes learn, through Redis.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FleetSettings {
-    /// The Redis server: `redis://` or `rediss://` (TLS).
-    pub redis: RedisUrl,
+    /// The Redis server: `redis://` or `rediss://` (TLS); with `redis_mode` cluster or
+    /// sentinel, a list of seed nodes or of sentinels.
+    pub redis: RedisNodes,
+    /// How `redis` is reached: one server, a Redis Cluster or a primary behind Sentinel.
+    pub redis_mode: RedisMode,
+    /// The primary's name the sentinels know it by (`redis_mode = "sentinel"`).
+    pub sentinel_master: Option<String>,
     /// Sidecars with the same group share the lanes of upstreams with the same name.
     pub group: String,
     /// How often each member exchanges its lanes' state and demand with Redis.
@@ -147,17 +152,25 @@ pub struct FleetSettings {
     /// The CA certificates (PEM) trusted for a `rediss://` server, instead of the
     /// bundled public roots.
     pub ca_file: Option<PathBuf>,
+    /// The client certificate chain (PEM) presented to a `rediss://` server.
+    pub client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `client_cert`.
+    pub client_key: Option<PathBuf>,
 }
 
 impl Default for FleetSettings {
     /// The defaults of the optional keys; `redis` is required, so its is a placeholder.
     fn default() -> Self {
         FleetSettings {
-            redis: RedisUrl(String::from("redis://127.0.0.1:6379/0")),
+            redis: RedisNodes(vec![RedisUrl(String::from("redis://127.0.0.1:6379/0"))]),
+            redis_mode: RedisMode::Single,
+            sentinel_master: None,
             group: String::from("default"),
             sync_interval: Duration::from_millis(250),
             member_ttl: Duration::from_secs(5),
             ca_file: None,
+            client_cert: None,
+            client_key: None,
         }
     }
 }
@@ -166,13 +179,72 @@ impl Default for FleetSettings {
 pub const FLEET: Schema<FleetSettings> = keys!(
     "[fleet]",
     FleetSettings {
-        redis: Required(Parsed(RedisUrl::parse), ""),
+        redis: Required(Nodes, ""),
+        redis_mode: Plain,
+        sentinel_master: MasterName,
         group: Parsed(parse_group),
         sync_interval: Bounds::new(Duration::from_millis(10), Duration::from_secs(60)),
         member_ttl: Bounds::new(Duration::from_millis(100), Duration::from_secs(3600)),
         ca_file: CA_FILE,
+        client_cert: CERT_FILE,
+        client_key: KEY_FILE,
     }
 );
+
+/// `[fleet] redis_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One Redis server.
+    Single,
+    /// A Redis Cluster: `redis` lists seed nodes, the rest is discovered.
+    Cluster,
+    /// A primary found through Redis Sentinel: `redis` lists the sentinels.
+    Sentinel,
+}
+
+impl Choice for RedisMode {
+    fn all() -> impl Iterator<Item = Self> + Clone {
+        [RedisMode::Single, RedisMode::Cluster, RedisMode::Sentinel].into_iter()
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            RedisMode::Single => "single",
+            RedisMode::Cluster => "cluster",
+            RedisMode::Sentinel => "sentinel",
+        }
+    }
+}
+
+/// `[fleet] redis`: one URL or a list of them, each checked to parse.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RedisNodes(pub Vec<RedisUrl>);
+
+impl RedisNodes {
+    /// The URLs, in the order given; never empty.
+    pub fn urls(&self) -> &[RedisUrl] {
+        &self.0
+    }
+
+    /// Whether the URLs ask for TLS (`rediss://`): the first one's scheme, which
+    /// `validate::fleet` checks the others share.
+    pub fn is_tls(&self) -> bool {
+        self.0.first().is_some_and(RedisUrl::is_tls)
+    }
+}
+
+impl std::fmt::Display for RedisNodes {
+    /// The URLs with their passwords masked, separated by commas.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, url) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{url}")?;
+        }
+        Ok(())
+    }
+}
 
 /// A Redis URL that was checked to parse; shown with its password masked.
 #[derive(Clone, Debug, PartialEq)]
@@ -194,6 +266,13 @@ impl RedisUrl {
         redis::Client::open(text)
             .map(|_| url.clone())
             .map_err(|e| format!("invalid url \"{url}\": {e}"))
+    }
+
+    /// The database the URL names (0 when it names none); `None` if it does not parse.
+    pub fn database(&self) -> Option<i64> {
+        use redis::IntoConnectionInfo;
+        let info = self.0.as_str().into_connection_info().ok()?;
+        Some(info.redis_settings().db())
     }
 
     /// Whether the URL asks for TLS (`rediss://`).

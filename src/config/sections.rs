@@ -63,7 +63,7 @@ pub fn read_fleet(table: Option<TableReader<'_, '_>>) -> Option<FleetSettings> {
 pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     let mut u = UpstreamSettings::default();
     let set = read_keys(&mut t, &UPSTREAM, &mut u);
-    validate::client_identity(&t, &u, &set);
+    validate::client_identity(&t, (&u.client_cert, &u.client_key), &set);
     let preset = u.preset;
     if !set.has("max_pause") {
         u.max_pause = max_pause_default(preset);

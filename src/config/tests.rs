@@ -592,7 +592,7 @@ fn without_a_fleet_section_there_is_no_fleet_and_with_one_the_defaults_fill_in()
     assert_eq!(parse(MINIMAL).unwrap().fleet, None);
     let text = format!("[fleet]\nredis = \"redis://redis:6379/0\"\n{MINIMAL}");
     let fleet = parse(&text).unwrap().fleet.unwrap();
-    assert_eq!(fleet.redis.expose(), "redis://redis:6379/0");
+    assert_eq!(fleet.redis.urls()[0].expose(), "redis://redis:6379/0");
     assert_eq!(fleet.group, "default");
     assert_eq!(fleet.sync_interval, Duration::from_millis(250));
     assert_eq!(fleet.member_ttl, Duration::from_secs(5));
@@ -607,7 +607,10 @@ fn a_fleet_needs_a_redis_url_and_never_shows_its_password() {
     let text = format!("[fleet]\nredis = \"rediss://:${{AWS_REGION}}@cache:6380/0\"\n{MINIMAL}");
     let config = parse(&text).unwrap();
     let fleet = config.fleet.as_ref().unwrap();
-    assert_eq!(fleet.redis.expose(), "rediss://:eu-west-1@cache:6380/0");
+    assert_eq!(
+        fleet.redis.urls()[0].expose(),
+        "rediss://:eu-west-1@cache:6380/0"
+    );
     assert_eq!(fleet.redis.to_string(), "rediss://:***@cache:6380/0");
     assert!(!config.to_toml().contains("eu-west-1"));
     let bad = problems(&format!(
@@ -639,5 +642,115 @@ fn a_fleet_ca_file_is_checked_like_an_upstreams_and_needs_a_rediss_url() {
     assert!(
         bad[0].contains("fleet.ca_file: cannot load CA certificates"),
         "{bad:?}"
+    );
+}
+
+#[test]
+fn a_fleet_reaches_one_redis_a_cluster_or_a_primary_behind_sentinels() {
+    let fleet = |keys: &str| format!("[fleet]\n{keys}\n{MINIMAL}");
+    let cluster = parse(&fleet(
+        "redis = [\"redis://u:p@a:7000\", \"redis://u:p@b:7000\"]\nredis_mode = \"cluster\"",
+    ))
+    .unwrap()
+    .fleet
+    .unwrap();
+    assert_eq!(cluster.redis_mode, RedisMode::Cluster);
+    assert_eq!(
+        cluster.redis.to_string(),
+        "redis://u:***@a:7000,redis://u:***@b:7000"
+    );
+    let sentinel = parse(&fleet(
+        "redis = [\"redis://s1:26379\"]\nredis_mode = \"sentinel\"\nsentinel_master = \"mymaster\"",
+    ))
+    .unwrap()
+    .fleet
+    .unwrap();
+    assert_eq!(sentinel.sentinel_master.as_deref(), Some("mymaster"));
+    assert_eq!(sentinel.redis_mode, RedisMode::Sentinel);
+    // The default is one server.
+    let single = parse(&fleet("redis = \"redis://r:6379/0\""))
+        .unwrap()
+        .fleet
+        .unwrap();
+    assert_eq!(single.redis_mode, RedisMode::Single);
+}
+
+#[test]
+fn a_fleet_mode_that_does_not_fit_its_urls_is_refused_with_what_to_do() {
+    let fleet = |keys: &str| problems(&format!("[fleet]\n{keys}\n{MINIMAL}"));
+    assert_eq!(
+        fleet("redis = [\"redis://a:6379\", \"redis://b:6379\"]"),
+        [
+            "easeoff.toml:2:10: fleet.redis lists several urls: set redis_mode = \"cluster\" (seed nodes) or \"sentinel\" (sentinels), or give one url"
+        ]
+    );
+    assert_eq!(
+        fleet("redis = []\nredis_mode = \"cluster\""),
+        ["easeoff.toml:1:1: fleet.redis must name at least one redis:// url"]
+    );
+    assert_eq!(
+        fleet("redis = [\"redis://s:26379\"]\nredis_mode = \"sentinel\""),
+        [
+            "easeoff.toml:3:14: fleet.sentinel_master is missing: \"sentinel\" needs the name the sentinels know the primary by (sentinel monitor <name> ...)"
+        ]
+    );
+    assert_eq!(
+        fleet("redis = \"redis://a:6379\"\nsentinel_master = \"m\""),
+        ["easeoff.toml:3:19: fleet.sentinel_master is for redis_mode = \"sentinel\""]
+    );
+    assert_eq!(
+        fleet("redis = [\"redis://a:7000/2\"]\nredis_mode = \"cluster\""),
+        [
+            "easeoff.toml:2:10: fleet.redis names a database other than 0: a Redis Cluster has only database 0"
+        ]
+    );
+    let mixed =
+        fleet("redis = [\"redis://u:p@a:7000\", \"redis://u:q@b:7000\"]\nredis_mode = \"cluster\"");
+    assert_eq!(mixed.len(), 1, "{mixed:?}");
+    assert!(
+        mixed[0].contains("fleet.redis cannot seed a cluster"),
+        "{mixed:?}"
+    );
+    assert!(
+        !mixed[0].contains(":p@") && !mixed[0].contains(":q@"),
+        "{mixed:?}"
+    );
+    let schemes =
+        fleet("redis = [\"redis://a:7000\", \"rediss://b:7000\"]\nredis_mode = \"cluster\"");
+    assert!(
+        schemes
+            .iter()
+            .any(|p| p.contains("mixes redis:// and rediss://")),
+        "{schemes:?}"
+    );
+    assert_eq!(
+        fleet("redis = \"redis://a:6379\"\nredis_mode = \"ring\"").len(),
+        1
+    );
+}
+
+#[test]
+fn a_fleet_client_certificate_needs_its_key_and_a_rediss_url() {
+    let dir = std::env::temp_dir().join(format!("easeoff-fleet-cert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
+    std::fs::write(dir.join("client.pem"), made.cert.pem()).unwrap();
+    std::fs::write(dir.join("client.key"), made.signing_key.serialize_pem()).unwrap();
+    let dir = dir.display();
+    let fleet = |keys: &str| problems(&format!("[fleet]\n{keys}\n{MINIMAL}"));
+    let cert = format!("client_cert = \"{dir}/client.pem\"");
+    let key = format!("client_key = \"{dir}/client.key\"");
+    let both = format!("[fleet]\nredis = \"rediss://r:6380\"\n{cert}\n{key}\n{MINIMAL}");
+    assert!(parse(&both).unwrap().fleet.unwrap().client_key.is_some());
+    let alone = fleet(&format!("redis = \"rediss://r:6380\"\n{cert}"));
+    assert!(
+        alone[0].contains("fleet.client_cert needs client_key"),
+        "{alone:?}"
+    );
+    let plain = fleet(&format!("redis = \"redis://r:6379\"\n{cert}\n{key}"));
+    assert_eq!(plain.len(), 2, "{plain:?}");
+    assert!(
+        plain[0].contains("is for a rediss:// (TLS) url"),
+        "{plain:?}"
     );
 }

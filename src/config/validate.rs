@@ -4,23 +4,36 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use super::keys::Set;
 use super::reader::{Sink, TableReader};
-use super::schema::{ConnectBackoffSettings, FleetSettings, UpstreamSettings};
+use super::schema::{ConnectBackoffSettings, FleetSettings, RedisMode, UpstreamSettings};
 use super::units::format_duration;
 use crate::sleeper::{self, Initial, Mode, Strategy};
 
-/// A member lives through at least two syncs, so one late sync does not drop it; a
-/// `ca_file` is for a TLS connection.
+/// A member lives through at least two syncs, so one late sync does not drop it; TLS
+/// files are for a TLS connection; `redis` and `sentinel_master` fit `redis_mode`.
 pub fn fleet(t: &TableReader<'_, '_>, f: &mut FleetSettings, set: &Set) {
-    if f.ca_file.is_some() && !f.redis.is_tls() {
+    let tls = f.redis.is_tls();
+    for key in ["ca_file", "client_cert", "client_key"] {
+        if set.has(key) && !tls {
+            t.error(
+                set.span(key),
+                key,
+                "is for a rediss:// (TLS) url; redis:// is plain TCP",
+            );
+        }
+    }
+    client_identity(t, (&f.client_cert, &f.client_key), set);
+    if f.redis.urls().iter().any(|u| u.is_tls() != tls) {
         t.error(
-            set.span("ca_file"),
-            "ca_file",
-            "is for a rediss:// (TLS) url; redis:// is plain TCP",
+            set.span("redis"),
+            "redis",
+            "mixes redis:// and rediss:// urls; every node is reached the same way",
         );
     }
+    redis_mode(t, f, set);
     if f.member_ttl < f.sync_interval * 2 {
         t.error(
             set.span("member_ttl"),
@@ -30,6 +43,43 @@ pub fn fleet(t: &TableReader<'_, '_>, f: &mut FleetSettings, set: &Set) {
                 format_duration(f.member_ttl),
                 format_duration(f.sync_interval)
             ),
+        );
+    }
+}
+
+/// One url for a single server; a master's name with sentinel and only there; no
+/// database but 0 in a cluster, which has no other.
+fn redis_mode(t: &TableReader<'_, '_>, f: &FleetSettings, set: &Set) {
+    let urls = f.redis.urls();
+    match f.redis_mode {
+        RedisMode::Single if urls.len() > 1 => t.error(
+            set.span("redis"),
+            "redis",
+            "lists several urls: set redis_mode = \"cluster\" (seed nodes) or \"sentinel\" (sentinels), or give one url",
+        ),
+        RedisMode::Sentinel if f.sentinel_master.is_none() => t.error(
+            set.span("redis_mode"),
+            "sentinel_master",
+            "is missing: \"sentinel\" needs the name the sentinels know the primary by (sentinel monitor <name> ...)",
+        ),
+        RedisMode::Cluster if urls.iter().any(|u| u.database() != Some(0)) => t.error(
+            set.span("redis"),
+            "redis",
+            "names a database other than 0: a Redis Cluster has only database 0",
+        ),
+        RedisMode::Cluster => {
+            // Different users or passwords among the seeds, say.
+            if let Err(e) = redis::cluster::ClusterClient::new(urls.iter().map(|u| u.expose())) {
+                t.error(set.span("redis"), "redis", format_args!("cannot seed a cluster: {e}"));
+            }
+        }
+        _ => {}
+    }
+    if f.sentinel_master.is_some() && f.redis_mode != RedisMode::Sentinel {
+        t.error(
+            set.span("sentinel_master"),
+            "sentinel_master",
+            "is for redis_mode = \"sentinel\"",
         );
     }
 }
@@ -82,8 +132,12 @@ pub fn sleeper(t: &TableReader<'_, '_>, s: &sleeper::Settings, set: &Set) {
 
 /// `client_cert` and `client_key` come together, and the key is the certificate's, as
 /// the upstream client checks when it loads them.
-pub fn client_identity(t: &TableReader<'_, '_>, u: &UpstreamSettings, set: &Set) {
-    match (&u.client_cert, &u.client_key) {
+pub fn client_identity(
+    t: &TableReader<'_, '_>,
+    identity: (&Option<PathBuf>, &Option<PathBuf>),
+    set: &Set,
+) {
+    match identity {
         (Some(_), None) if !set.has("client_key") => t.error(
             set.span("client_cert"),
             "client_cert",

@@ -202,7 +202,11 @@ mod tests {
             return;
         };
         let url = crate::config::RedisUrl::parse(&redis.url()).unwrap();
-        let mut store = crate::fleet::store::Store::new(&url, None).unwrap();
+        let settings = crate::config::FleetSettings {
+            redis: crate::config::RedisNodes(vec![url]),
+            ..Default::default()
+        };
+        let mut store = crate::fleet::store::Store::new(&settings).unwrap();
         store.connect(Duration::from_secs(5)).await.unwrap();
         let mut rng = fastrand::Rng::with_seed(11);
         // A long TTL and a hold of 0 or of an hour: nothing depends on the two clocks.

@@ -2,7 +2,8 @@
 //! into the lane's hash and answers with the lane's state and the other members'
 //! demands, and the pipelined round trip that runs it for every lane of a member.
 //!
-//! A lane is one hash, `easeoff:<group>:<upstream>:<lane>:state`: field `i` the fleet
+//! A lane is one hash, `easeoff:{<group>:<upstream>:<lane>}:state` (the braces a hash
+//! tag, so in a Redis Cluster each lane's script touches one slot): field `i` the fleet
 //! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
 //! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
@@ -15,11 +16,19 @@
 use std::path::Path;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisResult, Script, TlsCertificates};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, IntoConnectionInfo, RedisResult, Script,
+    TlsCertificates,
+};
+use tokio::sync::watch;
 
 use super::learning::{Proposal, Shared};
-use crate::config::RedisUrl;
+use crate::config::{FleetSettings, RedisMode, RedisUrl};
 
 /// The script: KEYS[1] the lane's hash; ARGV: member, demand, proposed interval (µs,
 /// empty for none), epoch, epoch raised from (empty for none), member TTL (ms), key
@@ -111,40 +120,77 @@ pub struct Answer {
 
 /// A connection to the fleet's Redis, with the script loaded.
 pub struct Store {
-    client: Client,
+    target: Target,
     script: Script,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Link>,
     /// The last sync found the script gone: load it before the next.
     reload: bool,
+    /// With Sentinel: the primary connected to, and the one the sentinels name now
+    /// (asked by a task of its own, so no sync waits for them).
+    primary: Option<(
+        redis::ConnectionAddr,
+        watch::Receiver<Option<redis::ConnectionAddr>>,
+    )>,
+    /// The sentinels the watching task asks, until it starts.
+    watch: Option<SentinelClient>,
+}
+
+/// How often a member asks the sentinels which server is the primary. A failover
+/// leaves the old primary taking writes until a sentinel demotes it, up to ten seconds
+/// later; asking keeps a member from writing to it for more than this long.
+const PRIMARY_CHECK: Duration = Duration::from_secs(1);
+
+/// Where the fleet's Redis is, by `redis_mode`.
+enum Target {
+    Single(Box<Client>),
+    Cluster(Box<ClusterClient>),
+    /// Asked for the primary at each connection, so a failover is followed.
+    Sentinel(Box<SentinelClient>),
+}
+
+/// An open connection: to one server (single, or the primary Sentinel named), or to
+/// a cluster, which routes each script call by its key's slot and follows `MOVED`
+/// and `ASK` itself.
+enum Link {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
 }
 
 impl Store {
-    /// A store for `url`, not yet connected, trusting the CAs in `ca_file` (PEM) for
-    /// TLS instead of the bundled roots; fails on a URL `check` would refuse or a
-    /// `ca_file` that cannot be read.
-    pub fn new(url: &RedisUrl, ca_file: Option<&Path>) -> RedisResult<Store> {
-        let client = match ca_file {
-            Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    redis::RedisError::from((
-                        redis::ErrorKind::InvalidClientConfig,
-                        "cannot read ca_file",
-                        format!("{}: {e}", path.display()),
-                    ))
-                })?;
-                let certificates = TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                };
-                Client::build_with_tls(url.expose(), certificates)?
+    /// A store for `settings`' Redis, not yet connected, trusting the CAs in `ca_file`
+    /// (PEM) for TLS instead of the bundled roots and presenting `client_cert`; fails on
+    /// URLs `check` would refuse or TLS files that cannot be read.
+    pub fn new(settings: &FleetSettings) -> RedisResult<Store> {
+        let tls = certificates(settings)?;
+        let urls: Vec<&str> = settings.redis.urls().iter().map(RedisUrl::expose).collect();
+        let mut watch = None;
+        let target = match settings.redis_mode {
+            RedisMode::Single => {
+                let url = urls.first().copied().unwrap_or_default();
+                Target::Single(Box::new(match tls {
+                    Some(tls) => Client::build_with_tls(url, tls)?,
+                    None => Client::open(url)?,
+                }))
             }
-            None => Client::open(url.expose())?,
+            RedisMode::Cluster => {
+                let mut builder = ClusterClient::builder(urls);
+                if let Some(tls) = tls {
+                    builder = builder.certs(tls);
+                }
+                Target::Cluster(Box::new(builder.build()?))
+            }
+            RedisMode::Sentinel => {
+                watch = Some(sentinel(settings, &urls, tls.clone())?);
+                Target::Sentinel(Box::new(sentinel(settings, &urls, tls)?))
+            }
         };
         Ok(Store {
-            client,
+            target,
             script: Script::new(SYNC),
             conn: None,
             reload: false,
+            primary: None,
+            watch,
         })
     }
 
@@ -153,19 +199,54 @@ impl Store {
         self.conn.is_some()
     }
 
-    /// Connects and loads the script, each step within `timeout`.
+    /// Connects (through the sentinels: to the primary they name now) and loads the
+    /// script (in a cluster: on every primary), each step within `timeout`.
     pub async fn connect(&mut self, timeout: Duration) -> RedisResult<()> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        self.script.load_async(&mut conn).await?;
-        self.conn = Some(conn);
+        let mut link = match &mut self.target {
+            Target::Single(client) => Link::Node(
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?,
+            ),
+            Target::Sentinel(sentinels) => {
+                let primary = tokio::time::timeout(timeout, sentinels.async_get_client())
+                    .await
+                    .map_err(|_| timed_out("no sentinel answered"))??;
+                let conn = primary
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let addr = primary.get_connection_info().addr().clone();
+                let named = match self.primary.take() {
+                    Some((_, named)) => named,
+                    None => watch_primary(self.watch.take(), addr.clone(), timeout),
+                };
+                self.primary = Some((addr, named));
+                Link::Node(conn)
+            }
+            Target::Cluster(client) => {
+                let cluster = tokio::time::timeout(timeout, client.get_async_connection())
+                    .await
+                    .map_err(|_| timed_out("the cluster's nodes did not answer"))??;
+                Link::Cluster(cluster)
+            }
+        };
+        match &mut link {
+            Link::Node(conn) => self.script.load_async(conn).await?,
+            Link::Cluster(conn) => self.script.load_async(conn).await?,
+        };
+        self.conn = Some(link);
         self.reload = false;
         Ok(())
+    }
+
+    /// Whether the sentinels name another primary than the one connected to.
+    fn primary_moved(&self) -> bool {
+        self.primary
+            .as_ref()
+            .is_some_and(|(at, named)| named.borrow().as_ref().is_some_and(|now| now != at))
     }
 
     /// Drops the connection; the next [`Store::connect`] makes a new one.
@@ -173,9 +254,10 @@ impl Store {
         self.conn = None;
     }
 
-    /// One round trip: the script once per lane, pipelined; each lane's answer or
-    /// error on its own, so one bad key fails only its lane. A script Redis lost
-    /// (restarted, `SCRIPT FLUSH`) is loaded again first.
+    /// One round trip: the script once per lane, pipelined (in a cluster, each call
+    /// sent to its slot's node, all at once); each lane's answer or error on its own,
+    /// so one bad key fails only its lane. A script Redis lost (restarted, `SCRIPT
+    /// FLUSH`, a node new to the cluster) is loaded again.
     pub async fn sync(
         &mut self,
         member: &str,
@@ -184,12 +266,26 @@ impl Store {
         key_ttl: Duration,
         hold: Duration,
     ) -> RedisResult<Vec<RedisResult<Answer>>> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(not_connected());
-        };
         if lanes.is_empty() {
             return Ok(Vec::new());
         }
+        if self.primary_moved() {
+            self.conn = None;
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the sentinels name another primary now",
+            )));
+        }
+        let Some(link) = self.conn.as_mut() else {
+            return Err(not_connected());
+        };
+        let ttls = [member_ttl, key_ttl, hold].map(millis);
+        let conn = match link {
+            Link::Cluster(conn) => {
+                return Ok(sync_cluster(conn, &self.script, member, lanes, ttls).await);
+            }
+            Link::Node(conn) => conn,
+        };
         if self.reload {
             self.script.load_async(conn).await?;
             self.reload = false;
@@ -197,26 +293,10 @@ impl Store {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for lane in lanes {
-            let p = lane.proposal;
-            pipe.cmd("EVALSHA")
-                .arg(self.script.get_hash())
-                .arg(1)
-                .arg(lane.key)
-                .arg(member)
-                .arg(super::demand::entry(
-                    lane.demand,
-                    lane.used,
-                    lane.fingerprint,
-                ))
-                .arg(p.map_or(String::new(), |p| p.interval.as_micros().to_string()))
-                .arg(p.map_or(String::new(), |p| p.epoch.to_string()))
-                .arg(
-                    p.and_then(|p| p.raised_from)
-                        .map_or(String::new(), |e| e.to_string()),
-                )
-                .arg(u64::try_from(member_ttl.as_millis()).unwrap_or(u64::MAX))
-                .arg(u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX))
-                .arg(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX));
+            let call = pipe.cmd("EVALSHA").arg(self.script.get_hash()).arg(1);
+            for arg in arguments(lane, member, ttls) {
+                call.arg(arg);
+            }
         }
         let raw: Vec<RedisResult<Vec<String>>> = pipe.query_async(conn).await?;
         let lost = |r: &RedisResult<_>| matches!(r, Err(e) if e.code() == Some("NOSCRIPT"));
@@ -227,23 +307,199 @@ impl Store {
             .collect())
     }
 
-    /// Deletes this member's entries from `keys` at once (one pipelined round trip).
+    /// Deletes this member's entries from `keys` at once (one pipelined round trip; in
+    /// a cluster, one call per key, all at once).
     pub async fn leave(&mut self, member: &str, keys: &[String]) -> RedisResult<()> {
-        let Some(conn) = self.conn.as_mut() else {
+        let Some(link) = self.conn.as_mut() else {
             return Err(not_connected());
         };
-        if keys.is_empty() {
-            return Ok(());
+        let field = format!("m:{member}");
+        match link {
+            Link::Node(conn) => {
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                let mut pipe = redis::pipe();
+                for key in keys {
+                    pipe.cmd("HDEL").arg(key).arg(&field).ignore();
+                }
+                pipe.query_async::<()>(conn).await
+            }
+            Link::Cluster(conn) => {
+                let calls = keys.iter().map(|key| {
+                    let mut conn = conn.clone();
+                    let field = &field;
+                    async move {
+                        redis::cmd("HDEL")
+                            .arg(key)
+                            .arg(field)
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                });
+                join_all(calls).await.into_iter().collect()
+            }
         }
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.cmd("HDEL")
-                .arg(key)
-                .arg(format!("m:{member}"))
-                .ignore();
-        }
-        pipe.query_async::<()>(conn).await
     }
+}
+
+/// Every lane's script call on its own, all in flight at once: a cluster takes no
+/// pipeline across slots, and a call on its own is what it redirects after a slot
+/// moved (`MOVED`, `ASK`) and loads the script for on a node that lacks it.
+async fn sync_cluster(
+    conn: &ClusterConnection,
+    script: &Script,
+    member: &str,
+    lanes: &[Report<'_>],
+    ttls: [u64; 3],
+) -> Vec<RedisResult<Answer>> {
+    let calls = lanes.iter().map(|lane| {
+        let mut conn = conn.clone();
+        let mut invocation = script.prepare_invoke();
+        let mut args = arguments(lane, member, ttls).into_iter();
+        if let Some(key) = args.next() {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        async move {
+            let fields: Vec<String> = invocation.invoke_async(&mut conn).await?;
+            Ok(answer(&fields))
+        }
+    });
+    join_all(calls).await
+}
+
+/// One lane's script call: its key, then ARGV (see [`SYNC`]).
+fn arguments(lane: &Report<'_>, member: &str, ttls: [u64; 3]) -> [String; 9] {
+    let p = lane.proposal;
+    let [member_ttl, key_ttl, hold] = ttls.map(|t| t.to_string());
+    [
+        lane.key.to_string(),
+        member.to_string(),
+        super::demand::entry(lane.demand, lane.used, lane.fingerprint),
+        p.map_or(String::new(), |p| p.interval.as_micros().to_string()),
+        p.map_or(String::new(), |p| p.epoch.to_string()),
+        p.and_then(|p| p.raised_from)
+            .map_or(String::new(), |e| e.to_string()),
+        member_ttl,
+        key_ttl,
+        hold,
+    ]
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The TLS files of `settings` as redis-rs takes them; `None` without any.
+fn certificates(settings: &FleetSettings) -> RedisResult<Option<TlsCertificates>> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot read a TLS file",
+                format!("{}: {e}", path.display()),
+            ))
+        })
+    };
+    let root_cert = settings.ca_file.as_deref().map(read).transpose()?;
+    let client_tls = match (&settings.client_cert, &settings.client_key) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        _ => None,
+    };
+    Ok(
+        (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+            client_tls,
+            root_cert,
+        }),
+    )
+}
+
+/// The sentinels at `urls`, which name the primary `sentinel_master`: the sentinels
+/// and the primary are reached with the first url's user, password, TLS and database.
+fn sentinel(
+    settings: &FleetSettings,
+    urls: &[&str],
+    tls: Option<TlsCertificates>,
+) -> RedisResult<SentinelClient> {
+    let mut sentinels = Vec::with_capacity(urls.len());
+    let mut first = None;
+    for url in urls {
+        let info = url.into_connection_info()?;
+        sentinels.push(info.addr().clone());
+        first.get_or_insert(info);
+    }
+    let Some(first) = first else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "no sentinel url",
+        )));
+    };
+    let master = settings.sentinel_master.as_deref().unwrap_or_default();
+    let mut builder = SentinelClientBuilder::new(sentinels, master, SentinelServerType::Master)?
+        .set_client_to_redis_db(first.redis_settings().db());
+    let redis = first.redis_settings();
+    if let Some(user) = redis.username() {
+        builder = builder
+            .set_client_to_redis_username(user)
+            .set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = redis.password() {
+        builder = builder
+            .set_client_to_redis_password(password)
+            .set_client_to_sentinel_password(password);
+    }
+    if let redis::ConnectionAddr::TcpTls { insecure, .. } = first.addr() {
+        let mode = if *insecure {
+            redis::TlsMode::Insecure
+        } else {
+            redis::TlsMode::Secure
+        };
+        builder = builder
+            .set_client_to_redis_tls_mode(mode)
+            .set_client_to_sentinel_tls_mode(mode);
+    }
+    if let Some(tls) = tls {
+        builder = builder
+            .set_client_to_redis_certificates(tls.clone())
+            .set_client_to_sentinel_certificates(tls);
+    }
+    builder.build()
+}
+
+/// Asks `sentinels` which server is the primary every [`PRIMARY_CHECK`], until the
+/// store is gone. A failover leaves the old primary taking writes until a sentinel
+/// demotes it, up to ten seconds later: a member that asks leaves it within a second
+/// or two of the switch.
+fn watch_primary(
+    sentinels: Option<SentinelClient>,
+    first: redis::ConnectionAddr,
+    timeout: Duration,
+) -> watch::Receiver<Option<redis::ConnectionAddr>> {
+    let (tell, named) = watch::channel(Some(first));
+    if let Some(mut sentinels) = sentinels {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PRIMARY_CHECK).await;
+                let asked = tokio::time::timeout(timeout, sentinels.async_get_client()).await;
+                let Ok(Ok(primary)) = asked else { continue };
+                let addr = primary.get_connection_info().addr().clone();
+                if tell.send(Some(addr)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    named
+}
+
+fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
 
 fn not_connected() -> redis::RedisError {
