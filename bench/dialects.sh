@@ -60,7 +60,7 @@ start_easeoff() { # NAME PRESET MOCK-PORT -> proxy port
   echo "$proxy"
 }
 
-one_run() { # SCENARIO SIDE -> one JSON line per client
+one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   local vendor preset binding options mock url
   read -r vendor preset binding options <<<"$(setup "$1")"
   mock=$(free_port)
@@ -85,8 +85,8 @@ one_run() { # SCENARIO SIDE -> one JSON line per client
   wait 2>/dev/null || true
   PIDS=()
   for c in "${clients[@]}"; do
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); m=json.loads(sys.argv[2]); r["mock"]=m; r["client"]=sys.argv[3]; print(json.dumps(r))' \
-      "$WORK/client-$c.json" "$counts" "$c"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r.update(mock=json.loads(sys.argv[2]), client=sys.argv[3], run=int(sys.argv[4])); print(json.dumps(r))' \
+      "$WORK/client-$c.json" "$counts" "$c" "$3"
   done
 }
 
@@ -95,7 +95,7 @@ for scenario in $scenarios; do
   [ "$scenario" = shared ] && sides=easeoff
   for run in $(seq 1 "$runs"); do
     for side in $sides; do
-      one_run "$scenario" "$side" | tee -a "$WORK/$scenario-$side.jsonl"
+      one_run "$scenario" "$side" "$run" | tee -a "$WORK/$scenario-$side.jsonl"
     done
   done
 done

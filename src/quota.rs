@@ -3,8 +3,10 @@
 //! only the reserve (a few percent, and at least the requests in flight) is spread
 //! until the reset, so the window never runs dry with requests in flight. A bucket
 //! that refills continuously (OpenAI's, Anthropic's, Shopify's) is then paced at its
-//! refill rate. A spent window sends nothing that must fail: callers wait for the
-//! reset. Where others share the quota (one key behind many pods), the remaining
+//! refill rate (slower below half the reserve, to win it back). A spent window sends
+//! nothing that must fail: callers wait for the reset; a spent bucket that refills
+//! holds the next request long before its reset (when it is full), so it is paced
+//! below its refill rate instead. Where others share the quota (one key behind many pods), the remaining
 //! falls faster than this sidecar's own use: it is counted in this sidecar's requests
 //! by the observed fall per answer. `quota = "smooth"` spreads the whole window evenly
 //! instead. Pure: numbers in, a [`Decision`] out.
@@ -350,7 +352,11 @@ mod tests {
         let f = Fall::default();
         let at = Duration::from_secs;
         let w = |remaining| window(remaining, 3600, Some(5000), false);
-        assert_eq!(f.observe(w(100), at(1), 1.0), 1.0, "nothing to compare with yet");
+        assert_eq!(
+            f.observe(w(100), at(1), 1.0),
+            1.0,
+            "nothing to compare with yet"
+        );
         assert_eq!(f.observe(w(97), at(2), 1.0), 3.0);
         assert_eq!(f.observe(w(96), at(3), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
         // A new window teaches nothing.
