@@ -182,6 +182,7 @@ EOF
         pids+=("$sampler")
         sleep "$kill_at"
         okk=$(sample "$mock" 'mock_requests_total{result="ok"}') tk=$(date +%s.%N)
+        thk=$(sample "$mock" 'mock_requests_total{result="throttled"}')
         if [ "$faulting" = 0 ]; then
           :
         elif [ "$fault_kind" = oom ]; then
@@ -191,6 +192,7 @@ EOF
         fi
         sleep $((restart_at - kill_at))
         okr=$(sample "$mock" 'mock_requests_total{result="ok"}') tr=$(date +%s.%N)
+        thr=$(sample "$mock" 'mock_requests_total{result="throttled"}')
         if [ "$faulting" = 0 ]; then
           :
         elif [ "$fault_kind" = oom ]; then
@@ -200,7 +202,7 @@ EOF
         fi
         sleep $((seconds - restart_at))
         kill "$sampler" 2>/dev/null || true
-        phases="$okk $tk $okr $tr"
+        phases="$okk $tk $okr $tr $thk $thr"
       else
         sleep "$seconds"
       fi
@@ -237,11 +239,14 @@ EOF
           100 * th / (ok + th), jain, errors, rates
       }'
       if [ -n "$phases" ]; then
-        read -r okk tk okr tr <<<"$phases"
+        read -r okk tk okr tr thk thr <<<"$phases"
         awk -v ok0="$ok0" -v t0="$t0" -v okk="$okk" -v tk="$tk" -v okr="$okr" -v tr="$tr" \
-            -v ok1="$ok1" -v t1="$t1" -v rate="$rate" -v connected="$connected" 'BEGIN {
-          printf "     goodput/capacity before the fault %.3f, during %.3f, after %.3f; connected at the end: %s\n",
-            (okk - ok0) / ((tk - t0) * rate), (okr - okk) / ((tr - tk) * rate), (ok1 - okr) / ((t1 - tr) * rate), connected
+            -v ok1="$ok1" -v t1="$t1" -v rate="$rate" -v connected="$connected" \
+            -v th0="$th0" -v thk="$thk" -v thr="$thr" -v th1="$th1" 'BEGIN {
+          printf "     goodput/capacity before the fault %.3f, during %.3f, after %.3f; throttled%% %.2f, %.2f, %.2f; connected at the end: %s\n",
+            (okk - ok0) / ((tk - t0) * rate), (okr - okk) / ((tr - tk) * rate), (ok1 - okr) / ((t1 - tr) * rate),
+            100 * (thk - th0) / (okk - ok0 + thk - th0), 100 * (thr - thk) / (okr - okk + thr - thk),
+            100 * (th1 - thr) / (ok1 - okr + th1 - thr), connected
         }'
         latencies=("$work"/latency-*.txt)
         if [ -e "${latencies[0]}" ]; then

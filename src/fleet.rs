@@ -65,6 +65,10 @@ const NONE: u64 = u64::MAX;
 /// default 250 ms): going on alone, it takes no more than an equal share of that
 /// many, though the others' entries may have expired in a Redis that half-answered.
 const PEAK_SYNCS: u32 = 240;
+/// How long a lane back from going on alone keeps to an equal share of its recent
+/// peak while fewer members are live: the others' entries expired during an outage
+/// longer than `member_ttl`, and they come back within one reconnection wait of it.
+const REJOIN_HOLD: Duration = Duration::from_secs(4);
 
 /// What the fleet decided for one lane at a sync.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -157,6 +161,9 @@ struct LaneSync {
     /// The most members of the last [`PEAK_SYNCS`] decisions, and how many syncs ago.
     peak_members: u32,
     peak_age: u32,
+    /// Syncs left in which the lane, back from going on alone, takes no more than an
+    /// equal share of `peak_members` while fewer are live ([`REJOIN_HOLD`]).
+    rejoining: u32,
     /// Why this lane alone could not sync (its key), while it cannot.
     fault: Option<Fault>,
     /// Whether a live member of the lane runs other settings (its fingerprint differs).
@@ -647,13 +654,14 @@ fn conclude(
     };
     let mut answered = false;
     let mut failure = None;
+    let rejoin = rejoin_syncs(inner.settings.sync_interval);
     for (i, answer) in answers.into_iter().enumerate() {
         let lane = &lanes[i];
         match answer {
             Ok(answer) => {
                 answered = true;
                 lane_back(inner, lane);
-                apply(lane, &answer, round.demands[i]);
+                apply(lane, &answer, round.demands[i], rejoin);
             }
             Err(error) => {
                 lane.raised_from
@@ -709,8 +717,15 @@ fn lane_back(inner: &Inner, lane: &LaneCell) {
     }
 }
 
-/// Turns one lane's answer into its decision and hands it to the lane.
-fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
+/// The syncs [`REJOIN_HOLD`] spans, at least one.
+fn rejoin_syncs(sync_interval: Duration) -> u32 {
+    let syncs = REJOIN_HOLD.as_nanos() / sync_interval.as_nanos().max(1);
+    u32::try_from(syncs).unwrap_or(u32::MAX).max(1)
+}
+
+/// Turns one lane's answer into its decision and hands it to the lane; a lane back
+/// from going on alone holds its share down for `rejoin` syncs (see [`rejoined`]).
+fn apply(lane: &LaneCell, answer: &Answer, demand: f64, rejoin: u32) {
     let Some(shared) = answer.shared else {
         return;
     };
@@ -724,7 +739,9 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
         }
         if let Some(scale) = sync.scale.take() {
             decision.rescale = scale;
+            sync.rejoining = rejoin;
         }
+        rejoined(&mut sync, &mut decision);
         sync.last = Some(decision);
         sync.peak_age += 1;
         if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
@@ -748,6 +765,24 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64) {
         let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
         lane.interval.store(micros, Ordering::Relaxed);
     }
+}
+
+/// A lane back from going on alone whose decision counts fewer members than it shared
+/// with before: the others may only be slower to reconnect (their entries expired
+/// while Redis refused them), so it takes no more than an equal share of the peak,
+/// as it did alone, until they are back or its syncs of grace are over.
+fn rejoined(sync: &mut LaneSync, decision: &mut Decision) {
+    if sync.rejoining == 0 {
+        return;
+    }
+    if decision.members >= sync.peak_members {
+        sync.rejoining = 0;
+        return;
+    }
+    sync.rejoining -= 1;
+    decision.share = decision
+        .share
+        .min(1.0 / f64::from(sync.peak_members.max(1)));
 }
 
 /// One log line when a lane's live members start or stop disagreeing on its settings.
@@ -863,10 +898,36 @@ mod tests {
     /// third of the fleet rate, not all of it.
     #[test]
     fn going_alone_takes_no_more_than_an_equal_share_of_the_recent_members() {
-        let metrics = Metrics::new().unwrap();
-        let mut memory = Memory::new();
         let settings = FleetSettings::default();
         let (sync, ttl) = (settings.sync_interval, settings.member_ttl);
+        let (mut memory, members, seen, mut now) = three_sharing(&settings);
+        // Only the first syncs now; the others are forgotten after the member TTL.
+        while now < ttl * 3 {
+            now += sync;
+            members[0].0.sync_in(&mut memory, now, sync);
+        }
+        let alone = lock(&seen).last().copied().unwrap();
+        assert_eq!((alone.members, alone.share), (1, 1.0));
+        go_local(&live_lanes(&members[0].0.inner));
+        let local = lock(&seen).last().copied().unwrap();
+        assert!(local.local);
+        assert_eq!(local.interval, Duration::from_millis(30), "{local:?}");
+    }
+
+    /// Three members of one lane in memory, synced until each counts three; the first
+    /// member's decisions go to the returned list. Also the memory and its time.
+    #[allow(clippy::type_complexity, reason = "a test's tuple")]
+    fn three_sharing(
+        settings: &FleetSettings,
+    ) -> (
+        Memory,
+        Vec<(Fleet, LaneLink)>,
+        Arc<Mutex<Vec<Decision>>>,
+        Duration,
+    ) {
+        let metrics = Metrics::new().unwrap();
+        let mut memory = Memory::new();
+        let sync = settings.sync_interval;
         let seen = Arc::new(Mutex::new(Vec::<Decision>::new()));
         let members: Vec<(Fleet, LaneLink)> = (0..3)
             .map(|i| {
@@ -891,17 +952,47 @@ mod tests {
             }
         }
         assert_eq!(lock(&seen).last().map(|d| d.members), Some(3));
-        // Only the first syncs now; the others are forgotten after the member TTL.
-        while now < ttl * 3 {
-            now += sync;
-            members[0].0.sync_in(&mut memory, now, sync);
+        (memory, members, seen, now)
+    }
+
+    /// Three members go on alone through an outage longer than the member TTL; the
+    /// first back finds the others' entries expired and keeps to a third of the fleet
+    /// rate until they are back, or until the hold is over when they are not.
+    #[test]
+    fn a_member_back_first_from_an_outage_keeps_an_equal_share_of_the_recent_peak() {
+        let settings = FleetSettings::default();
+        let (sync, ttl) = (settings.sync_interval, settings.member_ttl);
+        let (mut memory, members, seen, mut now) = three_sharing(&settings);
+        for (fleet, _) in &members {
+            go_local(&live_lanes(&fleet.inner));
         }
-        let alone = lock(&seen).last().copied().unwrap();
-        assert_eq!((alone.members, alone.share), (1, 1.0));
-        go_local(&live_lanes(&members[0].0.inner));
-        let local = lock(&seen).last().copied().unwrap();
-        assert!(local.local);
-        assert_eq!(local.interval, Duration::from_millis(30), "{local:?}");
+        now += ttl * 2;
+        let last = |seen: &Mutex<Vec<Decision>>| lock(seen).last().copied().unwrap();
+        members[0].0.sync_in(&mut memory, now, sync);
+        let back = last(&seen);
+        assert_eq!(back.members, 1);
+        assert!((back.share - 1.0 / 3.0).abs() < 1e-9, "{back:?}");
+        // The others come back: the shares are the fleet's own again.
+        for _ in 0..2 {
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        assert_eq!(last(&seen).members, 3);
+        // An outage the others do not come back from: a third for the hold, then all.
+        for (fleet, _) in &members {
+            go_local(&live_lanes(&fleet.inner));
+        }
+        now += ttl * 2;
+        let held = rejoin_syncs(sync);
+        for _ in 0..held {
+            members[0].0.sync_in(&mut memory, now, sync);
+            assert!((last(&seen).share - 1.0 / 3.0).abs() < 1e-9);
+            now += sync;
+        }
+        members[0].0.sync_in(&mut memory, now, sync);
+        assert_eq!((last(&seen).members, last(&seen).share), (1, 1.0));
     }
 
     #[test]
