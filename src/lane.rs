@@ -127,7 +127,7 @@ impl Lane {
         // `constant` starts at its interval.
         pacer.set_interval(controller.interval(), controller.epoch());
         metrics.interval.set(controller.interval().as_secs_f64());
-        let start = SlowStart::new(clock.now());
+        let start = SlowStart::new();
         let observe = settings.sleeper.mode == Mode::Observe;
         // Observe mode never holds a request, slow start's few included.
         if !controller.interval().is_zero() || observe {
@@ -188,8 +188,14 @@ impl Lane {
         if decision.rescale != 1.0 {
             controller.rescale(decision.rescale);
         }
+        let raised = decision.epoch > controller.epoch();
         controller.adopt(decision.interval, decision.epoch, now);
-        self.pace(&controller)
+        let spacing = self.pace(&controller);
+        if raised && !spacing.is_zero() {
+            // Out of the step the members dispatched in when the burst came.
+            self.pacer.stagger(controller.unit() - 0.5);
+        }
+        spacing
     }
 
     /// The lane's name: `default`, `orders:write`, `/pkg.Service/Method`, ...
@@ -400,7 +406,10 @@ impl Lane {
                     // Observe mode: pacing would not have met this throttle.
                     return self.succeeded(slot);
                 }
-                let spacing = self.pacer.observed_spacing(now);
+                let mut spacing = self.pacer.observed_spacing(now);
+                if let Some(link) = self.fleet.get() {
+                    spacing = spacing.map(|s| link.fleet_spacing(s));
+                }
                 let mut controller = self.lock();
                 let at = self.since_origin(now);
                 let step = if signal == Signal::Overload {
