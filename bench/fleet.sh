@@ -184,7 +184,7 @@ replace_members() {
 }
 sleep_until() {
   local left
-  left=$(awk -v t="$1" -v now="$(date +%s.%N)" 'BEGIN { d = t - now; printf "%.3f", d > 0 ? d : 0 }')
+  left=$(awk -v t="$1" -v now="$(date +%s.%N)" 'BEGIN { d = t - now; printf "%.3f", (d > 0 ? d : 0) }')
   sleep "$left"
 }
 # Each member's first pacing interval (its log's first "pacing requests" line) beside
