@@ -284,6 +284,11 @@ impl Pacer {
     /// fleet members that take a raise together would otherwise keep the phase of the
     /// burst that caused it, and dispatch in step, a burst at each slot however low
     /// their rate. Some go earlier and some later, so the fleet's rate stays.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "float to integer `as` saturates, and the value is clamped at 0 first"
+    )]
     pub fn stagger(&self, shift: f64) {
         let s = &*self.shared;
         let now = s.ns(s.clock.now());
