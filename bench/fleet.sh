@@ -281,6 +281,10 @@ group = \"bench\""
         read -r s4 s5 < <(awk '/^status codes:/ { gsub(",", ""); print $7, $9 }' "$out" 2>/dev/null || echo "0 0")
         read -r errored timedout < <(awk '/^requests:/ { gsub(",", ""); print $12, $14 }' "$out" 2>/dev/null || echo "0 0")
         errors=$((errors + ${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0}))
+        if [ $((${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0})) -gt 0 ]; then
+          mkdir -p target/fleet-errors && cp "$out" target/fleet-errors/
+          echo "     writer errors in $(basename "$out") (kept in target/fleet-errors): $(grep -m1 '^requests:' "$out")"
+        fi
       done
       awk -v run="$run" -v mode="$mode" -v n="$n" -v rate="$rate" -v ok0="$ok0" -v ok1="$ok1" \
           -v th0="$th0" -v th1="$th1" -v t0="$t0" -v t1="$t1" -v errors="$errors" \
