@@ -12,7 +12,7 @@
 #   bench/fleet.sh [--members "1 4 8 16"] [--modes "independent fleet"] [--rate 100]
 #                  [--clients 4] [--light 0] [--light-rate 5] [--warmup 10]
 #                  [--seconds 20] [--runs 1] [--fault KILL:RESTART] [--fault-kind kill|oom]
-#                  [--baseline yes|no] [--svg FILE]
+#                  [--baseline yes|no] [--svg FILE] [--idle 0] [--roll 0] [--series 0|1]
 #
 # --light K: the first K members' writers send LIGHT_RATE requests/s in all (h2load)
 # instead of as fast as they can (unequal demand). --fault 10:20 kills redis 10 s into
@@ -24,6 +24,17 @@
 # outage shaded) into FILE (default target/fleet-fault.svg). --fault-kind oom keeps
 # redis running but out of memory instead (`CONFIG SET maxmemory 1`: it answers and
 # refuses every write) from KILL to RESTART, and counts each member's fleet log lines.
+# --warmup 0 measures from the writers' first request (a cold start) and, as --series 1
+# does for any run, prints the table's accepted/throttled count of each second, when the
+# first throttle came, how long after it the table reached 0.95 of capacity for good
+# (bench/fleet_series.py), and each member's first pacing interval beside an equal
+# share's spacing. --idle S starts the writers S seconds after the members are ready.
+# --roll S replaces one member in turn every S seconds of the measured window, as a
+# rollout does (its writers end, it gets SIGTERM, a new member and writers take its
+# place). The cold-start runs:
+#   bench/fleet.sh --members 16 --modes fleet --warmup 0 --seconds 40
+#   bench/fleet.sh --members 1 --modes independent --clients 16 --idle 3 --warmup 0 --seconds 20
+#   bench/fleet.sh --members 16 --modes fleet --warmup 10 --seconds 60 --roll 2
 # For the usual fault run:
 #   bench/fleet.sh --members 16 --modes fleet --seconds 60 --fault 20:40
 # Needs h2load (nghttp2-client), curl
@@ -34,12 +45,14 @@ cd "$(dirname "$0")/.."
 
 members_list="1 4 8 16" modes="independent fleet" rate=100 clients=4 light=0 light_rate=5
 warmup=10 seconds=20 runs=1 fault="" fault_kind=kill baseline=yes svg=target/fleet-fault.svg
+idle=0 roll=0 series=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members_list=$2 ;; --modes) modes=$2 ;; --rate) rate=$2 ;;
     --clients) clients=$2 ;; --light) light=$2 ;; --light-rate) light_rate=$2 ;;
     --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;; --svg) svg=$2 ;;
     --fault-kind) fault_kind=$2 ;; --baseline) baseline=$2 ;;
+    --idle) idle=$2 ;; --roll) roll=$2 ;; --series) series=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -78,6 +91,30 @@ start_redis() {
   for _ in $(seq 100); do port_busy "$1" && return 0; sleep 0.05; done
   echo "redis-server did not start" >&2; exit 1
 }
+# Starts member I (its config and process) into slot I of admins, listens and
+# member_pids; a replacement takes the slot of the member it replaces.
+start_member() {
+  local i=$1 listen admin
+  listen=$(free_port) admin=$(free_port)
+  listens[i - 1]=$listen admins[i - 1]=$admin
+  cat >"$work/easeoff-$i.toml" <<EOF
+$fleet_section
+
+[server]
+admin_listen = "127.0.0.1:$admin"
+runtime = "multi-thread"
+
+[[upstream]]
+name = "mock"
+listen = "127.0.0.1:$listen"
+url = "http://127.0.0.1:$mock_port"
+preset = "dynamodb"
+EOF
+  HOSTNAME="member-$i" "$bin" run --config "$work/easeoff-$i.toml" --log-format json \
+    --log-level info >>"$work/easeoff-$i.log" 2>&1 &
+  member_pids[i - 1]=$!
+  pids+=($!)
+}
 success='easeoff_requests_total{outcome="success",upstream="mock"}'
 # Once a second until killed: seconds since $1, then each member's successes so far, to
 # $2; and whether every member was connected to Redis (seconds, then 1 or 0), to $3.
@@ -109,6 +146,79 @@ rounds() {
     fi
   done
 }
+# Four times a second until killed: seconds since $1, then the mock's accepted and
+# throttled counts so far, to $2 (bench/fleet_series.py reads it).
+sample_mock() {
+  local page
+  while :; do
+    page=$(curl -fs "http://127.0.0.1:$mock_admin/metrics" || true)
+    awk -v t0="$1" -v now="$(date +%s.%N)" '
+      $1 == "mock_requests_total{result=\"ok\"}" { ok = $2 }
+      $1 == "mock_requests_total{result=\"throttled\"}" { th = $2 }
+      END { printf "%.3f %d %d\n", now - t0, ok, th }' <<<"$page" >>"$2"
+    sleep 0.25
+  done
+}
+# How long generation G of member I's writers runs, in whole seconds from now: to its
+# replacement with --roll, else to the end of the run.
+life() {
+  local i=$1 g=$2 end
+  end=$((warmup + seconds + 2))
+  if [ "$roll" -gt 0 ]; then
+    local replaced=$((warmup + roll * (i + n * g)))
+    [ $((replaced - warmup)) -lt "$seconds" ] && end=$replaced
+  fi
+  awk -v end="$end" -v t0="$writers_at" -v now="$(date +%s.%N)" 'BEGIN { d = int(end - (now - t0)); print (d < 1 ? 1 : d) }'
+}
+# Member I's writers for SECONDS: CLIENTS closed-loop connections timing every
+# request (bench/latency.py), or one h2load connection at LIGHT_RATE in all for the
+# first --light members.
+start_writers() {
+  local i=$1 url="http://127.0.0.1:${listens[$(($1 - 1))]}/" tag
+  tag="$i-$(date +%s%N)"
+  if [ "$i" -le "$light" ]; then
+    h2load --h1 -D "$2" -c 1 -m 1 --rps "$light_rate" "$url" >"$work/h2load-$tag.txt" 2>&1 &
+  else
+    python3 bench/latency.py run "$url" --seconds "$2" --threads "$clients" \
+      --out "$work/latency-$tag.txt" >"$work/writer-$tag.txt" 2>&1 &
+  fi
+  writer_pids[i - 1]=$!
+  pids+=($!)
+}
+# --roll: every ROLL seconds of the measured window one member (in turn) is replaced,
+# as a rollout does: its writers end, it gets SIGTERM, and a new member with new
+# writers takes its place.
+replace_members() {
+  local k=1 i
+  while [ $((roll * k)) -lt "$seconds" ]; do
+    sleep_until "$(awk -v t="$writers_at" -v s=$((warmup + roll * k)) 'BEGIN { printf "%.3f", t + s }')"
+    i=$(((k - 1) % n + 1))
+    wait "${writer_pids[i - 1]}" 2>/dev/null || true
+    kill -TERM "${member_pids[i - 1]}" 2>/dev/null || true
+    start_member "$i"
+    wait_http "http://127.0.0.1:${admins[i - 1]}/readyz"
+    start_writers "$i" "$(life "$i" $(((k - 1) / n + 1)))"
+    k=$((k + 1))
+  done
+  sleep_until "$(awk -v t="$writers_at" -v s=$((warmup + seconds)) 'BEGIN { printf "%.3f", t + s }')"
+}
+sleep_until() {
+  local left
+  left=$(awk -v t="$1" -v now="$(date +%s.%N)" 'BEGIN { d = t - now; printf "%.3f", (d > 0 ? d : 0) }')
+  sleep "$left"
+}
+# Each member's first pacing interval (its log's first "pacing requests" line) beside
+# the spacing that would give it an equal share of the rate.
+first_pacing() {
+  local firsts="" i first
+  for i in $(seq "$n"); do
+    first=$(grep -m1 'the upstream throttles; pacing requests' "$work/easeoff-$i.log" |
+      grep -o '"interval_ms":[0-9.e+-]*' | sed 's/.*://' || true)
+    firsts+=" ${first:--}"
+  done
+  awk -v n="$n" -v rate="$rate" -v firsts="$firsts" 'BEGIN {
+    printf "     first pacing interval (ms) per member:%s; an equal share is %.1f ms\n", firsts, 1000 * n / rate }'
+}
 printf '%-4s %-12s %7s %9s %10s %6s %7s  %s\n' run mode members goodput throttled% jain errors "member rates (/s)"
 for run in $(seq "$runs"); do
   for n in $members_list; do
@@ -128,43 +238,19 @@ for run in $(seq "$runs"); do
 redis = \"redis://127.0.0.1:$redis_port/0\"
 group = \"bench\""
       fi
-      admins=() listens=()
-      for i in $(seq "$n"); do
-        listen=$(free_port) admin=$(free_port)
-        listens+=("$listen") admins+=("$admin")
-        cat >"$work/easeoff-$i.toml" <<EOF
-$fleet_section
-
-[server]
-admin_listen = "127.0.0.1:$admin"
-runtime = "multi-thread"
-
-[[upstream]]
-name = "mock"
-listen = "127.0.0.1:$listen"
-url = "http://127.0.0.1:$mock_port"
-preset = "dynamodb"
-EOF
-        HOSTNAME="member-$i" "$bin" run --config "$work/easeoff-$i.toml" --log-format json \
-          --log-level info >"$work/easeoff-$i.log" 2>&1 &
-        pids+=($!)
-      done
+      admins=() listens=() member_pids=()
+      rm -f "$work"/easeoff-*.log
+      for i in $(seq "$n"); do start_member "$i"; done
       wait_http "http://127.0.0.1:$mock_admin/metrics"
       for admin in "${admins[@]}"; do wait_http "http://127.0.0.1:$admin/readyz"; done
 
-      total=$((warmup + seconds + 2))
+      sleep "$idle"
       rm -f "$work"/latency-*.txt "$work"/writer-*.txt "$work"/h2load-*.txt
-      for i in $(seq "$n"); do
-        url="http://127.0.0.1:${listens[$((i - 1))]}/"
-        if [ "$i" -le "$light" ]; then
-          # LIGHT_RATE in all: one connection at that many requests per second.
-          h2load --h1 -D "$total" -c 1 -m 1 --rps "$light_rate" "$url" >"$work/h2load-$i.txt" 2>&1 &
-        else
-          python3 bench/latency.py run "$url" --seconds "$total" --threads "$clients" \
-            --out "$work/latency-$i.txt" >"$work/writer-$i.txt" 2>&1 &
-        fi
-        pids+=($!)
-      done
+      : >"$work/mock-series.txt"
+      writers_at=$(date +%s.%N)
+      sample_mock "$writers_at" "$work/mock-series.txt" &
+      pids+=($!)
+      for i in $(seq "$n"); do start_writers "$i" "$(life "$i" 0)"; done
       sleep "$warmup"
       mock="http://127.0.0.1:$mock_admin/metrics"
       ok0=$(sample "$mock" 'mock_requests_total{result="ok"}')
@@ -203,6 +289,8 @@ EOF
         sleep $((seconds - restart_at))
         kill "$sampler" 2>/dev/null || true
         phases="$okk $tk $okr $tr $thk $thr"
+      elif [ "$roll" -gt 0 ]; then
+        replace_members
       else
         sleep "$seconds"
       fi
@@ -218,23 +306,33 @@ EOF
       # Wait for the writers to finish, then count their non-2xx answers and errors.
       sleep 3
       errors=0
-      for i in $(seq "$n"); do
-        if [ -f "$work/h2load-$i.txt" ]; then
-          read -r s4 s5 < <(awk '/^status codes:/ { gsub(",", ""); print $7, $9 }' "$work/h2load-$i.txt" 2>/dev/null || echo "0 0")
-          read -r errored timedout < <(awk '/^requests:/ { gsub(",", ""); print $12, $14 }' "$work/h2load-$i.txt" 2>/dev/null || echo "0 0")
-          errors=$((errors + ${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0}))
-        else
-          errors=$((errors + $(awk '/^ok / { print $4; found=1 } END { if (!found) print 1 }' "$work/writer-$i.txt")))
+      for out in "$work"/h2load-*.txt; do
+        read -r s4 s5 < <(awk '/^status codes:/ { gsub(",", ""); print $7, $9 }' "$out" 2>/dev/null || echo "0 0")
+        read -r errored timedout < <(awk '/^requests:/ { gsub(",", ""); print $12, $14 }' "$out" 2>/dev/null || echo "0 0")
+        errors=$((errors + ${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0}))
+        if [ $((${s4:-0} + ${s5:-0} + ${errored:-0} + ${timedout:-0})) -gt 0 ]; then
+          mkdir -p target/fleet-errors && cp "$out" target/fleet-errors/
+          echo "     writer errors in $(basename "$out") (kept in target/fleet-errors): $(grep -m1 '^requests:' "$out")"
+        fi
+      done
+      for out in "$work"/writer-*.txt; do
+        [ -f "$out" ] || continue
+        failed=$(awk '/^ok / { print $4; found=1 } END { if (!found) print 1 }' "$out")
+        errors=$((errors + failed))
+        if [ "$failed" -gt 0 ]; then
+          mkdir -p target/fleet-errors && cp "$out" target/fleet-errors/
+          echo "     writer errors in $(basename "$out") (kept in target/fleet-errors)"
         fi
       done
       awk -v run="$run" -v mode="$label" -v n="$n" -v rate="$rate" -v ok0="$ok0" -v ok1="$ok1" \
           -v th0="$th0" -v th1="$th1" -v t0="$t0" -v t1="$t1" -v errors="$errors" \
-          -v before="${before[*]}" -v after="${after[*]}" 'BEGIN {
+          -v before="${before[*]}" -v after="${after[*]}" -v roll="$roll" 'BEGIN {
         ok = ok1 - ok0; th = th1 - th0; secs = t1 - t0
         split(before, b, " "); split(after, a, " ")
         sum = 0; sq = 0; rates = ""
         for (i = 1; i <= n; i++) { x = (a[i] - b[i]) / secs; sum += x; sq += x * x; rates = rates sprintf(" %.1f", x) }
         jain = sq > 0 ? sum * sum / (n * sq) : 0
+        if (roll > 0) { jain = 0; rates = " (members replaced: no per-member rates)" }
         printf "%-4s %-12s %7d %8.3f %9.2f%% %6.3f %7d %s\n", run, mode, n, ok / (secs * rate),
           100 * th / (ok + th), jain, errors, rates
       }'
@@ -265,6 +363,10 @@ EOF
           echo "     member $i fleet log lines: $(grep -c '"message":"fleet: ' "$work/easeoff-$i.log" || true)"
           grep -o '"message":"fleet: [^"]*"' "$work/easeoff-$i.log" | sed 's/^/       /' || true
         done
+      fi
+      if [ "$series" = 1 ] || [ "$warmup" = 0 ]; then
+        python3 bench/fleet_series.py "$work/mock-series.txt" "$rate" "$((warmup + seconds))"
+        first_pacing
       fi
       stop_all
     done

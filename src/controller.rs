@@ -111,6 +111,11 @@ impl<R: Random> Controller<R> {
         self.sleeper.interval() != before
     }
 
+    /// A number in `[0, 1)` from the controller's random source.
+    pub fn unit(&mut self) -> f64 {
+        self.rng.unit()
+    }
+
     /// Multiplies every interval the sleeper holds or remembers by `factor`: a fleet
     /// member's interval turns from the fleet's into its own (`1 / share`) and back.
     pub fn rescale(&mut self, factor: f64) {

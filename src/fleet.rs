@@ -168,6 +168,8 @@ struct LaneSync {
     fault: Option<Fault>,
     /// Whether a live member of the lane runs other settings (its fingerprint differs).
     differs: bool,
+    /// The other live members' recent dispatch rates, summed, at the last answer.
+    others_used: f64,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -205,6 +207,16 @@ impl LaneLink {
             return interval;
         }
         Duration::try_from_secs_f64(interval.as_secs_f64() / share).unwrap_or(Duration::MAX)
+    }
+
+    /// The fleet's dispatch spacing for this member's observed `spacing`: times its
+    /// share of the latest decision, the inverse of [`LaneLink::pacing`].
+    pub fn fleet_spacing(&self, spacing: Duration) -> Duration {
+        let share = f64::from_bits(self.cell.share.load(Ordering::Relaxed));
+        if share >= 1.0 {
+            return spacing;
+        }
+        spacing.mul_f64(share.max(0.0))
     }
 
     /// After a controller step: the interval it is at and its epoch, and for a raise,
@@ -571,6 +583,8 @@ fn alone(inner: &Inner, fault: Fault, error: &str) {
 struct Round<'a> {
     reports: Vec<Report<'a>>,
     demands: Vec<f64>,
+    /// Per lane, this member's recent dispatch rate.
+    used: Vec<f64>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
     raised: Vec<u64>,
 }
@@ -593,6 +607,7 @@ fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
 )]
 fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
     let mut demands = Vec::with_capacity(lanes.len());
+    let mut used_rates = Vec::with_capacity(lanes.len());
     let mut raised = Vec::with_capacity(lanes.len());
     let reports: Vec<Report<'_>> = lanes
         .iter()
@@ -606,13 +621,19 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
             let demand = sync.demand.update(arrivals, waiting, elapsed);
             let used = sync.used.update(arrivals, waiting, elapsed);
             demands.push(demand::claim(demand, used));
+            used_rates.push(used);
             let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
             raised.push(from);
             let micros = lane.interval.load(Ordering::Relaxed);
             let proposal = (micros != NONE).then(|| {
                 let scale = sync.scale.unwrap_or(1.0);
+                let interval = Duration::from_micros((micros as f64 * scale) as u64);
                 Proposal {
-                    interval: Duration::from_micros((micros as f64 * scale) as u64),
+                    interval: if from == NONE {
+                        interval
+                    } else {
+                        learning::cap_raise(interval, used + sync.others_used)
+                    },
                     epoch: lane.epoch.load(Ordering::Relaxed),
                     raised_from: (from != NONE).then_some(from),
                 }
@@ -629,6 +650,7 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
     Round {
         reports,
         demands,
+        used: used_rates,
         raised,
     }
 }
@@ -661,7 +683,7 @@ fn conclude(
             Ok(answer) => {
                 answered = true;
                 lane_back(inner, lane);
-                apply(lane, &answer, round.demands[i], rejoin);
+                apply(lane, &answer, round.demands[i], round.used[i], rejoin);
             }
             Err(error) => {
                 lane.raised_from
@@ -725,11 +747,14 @@ fn rejoin_syncs(sync_interval: Duration) -> u32 {
 
 /// Turns one lane's answer into its decision and hands it to the lane; a lane back
 /// from going on alone holds its share down for `rejoin` syncs (see [`rejoined`]).
-fn apply(lane: &LaneCell, answer: &Answer, demand: f64, rejoin: u32) {
+fn apply(lane: &LaneCell, answer: &Answer, demand: f64, used: f64, rejoin: u32) {
     let Some(shared) = answer.shared else {
         return;
     };
     let mut decision = decide(shared, demand, &answer.others);
+    if shared.interval.is_zero() {
+        decision.share = unpaced_share(used, &answer.others_used);
+    }
     {
         let mut sync = lock(&lane.sync);
         let differs = fingerprint::differs(&lane.fingerprint, &answer.fingerprints);
@@ -741,6 +766,7 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64, rejoin: u32) {
             decision.rescale = scale;
             sync.rejoining = rejoin;
         }
+        sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
         rejoined(&mut sync, &mut decision);
         sync.last = Some(decision);
         sync.peak_age += 1;
@@ -825,6 +851,24 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         },
         local: false,
         rescale: 1.0,
+    }
+}
+
+/// This member's part of an unpaced fleet's dispatches: its recent dispatch rate
+/// `used` over the fleet's (`others_used` the other live members'), or an equal part
+/// while nobody dispatches. Pacing divides the lane's interval by it, so the first
+/// throttle's interval (the observed spacing over this share) means the fleet's: each
+/// member starts from its own rate, and the fleet from the sum of them, not from one
+/// member's rate taken for the fleet's.
+pub fn unpaced_share(used: f64, others_used: &[f64]) -> f64 {
+    let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    let mine = sane(used);
+    let all = mine + others_used.iter().map(|u| sane(*u)).sum::<f64>();
+    let members = (others_used.len() + 1) as f64;
+    if mine > 0.0 && all > 0.0 {
+        (mine / all).clamp(1.0 / (2.0 * members), 1.0)
+    } else {
+        1.0 / members
     }
 }
 
@@ -993,6 +1037,59 @@ mod tests {
         }
         members[0].0.sync_in(&mut memory, now, sync);
         assert_eq!((last(&seen).members, last(&seen).share), (1, 1.0));
+    }
+
+    #[test]
+    fn an_unpaced_member_holds_its_part_of_the_fleets_dispatches() {
+        assert_eq!(unpaced_share(30.0, &[10.0, 60.0]), 0.3);
+        // Before anyone dispatched, or while this member did not: an equal part.
+        assert_eq!(unpaced_share(0.0, &[0.0, 0.0, 0.0]), 0.25);
+        assert_eq!(unpaced_share(0.0, &[50.0]), 0.5);
+        assert_eq!(unpaced_share(7.0, &[]), 1.0);
+        // Never less than half an equal part; nonsense counts as nothing.
+        assert_eq!(unpaced_share(1.0, &[999.0]), 0.25);
+        assert_eq!(unpaced_share(5.0, &[f64::NAN, f64::INFINITY, -4.0]), 1.0);
+    }
+
+    /// Sixteen unpaced members, 40/s each: the first throttle's observed spacing
+    /// (25 ms, this member's own) turns into the fleet's, 1.5625 ms, and pacing turns
+    /// it back, so no member takes its own rate for the fleet's.
+    #[test]
+    fn an_unpaced_members_spacing_is_its_part_of_the_fleets() {
+        let metrics = Metrics::new().unwrap();
+        let mut memory = Memory::new();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let members: Vec<(Fleet, LaneLink)> = (0..16)
+            .map(|i| {
+                let fleet = Fleet::driven(settings.clone(), &metrics, format!("m{i}"));
+                let link = fleet.join("up", "default", Box::new(|_| {}));
+                link.learned(Duration::ZERO, 0, None);
+                (fleet, link)
+            })
+            .collect();
+        let mut now = Duration::ZERO;
+        for _ in 0..3 {
+            now += sync;
+            for (fleet, link) in &members {
+                (0..10).for_each(|_| link.arrived());
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        let link = &members[0].1;
+        assert_eq!(
+            link.last().map(|d| (d.interval, d.members)),
+            Some((Duration::ZERO, 16))
+        );
+        let fleet = link.fleet_spacing(Duration::from_millis(25));
+        assert_eq!(
+            fleet,
+            Duration::from_micros(1562) + Duration::from_nanos(500)
+        );
+        assert_eq!(
+            link.pacing(Duration::from_millis(2)),
+            Duration::from_millis(32)
+        );
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl Lane {
         // `constant` starts at its interval.
         pacer.set_interval(controller.interval(), controller.epoch());
         metrics.interval.set(controller.interval().as_secs_f64());
-        let start = SlowStart::new(clock.now());
+        let start = SlowStart::new();
         let observe = settings.sleeper.mode == Mode::Observe;
         // Observe mode never holds a request, slow start's few included.
         if !controller.interval().is_zero() || observe {
@@ -191,8 +191,14 @@ impl Lane {
         if decision.rescale != 1.0 {
             controller.rescale(decision.rescale);
         }
+        let raised = decision.epoch > controller.epoch();
         controller.adopt(decision.interval, decision.epoch, now);
-        self.pace(&controller)
+        let spacing = self.pace(&controller);
+        if raised && !spacing.is_zero() {
+            // Out of the step the members dispatched in when the burst came.
+            self.pacer.stagger(controller.unit() - 0.5);
+        }
+        spacing
     }
 
     /// The lane's name: `default`, `orders:write`, `/pkg.Service/Method`, ...
@@ -407,7 +413,10 @@ impl Lane {
                     // A rare overload: the request's retry backs off; the rate stays.
                     return self.start.answered(false, false);
                 }
-                let spacing = self.pacer.observed_spacing(now);
+                let mut spacing = self.pacer.observed_spacing(now);
+                if let Some(link) = self.fleet.get() {
+                    spacing = spacing.map(|s| link.fleet_spacing(s));
+                }
                 let mut controller = self.lock();
                 let at = self.since_origin(now);
                 let step = if signal == Signal::Overload {

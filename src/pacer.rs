@@ -278,6 +278,30 @@ impl Pacer {
         s.changed.notify_one();
     }
 
+    /// Moves the next slot by `shift` × the spacing, `shift` in [-0.5, 0.5] (counted
+    /// from now at the latest, so repeated calls before a dispatch do not add up):
+    /// fleet members that take a raise together would otherwise keep the phase of the
+    /// burst that caused it, and dispatch in step, a burst at each slot however low
+    /// their rate. Some go earlier and some later, so the fleet's rate stays.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "float to integer `as` saturates, and the value is clamped at 0 first"
+    )]
+    pub fn stagger(&self, shift: f64) {
+        let s = &*self.shared;
+        let now = s.ns(s.clock.now());
+        let spacing = nanos(s.spacing(s.clock.now())) as f64;
+        let shift = shift.clamp(-0.5, 0.5) * spacing;
+        let _ = s
+            .last_dispatch_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                let from = last.min(now) as f64 + shift;
+                (last != NEVER).then_some(from.max(0.0) as u64)
+            });
+        s.changed.notify_one();
+    }
+
     /// Holds every dispatch until `until` (a server's Retry-After); a later pause wins.
     pub fn pause_until(&self, until: Instant) {
         let s = &*self.shared;

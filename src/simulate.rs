@@ -306,6 +306,13 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     let tables = options.scenario == Scenario::Tables;
     let memory = Arc::new(Mutex::new(Memory::new()));
     let mut shared: Option<Arc<Control>> = None;
+    // A fleet's sidecars sync as they start, before their clients' first requests (a
+    // pod's containers start together; the writers once their sidecar is ready).
+    let ready = if options.scenario == Scenario::Fleet {
+        FleetSettings::default().sync_interval * 2
+    } else {
+        Duration::ZERO
+    };
     for sidecar in 0..options.sidecars {
         // Each sidecar is its own process with its own metrics; `tables` has one
         // sidecar, whose lanes the trace tells apart as sidecars.
@@ -344,7 +351,7 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
         for _ in 0..options.clients {
             // Clients start spread over one latency, so no sidecar wins every tie of
             // the first instant by the order its tasks were spawned in.
-            let first = options.latency.mul_f64(rng.f64());
+            let first = ready + options.latency.mul_f64(rng.f64());
             tokio::spawn(client(
                 Arc::clone(&upstream),
                 (sidecar, route.clone()),

@@ -67,12 +67,24 @@ impl WindowedCount {
     }
 
     /// The mean spacing of the events in the window, if there were at least
-    /// [`MIN_RATE_EVENTS`]. A window that has run for less than a tenth of its span
-    /// (just after start-up) counts as a tenth: a few events in the first milliseconds
-    /// are a burst, not a rate, and a spacing taken from them would be far too short.
+    /// [`MIN_RATE_EVENTS`], over the time since its oldest bucket that holds any: a
+    /// quiet stretch before the events (an idle start, a pause in the load) is no part
+    /// of their rate. Less than a tenth of the span counts as a tenth: a few events in
+    /// the first milliseconds are a burst, not a rate, and a spacing taken from them
+    /// would be far too short.
     pub fn spacing(&self, now_ns: u64) -> Option<Duration> {
-        let (count, span) = self.count(now_ns);
-        let span = span.max(Duration::from_nanos(self.bucket_ns));
+        let newest = now_ns / self.bucket_ns;
+        let oldest = newest.saturating_sub(BUCKETS - 1);
+        let (mut count, mut first) = (0, newest);
+        for w in self.buckets.iter().map(|b| b.load(Relaxed)) {
+            let number = w >> COUNT_BITS;
+            if (oldest..=newest).contains(&number) && w & COUNT_MASK > 0 {
+                count += w & COUNT_MASK;
+                first = first.min(number);
+            }
+        }
+        let span = Duration::from_nanos(now_ns - first * self.bucket_ns)
+            .max(Duration::from_nanos(self.bucket_ns));
         (count >= MIN_RATE_EVENTS).then(|| span / u32::try_from(count).unwrap_or(u32::MAX))
     }
 }
@@ -130,6 +142,27 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_after_an_idle_spell_counts_from_its_first_bucket() {
+        let r = one_second();
+        r.add(1000 * MS);
+        // Idle from 1 s, then 16 dispatches within 1 ms at 5.95 s; read at 5.951 s.
+        for i in 0..16 {
+            r.add(5950 * MS + i * 60_000);
+        }
+        // Not the window's 1 s over 16 (62.5 ms): the burst's bucket, 100 ms, over 16.
+        assert_eq!(r.spacing(5951 * MS), Some(Duration::from_micros(6250)));
+        // 20 ms apart from 7.0 s: 8 events by 7.15 s span 150 ms since 7.0 s.
+        let r = one_second();
+        for i in 0..8 {
+            r.add(7000 * MS + i * 20 * MS);
+        }
+        assert_eq!(
+            r.spacing(7150 * MS),
+            Some(Duration::from_nanos(150 * MS / 8))
+        );
+    }
+
+    #[test]
     fn one_event_is_no_rate() {
         let r = one_second();
         r.add(2000 * MS);
@@ -139,8 +172,8 @@ mod tests {
             "one dispatch after an idle second"
         );
         r.add(2001 * MS);
-        // The window's 900 ms over 2.
-        assert_eq!(r.spacing(2500 * MS), Some(Duration::from_millis(450)));
+        // From the events' bucket: 500 ms over 2.
+        assert_eq!(r.spacing(2500 * MS), Some(Duration::from_millis(250)));
     }
 
     #[test]

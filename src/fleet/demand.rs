@@ -43,17 +43,18 @@ pub fn entry(demand: f64, used: f64, fingerprint: &str) -> String {
     }
 }
 
-/// The claim an entry written by [`entry`] makes, and its fingerprint (empty if
-/// none); a missing or unreadable dispatch rate counts as 0 (the entry claims
-/// nothing), an unreadable demand as no entry.
-pub fn parse(entry: &str) -> Option<(f64, &str)> {
+/// The claim an entry written by [`entry`] makes, its dispatch rate and its
+/// fingerprint (empty if none); a missing or unreadable dispatch rate counts as 0 (the
+/// entry claims nothing), an unreadable demand as no entry.
+pub fn parse(entry: &str) -> Option<(f64, f64, &str)> {
     let mut parts = entry.split(' ');
     let demand = parts.next()?.parse::<f64>().ok()?;
     let used = parts
         .next()
         .and_then(|u| u.parse::<f64>().ok())
         .unwrap_or(0.0);
-    Some((claim(demand, used), parts.next().unwrap_or("")))
+    let used = if used.is_nan() { 0.0 } else { used.max(0.0) };
+    Some((claim(demand, used), used, parts.next().unwrap_or("")))
 }
 
 /// A lane's recent dispatch rate, from arrivals and the change in its queue.
@@ -144,12 +145,16 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_as_its_claim_and_one_without_dispatches_claims_nothing() {
-        assert_eq!(parse(&entry(100.0, 12.5, "")), Some((25.0, "")));
-        assert_eq!(parse(&entry(0.1, 12.5, "00ff")), Some((0.1, "00ff")));
-        assert_eq!(parse("1000000000"), Some((0.0, "")));
-        assert_eq!(parse("1e9 x"), Some((0.0, "")));
+        assert_eq!(parse(&entry(100.0, 12.5, "")), Some((25.0, 12.5, "")));
+        assert_eq!(parse(&entry(0.1, 12.5, "00ff")), Some((0.1, 12.5, "00ff")));
+        assert_eq!(parse("1000000000"), Some((0.0, 0.0, "")));
+        assert_eq!(parse("1e9 x"), Some((0.0, 0.0, "")));
+        assert_eq!(parse("5 -3"), Some((0.0, 0.0, "")));
         assert_eq!(parse("x 5"), None);
-        assert_eq!(parse("inf inf ab"), Some((f64::INFINITY, "ab")));
+        assert_eq!(
+            parse("inf inf ab"),
+            Some((f64::INFINITY, f64::INFINITY, "ab"))
+        );
     }
 
     #[test]

@@ -70,6 +70,19 @@ pub fn merge(
     }
 }
 
+/// A raise's interval, no shorter than the fleet's recent dispatch rate `used` (the
+/// members' sum) allows: a throttle says the capacity lies below the rate in force,
+/// and while a fleet throttles the requests that get through come at about the
+/// capacity. A member's own raise cuts by one step of its sleeper, far too little when
+/// the fleet starts or joins far past the capacity; the fleet takes the larger cut at
+/// once instead of one step per burst. Without a dispatch rate the raise stays.
+pub fn cap_raise(interval: Duration, used: f64) -> Duration {
+    if !used.is_finite() || used <= 0.0 {
+        return interval;
+    }
+    interval.max(Duration::try_from_secs_f64(1.0 / used).unwrap_or(Duration::MAX))
+}
+
 /// Whether a member last seen `since_seen` ago still counts.
 pub fn live(since_seen: Duration, member_ttl: Duration) -> bool {
     since_seen <= member_ttl
@@ -167,6 +180,17 @@ mod tests {
         state = Some(merge_now(state, &step(81, 4)));
         state = Some(merge_now(state, &step(90, 4)));
         assert_eq!(state, Some(shared(81, 4)));
+    }
+
+    #[test]
+    fn a_raise_goes_at_least_to_the_fleets_dispatch_rate() {
+        // 1 ms (1000/s) proposed while the fleet's requests go through at 100/s.
+        assert_eq!(cap_raise(ms(1), 100.0), ms(10));
+        // A raise already below that rate stays; no rate, no cap.
+        assert_eq!(cap_raise(ms(20), 100.0), ms(20));
+        assert_eq!(cap_raise(ms(1), 0.0), ms(1));
+        assert_eq!(cap_raise(ms(1), f64::NAN), ms(1));
+        assert_eq!(cap_raise(ms(1), f64::INFINITY), ms(1));
     }
 
     #[test]

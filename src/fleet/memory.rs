@@ -22,8 +22,8 @@ pub struct Memory {
 struct Lane {
     shared: Option<Shared>,
     raised_at: Option<Duration>,
-    /// Per member: last sync, claim, fingerprint.
-    members: BTreeMap<String, (Duration, f64, String)>,
+    /// Per member: last sync, claim, dispatch rate, fingerprint.
+    members: BTreeMap<String, (Duration, f64, f64, String)>,
     /// The last sync of any member: the key expires `key_ttl` after it.
     touched: Duration,
 }
@@ -40,7 +40,7 @@ impl Memory {
         self.lanes.get(key).map_or(0, |lane| {
             lane.members
                 .values()
-                .filter(|(seen, _, _)| learning::live(now.saturating_sub(*seen), member_ttl))
+                .filter(|(seen, ..)| learning::live(now.saturating_sub(*seen), member_ttl))
                 .count()
         })
     }
@@ -64,15 +64,16 @@ impl Memory {
             .iter()
             .map(|report| {
                 let lane = self.lanes.entry(report.key.to_string()).or_default();
-                lane.members.retain(|m, (seen, _, _)| {
+                lane.members.retain(|m, (seen, ..)| {
                     m == member || learning::live(now.saturating_sub(*seen), member_ttl)
                 });
-                let (others, fingerprints) = lane
-                    .members
-                    .iter()
-                    .filter(|(m, _)| *m != member)
-                    .map(|(_, (_, claim, fingerprint))| (*claim, fingerprint.clone()))
-                    .unzip();
+                let others = lane.members.iter().filter(|(m, _)| *m != member);
+                let (mut claims, mut used, mut fingerprints) = (Vec::new(), Vec::new(), Vec::new());
+                for (_, (_, claim, dispatched, fingerprint)) in others {
+                    claims.push(*claim);
+                    used.push(*dispatched);
+                    fingerprints.push(fingerprint.clone());
+                }
                 if let Some(proposal) = report.proposal {
                     let since = lane.raised_at.map(|at| now.saturating_sub(at));
                     let merged = learning::merge(lane.shared, &proposal, since, hold);
@@ -86,13 +87,15 @@ impl Memory {
                 let entry = (
                     now,
                     claim(report.demand, report.used),
+                    report.used.max(0.0),
                     report.fingerprint.to_string(),
                 );
                 lane.members.insert(member.to_string(), entry);
                 lane.touched = now;
                 Answer {
                     shared: lane.shared,
-                    others,
+                    others: claims,
+                    others_used: used,
                     fingerprints,
                 }
             })
@@ -250,6 +253,8 @@ mod tests {
                     .remove(0);
                 got.others.sort_by(f64::total_cmp);
                 want.others.sort_by(f64::total_cmp);
+                got.others_used.sort_by(f64::total_cmp);
+                want.others_used.sort_by(f64::total_cmp);
                 got.fingerprints.sort();
                 want.fingerprints.sort();
                 assert_eq!(got, want, "step {step}, {member}: {report:?}");

@@ -114,6 +114,8 @@ pub struct Answer {
     pub shared: Option<Shared>,
     /// What the other live members' demands claim (`demand::claim`).
     pub others: Vec<f64>,
+    /// The other live members' recent dispatch rates, in the same order.
+    pub others_used: Vec<f64>,
     /// The other live members' fingerprints, in the same order (empty where none).
     pub fingerprints: Vec<String>,
 }
@@ -513,15 +515,20 @@ fn answer(fields: &[String]) -> Answer {
         interval: Duration::from_micros(micros),
         epoch,
     });
-    let (others, fingerprints) = fields
+    let (mut others, mut others_used, mut fingerprints) = (Vec::new(), Vec::new(), Vec::new());
+    for (claim, used, fingerprint) in fields
         .iter()
         .skip(2)
         .filter_map(|d| super::demand::parse(d))
-        .map(|(claim, fingerprint)| (claim, fingerprint.to_string()))
-        .unzip();
+    {
+        others.push(claim);
+        others_used.push(used);
+        fingerprints.push(fingerprint.to_string());
+    }
     Answer {
         shared,
         others,
+        others_used,
         fingerprints,
     }
 }
@@ -544,6 +551,7 @@ mod tests {
                     epoch: 3
                 }),
                 others: vec![12.5, f64::INFINITY, 0.0],
+                others_used: vec![10.0, f64::INFINITY, 0.0],
                 fingerprints: strings(&["ab", "", ""]),
             }
         );
@@ -556,6 +564,7 @@ mod tests {
             Answer {
                 shared: None,
                 others: vec![1.0],
+                others_used: vec![1.0],
                 fingerprints: strings(&[""]),
             }
         );

@@ -2,9 +2,12 @@
 //! alone and each success lets one more go at once (the window doubles every round
 //! trip, as TCP's does). It ends at the first throttle (the controller takes over with
 //! a few requests in flight, not every client's), at a window of [`OPEN_AT`], or
-//! [`LASTS`] after the lane was made. A request waits at most [`MAX_HOLD`] for room, so
+//! [`LASTS`] after the lane's first request: a sidecar that sat idle before its load
+//! came (a fleet's pods ready before their writers start) starts as gently as one
+//! whose load came at once. A request waits at most [`MAX_HOLD`] for room, so
 //! long-running requests slow the start by that much at worst.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -15,7 +18,7 @@ use crate::clock::{Clock, Instant};
 /// A window this wide sends any burst a client pool makes: the start is over.
 pub const OPEN_AT: u32 = 64;
 
-/// How long after the lane was made the start lasts at most.
+/// How long after the lane's first request the start lasts at most.
 pub const LASTS: Duration = Duration::from_secs(1);
 
 /// The longest a request waits for room in the window.
@@ -27,18 +30,19 @@ pub struct SlowStart {
     over: AtomicBool,
     in_flight: AtomicU32,
     window: AtomicU32,
-    ends: Instant,
+    /// [`LASTS`] after the first request; set by it.
+    ends: OnceLock<Instant>,
     room: Notify,
 }
 
 impl SlowStart {
-    /// A window of one request, for a lane made at `now`.
-    pub fn new(now: Instant) -> SlowStart {
+    /// A window of one request, for a lane that has seen none yet.
+    pub fn new() -> SlowStart {
         SlowStart {
             over: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
             window: AtomicU32::new(1),
-            ends: now + LASTS,
+            ends: OnceLock::new(),
             room: Notify::new(),
         }
     }
@@ -52,7 +56,7 @@ impl SlowStart {
     /// then counts the request in flight; returns how long it waited.
     pub async fn enter(&self, clock: &Clock, deadline: Instant) -> Duration {
         let began = clock.now();
-        if began >= self.ends {
+        if began >= *self.ends.get_or_init(|| began + LASTS) {
             self.end();
             return Duration::ZERO;
         }
@@ -112,6 +116,12 @@ impl SlowStart {
     }
 }
 
+impl Default for SlowStart {
+    fn default() -> SlowStart {
+        SlowStart::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,7 +137,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_first_request_goes_alone_and_each_success_lets_one_more_go() {
-        let s = SlowStart::new(Instant::now());
+        let s = SlowStart::new();
         assert_eq!(s.enter(&Clock::Tokio, far()).await, Duration::ZERO);
         // The second waits: the window is one.
         let second = s.enter(&Clock::Tokio, far());
@@ -146,7 +156,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_throttle_ends_the_start_and_lets_every_waiter_go() {
-        let s = SlowStart::new(Instant::now());
+        let s = SlowStart::new();
         s.enter(&Clock::Tokio, far()).await;
         let waiter = s.enter(&Clock::Tokio, far());
         tokio::pin!(waiter);
@@ -158,7 +168,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_waits_at_most_max_hold_or_its_deadline() {
-        let s = SlowStart::new(Instant::now());
+        let s = SlowStart::new();
         s.enter(&Clock::Tokio, far()).await; // never answered: a long-running request
         assert_eq!(s.enter(&Clock::Tokio, far()).await, MAX_HOLD);
         let soon = Instant::now() + Duration::from_millis(5);
@@ -168,14 +178,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_start_ends_at_a_wide_window_or_after_it_lasted() {
-        let s = SlowStart::new(Instant::now());
+        let s = SlowStart::new();
         for _ in 1..OPEN_AT {
             s.enter(&Clock::Tokio, far()).await;
             s.answered(false, true);
         }
         assert!(s.is_over());
 
-        let s = SlowStart::new(Instant::now());
+        let s = SlowStart::new();
         s.enter(&Clock::Tokio, far()).await;
         tokio::time::advance(LASTS).await;
         assert_eq!(s.enter(&Clock::Tokio, far()).await, Duration::ZERO);
@@ -183,8 +193,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_idle_lane_starts_gently_when_its_first_request_comes() {
+        let s = SlowStart::new();
+        tokio::time::advance(LASTS * 5).await;
+        assert_eq!(s.enter(&Clock::Tokio, far()).await, Duration::ZERO);
+        let second = s.enter(&Clock::Tokio, far());
+        tokio::pin!(second);
+        assert!(pending(&mut second).await);
+        assert!(!s.is_over());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_failure_frees_its_place_without_widening_the_window() {
-        let s = SlowStart::new(Instant::now());
+        let s = SlowStart::new();
         s.enter(&Clock::Tokio, far()).await;
         s.answered(false, false);
         s.enter(&Clock::Tokio, far()).await;

@@ -546,3 +546,26 @@ async fn patient_requests_are_still_bounded_in_number() {
         h.abort();
     }
 }
+
+/// A fleet member that takes a raise shifts its next slot by up to half a spacing
+/// either way; calls before the next dispatch count from now, so they do not add up.
+#[tokio::test(start_paused = true)]
+async fn a_stagger_shifts_the_next_slot_once() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    pacer.stagger(0.25);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 125 * MS);
+    pacer.stagger(-0.5);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 175 * MS);
+    // Twice before a dispatch, 10 ms after the last (175 ms): the first to 200 ms, the
+    // second from now (185 ms) to 210 ms, not from 200 ms to 225 ms.
+    tokio::time::advance(10 * MS).await;
+    pacer.stagger(0.25);
+    pacer.stagger(0.25);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 310 * MS);
+}

@@ -464,6 +464,122 @@ pub fn fleet_comparison(options: &SimOptions, independent: &Trace, fleet: &Trace
             s.jain
         );
     }
+    out.push_str(&cold_start_lines(options, fleet));
+    out
+}
+
+/// How long [`cold_start`] measures from the first request.
+pub const COLD_SPAN: Duration = Duration::from_secs(40);
+
+/// The first seconds of a run, measured from the first request (no warm-up).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColdStart {
+    /// Each second's successes and throttles, from the start.
+    pub seconds: Vec<(u64, u64)>,
+    /// When the first throttle came; `None` if none did.
+    pub first_throttle: Option<Duration>,
+    /// Whole seconds from the second of the first throttle until every later second
+    /// reached 0.95 of capacity; `None` if that never happened.
+    pub settled_after: Option<u64>,
+    /// The least successes of a second from 5 s after the first throttle on, over the
+    /// capacity.
+    pub lowest_after_5s: Option<f64>,
+    /// Over the span: goodput over capacity, throttled share of attempts, Jain.
+    pub goodput: f64,
+    pub throttled: f64,
+    pub jain: f64,
+}
+
+/// [`ColdStart`] of the first [`COLD_SPAN`] from the first attempt (at most the rest
+/// of the run) of a trace; times count from that attempt.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "whole seconds of a run fit a usize"
+)]
+pub fn cold_start(options: &SimOptions, trace: &Trace) -> ColdStart {
+    let t0 = trace.attempts.first().map_or(Duration::ZERO, |a| a.at);
+    let span = COLD_SPAN.min(options.duration.saturating_sub(t0));
+    let n = span.as_secs() as usize;
+    let mut seconds = vec![(0u64, 0u64); n];
+    let mut ok = vec![0u64; options.sidecars];
+    let mut first_throttle = None;
+    for (a, at) in trace.attempts.iter().map(|a| (a, a.at - t0)) {
+        if at >= span {
+            break;
+        }
+        if a.throttled {
+            first_throttle.get_or_insert(at);
+        }
+        if let Some(s) = seconds.get_mut(at.as_secs() as usize) {
+            if a.throttled {
+                s.1 += 1;
+            } else {
+                s.0 += 1;
+                if let Some(k) = ok.get_mut(a.sidecar) {
+                    *k += 1;
+                }
+            }
+        }
+    }
+    let capacity = options.capacity;
+    let good = |s: &(u64, u64)| s.0 as f64 >= 0.95 * capacity;
+    let start = first_throttle.map(|t| t.as_secs() as usize);
+    let settled_after = start.and_then(|start| {
+        (start..n)
+            .find(|&s| seconds[s..].iter().all(good))
+            .map(|s| (s - start) as u64)
+    });
+    let lowest_after_5s = start
+        .and_then(|start| seconds.get(start + 5..))
+        .and_then(|after| after.iter().map(|s| s.0).min())
+        .map(|low| low as f64 / capacity);
+    let (succeeded, throttled): (u64, u64) =
+        seconds.iter().fold((0, 0), |(a, b), s| (a + s.0, b + s.1));
+    let rates: Vec<f64> = ok.iter().map(|&k| k as f64).collect();
+    ColdStart {
+        seconds,
+        first_throttle,
+        settled_after,
+        lowest_after_5s,
+        goodput: succeeded as f64 / (span.as_secs_f64() * capacity),
+        throttled: percent(throttled as f64, (succeeded + throttled) as f64) / 100.0,
+        jain: jain(&rates),
+    }
+}
+
+/// [`cold_start`] in words: the figures, then the per-second series.
+pub fn cold_start_lines(options: &SimOptions, trace: &Trace) -> String {
+    let c = cold_start(options, trace);
+    let mut out = String::new();
+    let t0 = trace.attempts.first().map_or(Duration::ZERO, |a| a.at);
+    let span = COLD_SPAN.min(options.duration.saturating_sub(t0)).as_secs();
+    let first = c
+        .first_throttle
+        .map_or("none".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));
+    let settled = c
+        .settled_after
+        .map_or("never".to_string(), |s| format!("{s} s"));
+    let lowest = c
+        .lowest_after_5s
+        .map_or("-".to_string(), |l| format!("{l:.2}"));
+    let _ = writeln!(
+        out,
+        "cold start (the first {span} s, from the first request): goodput {:.3}, throttled {:.2}%, jain {:.3}; first throttle at {first}, >= 0.95 of capacity for good {settled} after it, lowest second from 5 s after it: {lowest} of capacity",
+        c.goodput,
+        100.0 * c.throttled,
+        c.jain
+    );
+    let series: Vec<String> = c
+        .seconds
+        .iter()
+        .enumerate()
+        .map(|(s, (ok, th))| format!("{}:{ok}/{th}", s + 1))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  per second (accepted/throttled): {}",
+        series.join(" ")
+    );
     out
 }
 

@@ -144,7 +144,13 @@ impl Cubic {
     }
 
     /// Moves to `interval`. A raise is a throttle seen elsewhere: the rate in force
-    /// becomes the one the curve returns to, and the curve restarts at `now`. Otherwise
+    /// becomes the one the curve returns to (no more than `1 / beta` above the adopted
+    /// one: a fleet-wide cut larger than one step, from a burst far past the capacity,
+    /// must not climb straight back into it), and the curve restarts at `now`. Taken
+    /// from 0 (a member that joins a paced fleet, or saw none of the burst), the
+    /// adopted rate is the fleet's, measured, not an estimate: the curve starts at it
+    /// and only probes beyond it, leaving the fleet's growth to the members that
+    /// remember the burst, so a joiner neither doubles nor pulls the fleet up. Otherwise
     /// only the rate moves and the curve keeps its origin, so growth stays a function
     /// of the time since the last throttle, whoever saw it.
     pub fn adopt(&mut self, interval: Duration, raised: bool, now: Duration) {
@@ -158,13 +164,9 @@ impl Cubic {
             self.set_rate(rate);
             return;
         }
-        self.from_start = self.rate == 0.0;
-        self.w_max = if self.from_start {
-            rate / self.beta
-        } else {
-            self.rate.max(rate)
-        };
+        self.w_max = self.rate.clamp(rate, rate / self.beta);
         self.decrease_to(rate, now);
+        self.from_start = false;
     }
 
     /// Multiplies the interval by `factor`, and so every remembered rate by its
