@@ -215,6 +215,13 @@ fn cluster(servers: &mut Servers) -> [u16; 3] {
             "yes".to_string(),
             "--cluster-config-file".to_string(),
             file.display().to_string(),
+            // The sidecars' own ACL user, kept to the fleet's keys.
+            "--user".to_string(),
+            "easeoff".to_string(),
+            "on".to_string(),
+            ">fleet-secret".to_string(),
+            "~easeoff:*".to_string(),
+            "+@all".to_string(),
         ];
         servers.start(port, &args);
     }
@@ -260,7 +267,8 @@ fn move_slot(ports: [u16; 3], slot: &str, from: u16, to: u16) {
     }
 }
 
-/// Two sidecars share one lane through a 3-master cluster, seeded with one node; the
+/// Two sidecars share one lane through a 3-master cluster, seeded with one node, as
+/// an ACL user of their own; the
 /// lane's slot moves to another node mid-run: no client sees an error, and both go on
 /// syncing on the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,7 +279,7 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
     let ports = cluster(&mut servers);
     let up = support::upstream(|_| async { support::ok() }).await;
     let fleet = format!(
-        "redis = [\"redis://127.0.0.1:{}\"]\nredis_mode = \"cluster\"",
+        "redis = [\"redis://easeoff:fleet-secret@127.0.0.1:{}\"]\nredis_mode = \"cluster\"",
         ports[0]
     );
     let a = support::proxy_config(&config(&fleet, up.addr)).await;
@@ -279,6 +287,11 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
     for s in [&a, &b] {
         support::wait_until(PATIENCE, "two members, connected", || in_fleet(s.admin, 2)).await;
     }
+    let as_user = |p: &u16| run::<String>(*p, &["CLIENT", "LIST"]).contains("user=easeoff");
+    assert!(
+        ports.iter().all(as_user),
+        "every node sees the fleet's user"
+    );
     let slot = run::<i64>(ports[0], &["CLUSTER", "KEYSLOT", KEY]).to_string();
     let owner = *ports
         .iter()
