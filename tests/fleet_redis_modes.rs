@@ -325,13 +325,23 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
 /// A primary, its replica and one sentinel; the ports of the three.
 fn sentinel(servers: &mut Servers) -> (u16, u16, u16) {
     let (primary, replica, sentinel) = (free_port(), free_port(), free_port());
-    servers.start(primary, &[]);
-    let of = [
+    // The sidecars' own ACL user on every server, the sentinel included.
+    let user = [
+        "--user",
+        "easeoff",
+        "on",
+        ">fleet-secret",
+        "~easeoff:*",
+        "+@all",
+    ];
+    let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+    servers.start(primary, &args);
+    args.extend([
         "--replicaof".to_string(),
         "127.0.0.1".to_string(),
         primary.to_string(),
-    ];
-    servers.start(replica, &of);
+    ]);
+    servers.start(replica, &args);
     wait_sync("the replica to be in sync", || {
         ask::<String>(replica, &["INFO", "replication"])
             .is_some_and(|i| i.contains("master_link_status:up"))
@@ -340,7 +350,8 @@ fn sentinel(servers: &mut Servers) -> (u16, u16, u16) {
     std::fs::write(
         &conf,
         format!(
-            "sentinel monitor easeoff 127.0.0.1 {primary} 1\n\
+            "user easeoff on >fleet-secret +@all\n\
+             sentinel monitor easeoff 127.0.0.1 {primary} 1\n\
              sentinel down-after-milliseconds easeoff 1000\n\
              sentinel failover-timeout easeoff 5000\n"
         ),
@@ -357,7 +368,8 @@ fn sentinel(servers: &mut Servers) -> (u16, u16, u16) {
     (primary, replica, sentinel)
 }
 
-/// Four sidecars share one lane through the primary the sentinel names; `SENTINEL
+/// Four sidecars share one lane, as an ACL user of their own, through the primary
+/// the sentinel names; `SENTINEL
 /// FAILOVER` mid-run: no client sees an error, all are back in the fleet within 5 s,
 /// and the lane's key is on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,7 +380,7 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
     let (primary, replica, sentinel) = sentinel(&mut servers);
     let up = support::upstream(|_| async { support::ok() }).await;
     let fleet = format!(
-        "redis = [\"redis://127.0.0.1:{sentinel}\"]\nredis_mode = \"sentinel\"\n\
+        "redis = [\"redis://easeoff:fleet-secret@127.0.0.1:{sentinel}\"]\nredis_mode = \"sentinel\"\n\
          sentinel_master = \"easeoff\""
     );
     let mut sidecars = Vec::new();
@@ -399,6 +411,8 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
         support::wait_until(PATIENCE, "all back in the fleet", || in_fleet(s.admin, 4)).await;
     }
     let back = asked.elapsed();
+    let users: String = run(replica, &["CLIENT", "LIST"]);
+    assert!(users.contains("user=easeoff"), "{users}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (sent, failed) = clients.finish().await;
     eprintln!("back in the fleet {back:?} after SENTINEL FAILOVER; {sent} requests");
