@@ -467,3 +467,74 @@ async fn fleet_series_are_bounded_by_metrics_lanes() {
         );
     }
 }
+
+/// A Redis that asks for client certificates (`tls-auth-clients yes`): a sidecar
+/// presenting `client_cert` from the CA Redis trusts syncs; one presenting none does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_to_a_redis_that_asks_for_one() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let Some(mut servers) = Servers::new("mtls") else {
+        return;
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "easeoff client certificate test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let write = |name: &str, text: String| {
+        let path = servers.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_pem, server_key) = leaf("127.0.0.1");
+    let (client_pem, client_key) = leaf("easeoff");
+    let ca_file = write("ca.pem", ca_pem);
+    let tls_port = free_port();
+    let args: Vec<String> = [
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &write("server.pem", server_pem),
+        "--tls-key-file",
+        &write("server.key", server_key),
+        "--tls-ca-cert-file",
+        &ca_file,
+        "--tls-auth-clients",
+        "yes",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (cert, key) = (
+        write("client.pem", client_pem),
+        write("client.key", client_key),
+    );
+    servers.start(free_port(), &args);
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let url = format!("redis = \"rediss://127.0.0.1:{tls_port}/0\"\nca_file = \"{ca_file}\"");
+    let with = format!("{url}\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"");
+    let presenting = support::proxy_config(&config(&with, up.addr)).await;
+    support::wait_until(PATIENCE, "the sidecar with a certificate to sync", || {
+        in_fleet(presenting.admin, 1)
+    })
+    .await;
+    let bare = support::proxy_config(&config(&url, up.addr)).await;
+    support::wait_until(PATIENCE, "the sidecar without one to fail", || async {
+        support::metric(bare.admin, "easeoff_fleet_sync_errors_total").await >= 2.0
+    })
+    .await;
+    assert_eq!(
+        support::metric(bare.admin, "easeoff_fleet_connected").await,
+        0.0
+    );
+}
