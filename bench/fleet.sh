@@ -37,6 +37,10 @@
 #   bench/fleet.sh --members 16 --modes fleet --warmup 10 --seconds 60 --roll 2
 # For the usual fault run:
 #   bench/fleet.sh --members 16 --modes fleet --seconds 60 --fault 20:40
+# Mode "cluster" shares through a 3-master Redis Cluster instead (redis_mode =
+# "cluster", seeded with one node); --migrate S moves the lane's slot, key included,
+# to another master S seconds into the measured window:
+#   bench/fleet.sh --members 8 --modes cluster --seconds 20 --migrate 10
 # Needs h2load (nghttp2-client), curl
 # and redis-server. Uses target/release/easeoff (EASEOFF_BIN overrides; it is built
 # if missing); every process it starts is stopped on exit.
@@ -45,14 +49,14 @@ cd "$(dirname "$0")/.."
 
 members_list="1 4 8 16" modes="independent fleet" rate=100 clients=4 light=0 light_rate=5
 warmup=10 seconds=20 runs=1 fault="" fault_kind=kill baseline=yes svg=target/fleet-fault.svg
-idle=0 roll=0 series=0
+idle=0 roll=0 series=0 migrate=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members_list=$2 ;; --modes) modes=$2 ;; --rate) rate=$2 ;;
     --clients) clients=$2 ;; --light) light=$2 ;; --light-rate) light_rate=$2 ;;
     --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;; --svg) svg=$2 ;;
     --fault-kind) fault_kind=$2 ;; --baseline) baseline=$2 ;;
-    --idle) idle=$2 ;; --roll) roll=$2 ;; --series) series=$2 ;;
+    --idle) idle=$2 ;; --roll) roll=$2 ;; --series) series=$2 ;; --migrate) migrate=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -114,6 +118,44 @@ EOF
     --log-level info >>"$work/easeoff-$i.log" 2>&1 &
   member_pids[i - 1]=$!
   pids+=($!)
+}
+# Three cluster masters, every slot covered; their ports in cluster_ports.
+start_cluster() {
+  cluster_ports=()
+  local p
+  for _ in 1 2 3; do
+    p=$(free_port)
+    cluster_ports+=("$p")
+    redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+      --cluster-enabled yes --cluster-config-file "$work/nodes-$p.conf" >"$work/redis-$p.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${cluster_ports[@]}"; do
+    for _ in $(seq 100); do port_busy "$p" && break; sleep 0.05; done
+  done
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${cluster_ports[@]}") \
+    --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1
+  for p in "${cluster_ports[@]}"; do
+    for _ in $(seq 100); do redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok && break; sleep 0.1; done
+  done
+}
+# Moves the slot of key $1 to another master, keys included; prints slot, from, to.
+move_slot() {
+  local slot from="" to="" p keys
+  slot=$(redis-cli -p "${cluster_ports[0]}" CLUSTER KEYSLOT "$1")
+  for p in "${cluster_ports[@]}"; do
+    [ "$(redis-cli -p "$p" CLUSTER COUNTKEYSINSLOT "$slot")" -gt 0 ] && from=$p
+  done
+  [ -n "$from" ] || { echo "no node holds $1"; return; }
+  for p in "${cluster_ports[@]}"; do [ "$p" != "$from" ] && { to=$p; break; }; done
+  local from_id to_id
+  from_id=$(redis-cli -p "$from" CLUSTER MYID) to_id=$(redis-cli -p "$to" CLUSTER MYID)
+  redis-cli -p "$to" CLUSTER SETSLOT "$slot" IMPORTING "$from_id" >/dev/null
+  redis-cli -p "$from" CLUSTER SETSLOT "$slot" MIGRATING "$to_id" >/dev/null
+  keys=$(redis-cli -p "$from" CLUSTER GETKEYSINSLOT "$slot" 100)
+  [ -z "$keys" ] || redis-cli -p "$from" MIGRATE 127.0.0.1 "$to" "" 0 5000 KEYS $keys >/dev/null
+  for p in "${cluster_ports[@]}"; do redis-cli -p "$p" CLUSTER SETSLOT "$slot" NODE "$to_id" >/dev/null; done
+  echo "slot $slot moved from :$from to :$to"
 }
 success='easeoff_requests_total{outcome="success",upstream="mock"}'
 # Once a second until killed: seconds since $1, then each member's successes so far, to
@@ -237,6 +279,12 @@ for run in $(seq "$runs"); do
         fleet_section="[fleet]
 redis = \"redis://127.0.0.1:$redis_port/0\"
 group = \"bench\""
+      elif [ "$mode" = cluster ]; then
+        start_cluster
+        fleet_section="[fleet]
+redis = [\"redis://127.0.0.1:${cluster_ports[0]}\"]
+redis_mode = \"cluster\"
+group = \"bench\""
       fi
       admins=() listens=() member_pids=()
       rm -f "$work"/easeoff-*.log
@@ -291,6 +339,10 @@ group = \"bench\""
         phases="$okk $tk $okr $tr $thk $thr"
       elif [ "$roll" -gt 0 ]; then
         replace_members
+      elif [ -n "$migrate" ] && [ "$mode" = cluster ]; then
+        sleep "$migrate"
+        moved=$(move_slot 'easeoff:{bench:mock:default}:state')
+        sleep $((seconds - migrate))
       else
         sleep "$seconds"
       fi
@@ -300,7 +352,7 @@ group = \"bench\""
       after=()
       for admin in "${admins[@]}"; do after+=("$(sample "http://127.0.0.1:$admin/metrics" "$success")"); done
       connected=""
-      if [ "$mode" = fleet ]; then
+      if [ "$mode" != independent ]; then
         for admin in "${admins[@]}"; do connected+="$(sample "http://127.0.0.1:$admin/metrics" easeoff_fleet_connected)"; done
       fi
       # Wait for the writers to finish, then count their non-2xx answers and errors.
@@ -336,6 +388,9 @@ group = \"bench\""
         printf "%-4s %-12s %7d %8.3f %9.2f%% %6.3f %7d %s\n", run, mode, n, ok / (secs * rate),
           100 * th / (ok + th), jain, errors, rates
       }'
+      if [ "$mode" = cluster ]; then
+        echo "     ${moved:-no slot moved}; connected at the end: $connected"
+      fi
       if [ -n "$phases" ]; then
         read -r okk tk okr tr thk thr <<<"$phases"
         awk -v ok0="$ok0" -v t0="$t0" -v okk="$okk" -v tk="$tk" -v okr="$okr" -v tr="$tr" \

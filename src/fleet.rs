@@ -1063,7 +1063,7 @@ mod tests {
         let members: Vec<(Fleet, LaneLink)> = (0..16)
             .map(|i| {
                 let fleet = Fleet::driven(settings.clone(), &metrics, format!("m{i}"));
-                let link = fleet.join("up", "default", Box::new(|_| {}));
+                let link = fleet.join("up", "default", true, Box::new(|_| {}));
                 link.learned(Duration::ZERO, 0, None);
                 (fleet, link)
             })

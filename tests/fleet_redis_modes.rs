@@ -129,14 +129,9 @@ fn config(fleet: &str, upstream: SocketAddr) -> String {
 
 /// Whether the sidecar at `admin` is connected and shares its lane with `members`.
 async fn in_fleet(admin: SocketAddr, members: u64) -> bool {
-    let status = whole_status(admin).await;
-    status["fleet"]["connected"] == true && status["upstreams"][0]["fleet"]["members"] == members
-}
-
-/// The sidecar's `/status` document.
-async fn whole_status(admin: SocketAddr) -> serde_json::Value {
     let text = support::get(&format!("http://{admin}/status")).await.text();
-    serde_json::from_str(&text).unwrap()
+    let status: serde_json::Value = serde_json::from_str(&text).unwrap();
+    status["fleet"]["connected"] == true && status["upstreams"][0]["fleet"]["members"] == members
 }
 
 /// Clients sending to every sidecar until stopped; counts the answers that are not 200.
@@ -220,6 +215,13 @@ fn cluster(servers: &mut Servers) -> [u16; 3] {
             "yes".to_string(),
             "--cluster-config-file".to_string(),
             file.display().to_string(),
+            // The sidecars' own ACL user, kept to the fleet's keys.
+            "--user".to_string(),
+            "easeoff".to_string(),
+            "on".to_string(),
+            ">fleet-secret".to_string(),
+            "~easeoff:*".to_string(),
+            "+@all".to_string(),
         ];
         servers.start(port, &args);
     }
@@ -265,7 +267,8 @@ fn move_slot(ports: [u16; 3], slot: &str, from: u16, to: u16) {
     }
 }
 
-/// Two sidecars share one lane through a 3-master cluster, seeded with one node; the
+/// Two sidecars share one lane through a 3-master cluster, seeded with one node, as
+/// an ACL user of their own; the
 /// lane's slot moves to another node mid-run: no client sees an error, and both go on
 /// syncing on the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +279,7 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
     let ports = cluster(&mut servers);
     let up = support::upstream(|_| async { support::ok() }).await;
     let fleet = format!(
-        "redis = [\"redis://127.0.0.1:{}\"]\nredis_mode = \"cluster\"",
+        "redis = [\"redis://easeoff:fleet-secret@127.0.0.1:{}\"]\nredis_mode = \"cluster\"",
         ports[0]
     );
     let a = support::proxy_config(&config(&fleet, up.addr)).await;
@@ -284,6 +287,11 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
     for s in [&a, &b] {
         support::wait_until(PATIENCE, "two members, connected", || in_fleet(s.admin, 2)).await;
     }
+    let as_user = |p: &u16| run::<String>(*p, &["CLIENT", "LIST"]).contains("user=easeoff");
+    assert!(
+        ports.iter().all(as_user),
+        "every node sees the fleet's user"
+    );
     let slot = run::<i64>(ports[0], &["CLUSTER", "KEYSLOT", KEY]).to_string();
     let owner = *ports
         .iter()
@@ -310,24 +318,30 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
     assert_eq!(failed, 0, "{failed} of {sent} requests failed");
     assert!(entries(owner).is_empty(), "the old owner still has the key");
     for s in [&a, &b] {
-        assert!(
-            in_fleet(s.admin, 2).await,
-            "{}",
-            whole_status(s.admin).await
-        );
+        support::wait_until(PATIENCE, "both in the fleet", || in_fleet(s.admin, 2)).await;
     }
 }
 
 /// A primary, its replica and one sentinel; the ports of the three.
 fn sentinel(servers: &mut Servers) -> (u16, u16, u16) {
     let (primary, replica, sentinel) = (free_port(), free_port(), free_port());
-    servers.start(primary, &[]);
-    let of = [
+    // The sidecars' own ACL user on every server, the sentinel included.
+    let user = [
+        "--user",
+        "easeoff",
+        "on",
+        ">fleet-secret",
+        "~easeoff:*",
+        "+@all",
+    ];
+    let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+    servers.start(primary, &args);
+    args.extend([
         "--replicaof".to_string(),
         "127.0.0.1".to_string(),
         primary.to_string(),
-    ];
-    servers.start(replica, &of);
+    ]);
+    servers.start(replica, &args);
     wait_sync("the replica to be in sync", || {
         ask::<String>(replica, &["INFO", "replication"])
             .is_some_and(|i| i.contains("master_link_status:up"))
@@ -336,7 +350,8 @@ fn sentinel(servers: &mut Servers) -> (u16, u16, u16) {
     std::fs::write(
         &conf,
         format!(
-            "sentinel monitor easeoff 127.0.0.1 {primary} 1\n\
+            "user easeoff on >fleet-secret +@all\n\
+             sentinel monitor easeoff 127.0.0.1 {primary} 1\n\
              sentinel down-after-milliseconds easeoff 1000\n\
              sentinel failover-timeout easeoff 5000\n"
         ),
@@ -353,8 +368,9 @@ fn sentinel(servers: &mut Servers) -> (u16, u16, u16) {
     (primary, replica, sentinel)
 }
 
-/// Two sidecars share one lane through the primary the sentinel names; `SENTINEL
-/// FAILOVER` mid-run: no client sees an error, both are back in the fleet within 5 s,
+/// Four sidecars share one lane, as an ACL user of their own, through the primary
+/// the sentinel names; `SENTINEL
+/// FAILOVER` mid-run: no client sees an error, all are back in the fleet within 5 s,
 /// and the lane's key is on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
@@ -364,17 +380,20 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
     let (primary, replica, sentinel) = sentinel(&mut servers);
     let up = support::upstream(|_| async { support::ok() }).await;
     let fleet = format!(
-        "redis = [\"redis://127.0.0.1:{sentinel}\"]\nredis_mode = \"sentinel\"\n\
+        "redis = [\"redis://easeoff:fleet-secret@127.0.0.1:{sentinel}\"]\nredis_mode = \"sentinel\"\n\
          sentinel_master = \"easeoff\""
     );
-    let a = support::proxy_config(&config(&fleet, up.addr)).await;
-    let b = support::proxy_config(&config(&fleet, up.addr)).await;
-    for s in [&a, &b] {
-        support::wait_until(PATIENCE, "two members, connected", || in_fleet(s.admin, 2)).await;
+    let mut sidecars = Vec::new();
+    for _ in 0..4 {
+        sidecars.push(support::proxy_config(&config(&fleet, up.addr)).await);
     }
-    assert_eq!(entries(primary).len(), 2);
+    for s in &sidecars {
+        support::wait_until(PATIENCE, "four members, connected", || in_fleet(s.admin, 4)).await;
+    }
+    assert_eq!(entries(primary).len(), 4);
 
-    let clients = Clients::start(&[a.addr, b.addr]);
+    let addrs: Vec<SocketAddr> = sidecars.iter().map(|s| s.addr).collect();
+    let clients = Clients::start(&addrs);
     tokio::time::sleep(Duration::from_millis(300)).await;
     run::<()>(sentinel, &["SENTINEL", "FAILOVER", "easeoff"]);
     let asked = Instant::now();
@@ -382,18 +401,18 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
         ask::<String>(replica, &["INFO", "replication"]).is_some_and(|i| i.contains("role:master"))
     });
     let promoted = redis_now(replica);
-    eprintln!("promoted after {:?}", asked.elapsed());
     support::wait_until(
         PATIENCE,
-        "both members to sync on the new primary",
-        || async { entries(replica).iter().filter(|t| **t > promoted).count() == 2 },
+        "every member to sync on the new primary",
+        || async { entries(replica).iter().filter(|t| **t > promoted).count() == 4 },
     )
     .await;
-    eprintln!("synced on the new primary after {:?}", asked.elapsed());
-    for s in [&a, &b] {
-        support::wait_until(PATIENCE, "both back in the fleet", || in_fleet(s.admin, 2)).await;
+    for s in &sidecars {
+        support::wait_until(PATIENCE, "all back in the fleet", || in_fleet(s.admin, 4)).await;
     }
     let back = asked.elapsed();
+    let users: String = run(replica, &["CLIENT", "LIST"]);
+    assert!(users.contains("user=easeoff"), "{users}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (sent, failed) = clients.finish().await;
     eprintln!("back in the fleet {back:?} after SENTINEL FAILOVER; {sent} requests");
@@ -422,13 +441,13 @@ async fn fleet_series_are_bounded_by_metrics_lanes() {
         let answer = support::send(&client, "GET", &url, &[("x-tenant", &tenant)], "").await;
         assert_eq!(answer.status, 200);
     }
-    support::wait_until(PATIENCE, "the lanes to sync", || async {
-        support::metric(
-            sidecar.admin,
-            r#"easeoff_fleet_members{lane="other",upstream="up"}"#,
-        )
-        .await
-            == 1.0
+    support::wait_until(PATIENCE, "every lane to sync", || async {
+        ask::<Vec<String>>(port, &["KEYS", "easeoff:*"]).is_some_and(|keys| keys.len() == 13)
+    })
+    .await;
+    let other = r#"easeoff_fleet_members{lane="other",upstream="up"}"#;
+    support::wait_until(PATIENCE, "the other series to be set", || async {
+        support::metric(sidecar.admin, other).await == 1.0
     })
     .await;
     let metrics = support::metrics(sidecar.admin).await;
@@ -447,6 +466,75 @@ async fn fleet_series_are_bounded_by_metrics_lanes() {
             "{family}: metrics_lanes by name and `other`\n{metrics}"
         );
     }
-    let lanes: Vec<String> = ask(port, &["KEYS", "easeoff:*"]).unwrap();
-    assert_eq!(lanes.len(), 13, "every lane syncs: {lanes:?}");
+}
+
+/// A Redis that asks for client certificates (`tls-auth-clients yes`): a sidecar
+/// presenting `client_cert` from the CA Redis trusts syncs; one presenting none does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_to_a_redis_that_asks_for_one() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let Some(mut servers) = Servers::new("mtls") else {
+        return;
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "easeoff client certificate test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let write = |name: &str, text: String| {
+        let path = servers.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_pem, server_key) = leaf("127.0.0.1");
+    let (client_pem, client_key) = leaf("easeoff");
+    let ca_file = write("ca.pem", ca_pem);
+    let tls_port = free_port();
+    let args: Vec<String> = [
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &write("server.pem", server_pem),
+        "--tls-key-file",
+        &write("server.key", server_key),
+        "--tls-ca-cert-file",
+        &ca_file,
+        "--tls-auth-clients",
+        "yes",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (cert, key) = (
+        write("client.pem", client_pem),
+        write("client.key", client_key),
+    );
+    servers.start(free_port(), &args);
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let url = format!("redis = \"rediss://127.0.0.1:{tls_port}/0\"\nca_file = \"{ca_file}\"");
+    let with = format!("{url}\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"");
+    let presenting = support::proxy_config(&config(&with, up.addr)).await;
+    support::wait_until(PATIENCE, "the sidecar with a certificate to sync", || {
+        in_fleet(presenting.admin, 1)
+    })
+    .await;
+    let bare = support::proxy_config(&config(&url, up.addr)).await;
+    support::wait_until(PATIENCE, "the sidecar without one to fail", || async {
+        support::metric(bare.admin, "easeoff_fleet_sync_errors_total").await >= 2.0
+    })
+    .await;
+    assert_eq!(
+        support::metric(bare.admin, "easeoff_fleet_connected").await,
+        0.0
+    );
 }

@@ -14,9 +14,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::sign::CertifiedKey;
 use toml::Spanned;
 
-use super::keys::{Bounds, Kind, NonEmpty, quote, strings};
+use super::keys::{Bounds, Kind, quote, strings};
 use super::reader::TableReader;
-use super::schema::{RedisNodes, RedisUrl};
 use super::units::{format_duration, parse_duration};
 use crate::route::{Part, parse_part};
 use crate::sleeper::Initial;
@@ -175,55 +174,6 @@ pub fn client_identity(
         )
     })?;
     Ok((chain, private))
-}
-
-/// Reads [`RedisNodes`]: a string or an array of strings.
-pub struct Nodes;
-
-impl Kind<RedisNodes> for Nodes {
-    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<RedisNodes>> {
-        let items = t.string_array(key)?;
-        let span = items.first().map_or_else(|| t.span(), Spanned::span);
-        let mut urls = Vec::with_capacity(items.len());
-        for item in &items {
-            match RedisUrl::parse(item.get_ref()) {
-                Ok(url) => urls.push(url),
-                Err(e) => t.error(item.span(), key, e),
-            }
-        }
-        if items.is_empty() {
-            t.error(span.clone(), key, "must name at least one redis:// url");
-        }
-        (urls.len() == items.len() && !urls.is_empty())
-            .then(|| Spanned::new(span, RedisNodes(urls)))
-    }
-
-    fn show(&self, value: &RedisNodes) -> Option<String> {
-        let shown: Vec<String> = value.0.iter().map(ToString::to_string).collect();
-        match shown.as_slice() {
-            [one] => Some(quote(one)),
-            _ => Some(strings(&shown)),
-        }
-    }
-}
-
-/// `sentinel_master`: the name of a primary, as the sentinels' config gives it.
-pub struct MasterName;
-
-impl Kind<Option<String>> for MasterName {
-    fn read(
-        &self,
-        t: &mut TableReader<'_, '_>,
-        key: &'static str,
-    ) -> Option<Spanned<Option<String>>> {
-        let name = NonEmpty.read(t, key)?;
-        let span = name.span();
-        Some(Spanned::new(span, Some(name.into_inner())))
-    }
-
-    fn show(&self, value: &Option<String>) -> Option<String> {
-        value.as_deref().map(quote)
-    }
 }
 
 /// `"auto"` or a duration within `.0`.

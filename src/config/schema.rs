@@ -20,11 +20,16 @@ use std::time::Duration;
 use http::HeaderName;
 use http::uri::{Authority, Scheme};
 
-use super::keys::{Bounds, Choice, NonEmpty, Parsed, Plain, Required, Schema, Size, keys};
-use super::kinds::{
-    CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, MasterName,
-    Name, Needles, Nodes, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
+use toml::Spanned;
+
+use super::keys::{
+    Bounds, Choice, Kind, NonEmpty, Parsed, Plain, Required, Schema, Size, keys, quote, strings,
 };
+use super::kinds::{
+    CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
+    Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
+};
+use super::reader::TableReader;
 use crate::quota::Spend;
 use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
@@ -243,6 +248,55 @@ impl std::fmt::Display for RedisNodes {
             write!(f, "{url}")?;
         }
         Ok(())
+    }
+}
+
+/// Reads [`RedisNodes`]: a string or an array of strings.
+struct Nodes;
+
+impl Kind<RedisNodes> for Nodes {
+    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<RedisNodes>> {
+        let items = t.string_array(key)?;
+        let span = items.first().map_or_else(|| t.span(), Spanned::span);
+        let mut urls = Vec::with_capacity(items.len());
+        for item in &items {
+            match RedisUrl::parse(item.get_ref()) {
+                Ok(url) => urls.push(url),
+                Err(e) => t.error(item.span(), key, e),
+            }
+        }
+        if items.is_empty() {
+            t.error(span.clone(), key, "must name at least one redis:// url");
+        }
+        (urls.len() == items.len() && !urls.is_empty())
+            .then(|| Spanned::new(span, RedisNodes(urls)))
+    }
+
+    fn show(&self, value: &RedisNodes) -> Option<String> {
+        let shown: Vec<String> = value.0.iter().map(ToString::to_string).collect();
+        match shown.as_slice() {
+            [one] => Some(quote(one)),
+            _ => Some(strings(&shown)),
+        }
+    }
+}
+
+/// `sentinel_master`: the name of a primary, as the sentinels' config gives it.
+struct MasterName;
+
+impl Kind<Option<String>> for MasterName {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Option<String>>> {
+        let name = NonEmpty.read(t, key)?;
+        let span = name.span();
+        Some(Spanned::new(span, Some(name.into_inner())))
+    }
+
+    fn show(&self, value: &Option<String>) -> Option<String> {
+        value.as_deref().map(quote)
     }
 }
 

@@ -13,6 +13,7 @@
 //! (the simulator runs the Rust ones): a change to either goes into both, and a test
 //! in `memory.rs` feeds both the same reports and compares their answers.
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::time::Duration;
 
@@ -296,8 +297,8 @@ impl Store {
         pipe.ignore_errors();
         for lane in lanes {
             let call = pipe.cmd("EVALSHA").arg(self.script.get_hash()).arg(1);
-            for arg in arguments(lane, member, ttls) {
-                call.arg(arg);
+            for arg in &arguments(lane, member, ttls) {
+                call.arg(arg.as_ref());
             }
         }
         let raw: Vec<RedisResult<Vec<String>>> = pipe.query_async(conn).await?;
@@ -360,10 +361,10 @@ async fn sync_cluster(
         let mut invocation = script.prepare_invoke();
         let mut args = arguments(lane, member, ttls).into_iter();
         if let Some(key) = args.next() {
-            invocation.key(key);
+            invocation.key(key.as_ref());
         }
         for arg in args {
-            invocation.arg(arg);
+            invocation.arg(arg.as_ref());
         }
         async move {
             let fields: Vec<String> = invocation.invoke_async(&mut conn).await?;
@@ -374,17 +375,21 @@ async fn sync_cluster(
 }
 
 /// One lane's script call: its key, then ARGV (see [`SYNC`]).
-fn arguments(lane: &Report<'_>, member: &str, ttls: [u64; 3]) -> [String; 9] {
+fn arguments<'a>(lane: &Report<'a>, member: &'a str, ttls: [u64; 3]) -> [Cow<'a, str>; 9] {
     let p = lane.proposal;
-    let [member_ttl, key_ttl, hold] = ttls.map(|t| t.to_string());
+    let [member_ttl, key_ttl, hold] = ttls.map(|t| Cow::Owned(t.to_string()));
+    let text = |v: Option<String>| v.map_or(Cow::Borrowed(""), Cow::Owned);
     [
-        lane.key.to_string(),
-        member.to_string(),
-        super::demand::entry(lane.demand, lane.used, lane.fingerprint),
-        p.map_or(String::new(), |p| p.interval.as_micros().to_string()),
-        p.map_or(String::new(), |p| p.epoch.to_string()),
-        p.and_then(|p| p.raised_from)
-            .map_or(String::new(), |e| e.to_string()),
+        Cow::Borrowed(lane.key),
+        Cow::Borrowed(member),
+        Cow::Owned(super::demand::entry(
+            lane.demand,
+            lane.used,
+            lane.fingerprint,
+        )),
+        text(p.map(|p| p.interval.as_micros().to_string())),
+        text(p.map(|p| p.epoch.to_string())),
+        text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
         member_ttl,
         key_ttl,
         hold,

@@ -1,0 +1,131 @@
+//! What the fleet costs Redis: simulated members (in-process [`Fleet`]s, each with
+//! its own connection and sync task) syncing their lanes against one real
+//! `redis-server`, measured from Redis's own `INFO` (commands processed, CPU). A
+//! benchmark, not a check: ignored by default, run by `bench/fleet_cost.sh`.
+//!
+//!   EASEOFF_COST_MEMBERS=100 EASEOFF_COST_LANES=50 EASEOFF_COST_SECONDS=10 \
+//!     cargo test --release --test fleet_cost -- --ignored --nocapture
+
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use easeoff::clock::Clock;
+use easeoff::config::{FleetSettings, RedisNodes, RedisUrl};
+use easeoff::fleet::Fleet;
+use easeoff::metrics::Metrics;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One `INFO` field of the server at `port`, as a number.
+fn info(conn: &mut redis::Connection, field: &str) -> f64 {
+    let text: String = redis::cmd("INFO").arg("everything").query(conn).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// The sum and count of one histogram in the metrics text.
+fn histogram(text: &str, name: &str) -> (f64, f64) {
+    let value = |suffix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_{suffix} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    (value("sum"), value("count"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark: bench/fleet_cost.sh"]
+async fn redis_cost_per_member_lane_sync() {
+    let members = env("EASEOFF_COST_MEMBERS", 10);
+    let lanes = env("EASEOFF_COST_LANES", 50);
+    let seconds = env("EASEOFF_COST_SECONDS", 10);
+    let sync_ms = env("EASEOFF_COST_SYNC_MS", 250);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let mut server = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--maxclients", "20000"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut conn = loop {
+        if let Ok(c) = client.get_connection() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "redis-server did not answer");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let settings = FleetSettings {
+        redis: RedisNodes(vec![RedisUrl::parse(&url).unwrap()]),
+        group: "cost".to_string(),
+        sync_interval: Duration::from_millis(sync_ms),
+        member_ttl: Duration::from_millis(sync_ms * 20),
+        ..FleetSettings::default()
+    };
+    let metrics = Metrics::new().unwrap();
+    let mut fleets = Vec::new();
+    let mut links = Vec::new();
+    for _ in 0..members {
+        let fleet = Fleet::start(settings.clone(), &metrics, Clock::Tokio);
+        for lane in 0..lanes {
+            let link = fleet.join("up", &format!("t{lane}"), false, Box::new(|_| {}));
+            link.learned(Duration::from_millis(10), 1, None);
+            link.waiting(1);
+            links.push(link);
+        }
+        fleets.push(fleet);
+    }
+    // A few syncs to connect and load the script, then the measured window.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let text = metrics.render().unwrap();
+    let (sum0, count0) = histogram(&text, "easeoff_fleet_sync_seconds");
+    let cmds0 = info(&mut conn, "total_commands_processed");
+    let cpu0 = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user");
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let text = metrics.render().unwrap();
+    let (sum1, count1) = histogram(&text, "easeoff_fleet_sync_seconds");
+    let cmds = info(&mut conn, "total_commands_processed") - cmds0;
+    let cpu = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user") - cpu0;
+    let syncs = count1 - count0;
+    let lane_syncs = syncs * lanes as f64;
+    let errors = easeoff_errors(&text);
+    println!(
+        "members {members} lanes {lanes} sync {sync_ms}ms: {:.0} commands/s, redis cpu {:.1} % of a core, \
+         {:.2} us redis cpu per member-lane-sync, {:.2} commands per member-lane-sync, \
+         syncs {:.0}/s (expected {:.0}/s), mean sync {:.1} ms, sync errors {errors}",
+        cmds / elapsed,
+        100.0 * cpu / elapsed,
+        1e6 * cpu / lane_syncs,
+        cmds / lane_syncs,
+        syncs / elapsed,
+        members as f64 * 1000.0 / sync_ms as f64,
+        1000.0 * (sum1 - sum0) / syncs,
+    );
+    drop(links);
+    drop(fleets);
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+fn easeoff_errors(text: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("easeoff_fleet_sync_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
