@@ -87,7 +87,7 @@ impl<'t, 'i> TableReader<'t, 'i> {
     }
 
     /// Records a value that did not parse: `<key>: <why>`.
-    fn invalid(&self, span: Range<usize>, key: &str, why: impl std::fmt::Display) {
+    pub fn invalid(&self, span: Range<usize>, key: &str, why: impl std::fmt::Display) {
         self.sink
             .push(span, format!("{}: {why}", self.describe(key)));
     }

@@ -262,7 +262,7 @@ impl Kind<RedisNodes> for Nodes {
         for item in &items {
             match RedisUrl::parse(item.get_ref()) {
                 Ok(url) => urls.push(url),
-                Err(e) => t.error(item.span(), key, e),
+                Err(e) => t.invalid(item.span(), key, e),
             }
         }
         if items.is_empty() {

@@ -243,7 +243,8 @@ impl<'a> Ctx<'a> {
         // A lane rule that reads the body (DynamoDB's TableName, a model) needs its
         // start, however long the body is.
         let routed = upstream.lanes.rule().reads_body();
-        let read = if routed {
+        // A body to sign past `hold` is refused below, unread.
+        let read = if routed && !signed_body {
             read_start(body, hold, Some(idle)).await
         } else if retry.max_attempts > 1 || signed_body {
             read_up_to(body, hold, Some(idle)).await
