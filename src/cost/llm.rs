@@ -118,7 +118,7 @@ const MAX_LINE: usize = 64 * 1024;
 /// Reads a streamed (server-sent events) answer chunk by chunk for the tokens it
 /// reports: OpenAI's last chunk (`stream_options.include_usage`), Responses'
 /// `response.completed`, Anthropic's `message_start` (input) and `message_delta`
-/// (output, a running count). Holds at most one line of [`MAX_LINE`] bytes.
+/// (output, a running count). Holds at most one line of 64 KiB.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
     line: Vec<u8>,
