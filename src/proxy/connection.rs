@@ -366,26 +366,48 @@ where
                     }
                 }
                 Some(reason) => return (reason, Ok(())),
-                None => match idle_step(tracker, limits, may_park(), begun) {
-                    Idle::Drop => return (Closed::Idle, Ok(())),
-                    Idle::Wait { at, park } => {
-                        armed = park;
-                        watchdog.as_mut().reset(at);
+                None => {
+                    let step = idle_step(tracker, limits, may_park(), begun);
+                    let state = (&mut armed, &mut closing);
+                    if let Some(closed) =
+                        on_idle(step, conn.as_mut(), tracker, state, watchdog.as_mut())
+                    {
+                        return (closed, Ok(()));
                     }
-                    step => {
-                        armed = false;
-                        let parked = matches!(step, Idle::Park);
-                        if parked {
-                            tracker.parking.store(true, Ordering::Relaxed);
-                        }
-                        closing = Some(if parked { Closed::Parked } else { Closed::Idle });
-                        conn.as_mut().graceful_shutdown();
-                        watchdog.as_mut().reset(far_future());
-                    }
-                },
+                }
             },
         }
     }
+}
+
+/// Carries out an idle connection's watchdog step: `Some` when the connection is
+/// dropped at once; else it waits on (`armed` when the wait ends in a park) or closes
+/// gracefully, to park or for good (`closing`).
+fn on_idle<C: GracefulConnection>(
+    step: Idle,
+    conn: Pin<&mut C>,
+    tracker: &Tracker,
+    (armed, closing): (&mut bool, &mut Option<Closed>),
+    watchdog: Pin<&mut tokio::time::Sleep>,
+) -> Option<Closed> {
+    match step {
+        Idle::Drop => return Some(Closed::Idle),
+        Idle::Wait { at, park } => {
+            *armed = park;
+            watchdog.reset(at);
+        }
+        step => {
+            *armed = false;
+            let parked = matches!(step, Idle::Park);
+            if parked {
+                tracker.parking.store(true, Ordering::Relaxed);
+            }
+            *closing = Some(if parked { Closed::Parked } else { Closed::Idle });
+            conn.graceful_shutdown();
+            watchdog.reset(far_future());
+        }
+    }
+    None
 }
 
 /// Polls `conn` and the upstream connections `bound` drives, each only when something
