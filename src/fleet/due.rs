@@ -1,0 +1,198 @@
+//! Which lanes a sync round sends to Redis. Pure: the lane's state and ages come in.
+//!
+//! A lane is sent when the fleet needs to hear from it or it needs to hear from the
+//! fleet: it carries demand (arrivals since the last round, or requests waiting), its
+//! demand or dispatch rate moved by more than [`DRIFT`] from what its entry says, it
+//! has something new to propose (another interval or epoch, or a raise), it is coming
+//! back from going on alone, or its entry would reach half the member TTL before the
+//! next round. Every other lane is idle and skips the round: its entry in Redis
+//! already says what it would write again, and the refresh keeps the entry counted
+//! (members count while seen within `member_ttl`) for as long as the lane lives. Most
+//! of a member's lanes are idle at any moment when it has thousands, and an idle lane
+//! then costs Redis one script call per half member TTL instead of one per sync.
+
+use std::time::Duration;
+
+/// How far a lane's demand or dispatch rate may move from what its entry says
+/// before the lane reports it: by a factor of two either way.
+pub const DRIFT: f64 = 2.0;
+/// A demand or dispatch rate below this (requests per second) is reported as none:
+/// a rate that decays towards 0 would otherwise halve, and be reported, forever.
+pub const FLOOR: f64 = 0.01;
+
+/// What this member last wrote for a lane, or would write now.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Entry {
+    /// The demand, requests per second.
+    pub demand: f64,
+    /// The recent dispatch rate, requests per second.
+    pub used: f64,
+    /// The proposal's interval (µs) and epoch, `None` before the lane learned any.
+    pub proposal: Option<(u64, u64)>,
+}
+
+/// A lane's state at a round, for [`due`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lane {
+    /// What the last answered sync wrote; `None` before the first answer.
+    pub reported: Option<Entry>,
+    /// What a sync would write now.
+    pub now: Entry,
+    /// Arrivals since the last round, or requests waiting now.
+    pub busy: bool,
+    /// A raise waits to be reported.
+    pub raised: bool,
+    /// The lane runs on its own (its key failed, or it is back from going on alone
+    /// and holds its share down), so each round counts.
+    pub rejoining: bool,
+    /// Time since the lane's last answered sync.
+    pub since: Duration,
+}
+
+/// Whether `lane` syncs in this round, given the rounds' `sync_interval` and the
+/// fleet's `member_ttl`.
+pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
+    let Some(reported) = lane.reported else {
+        return true;
+    };
+    lane.busy
+        || lane.raised
+        || lane.rejoining
+        || reported.proposal != lane.now.proposal
+        || drifted(reported.demand, lane.now.demand)
+        || drifted(reported.used, lane.now.used)
+        // Skipping now must not leave the entry older than half the TTL at the next
+        // round: a round late by a whole interval still finds it counted.
+        || lane.since + sync_interval >= member_ttl / 2
+}
+
+/// Whether a rate moved from `was` to `now` by more than [`DRIFT`], ignoring rates
+/// under [`FLOOR`].
+fn drifted(was: f64, now: f64) -> bool {
+    let floor = |x: f64| if x.is_finite() && x >= FLOOR { x } else { 0.0 };
+    let (was, now) = (floor(was), floor(now));
+    if was == 0.0 || now == 0.0 {
+        return was != now;
+    }
+    now > was * DRIFT || now * DRIFT < was
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SYNC: Duration = Duration::from_millis(250);
+    const TTL: Duration = Duration::from_secs(5);
+
+    fn entry(demand: f64, used: f64) -> Entry {
+        Entry {
+            demand,
+            used,
+            proposal: Some((10_000, 3)),
+        }
+    }
+
+    /// An idle lane whose entry says what it would write, synced 1 s ago.
+    fn idle() -> Lane {
+        Lane {
+            reported: Some(entry(4.0, 2.0)),
+            now: entry(4.0, 2.0),
+            since: Duration::from_secs(1),
+            ..Lane::default()
+        }
+    }
+
+    #[test]
+    fn an_idle_lane_skips_the_round() {
+        assert!(!due(&idle(), SYNC, TTL));
+    }
+
+    #[test]
+    fn a_lane_never_answered_syncs() {
+        let lane = Lane {
+            reported: None,
+            ..idle()
+        };
+        assert!(due(&lane, SYNC, TTL));
+    }
+
+    #[test]
+    fn demand_a_raise_or_a_rejoin_makes_a_lane_sync() {
+        assert!(due(
+            &Lane {
+                busy: true,
+                ..idle()
+            },
+            SYNC,
+            TTL
+        ));
+        assert!(due(
+            &Lane {
+                raised: true,
+                ..idle()
+            },
+            SYNC,
+            TTL
+        ));
+        let rejoining = Lane {
+            rejoining: true,
+            ..idle()
+        };
+        assert!(due(&rejoining, SYNC, TTL));
+    }
+
+    #[test]
+    fn a_new_interval_or_epoch_makes_a_lane_sync() {
+        for proposal in [Some((9_000, 3)), Some((10_000, 4)), None] {
+            let lane = Lane {
+                now: Entry {
+                    proposal,
+                    ..entry(4.0, 2.0)
+                },
+                ..idle()
+            };
+            assert!(due(&lane, SYNC, TTL), "{proposal:?}");
+        }
+    }
+
+    /// The refresh: at 2.25 s after the last answer the next round (2.5 s) would find
+    /// the entry at half the 5 s TTL, so the lane syncs now; a round earlier it skips.
+    #[test]
+    fn a_lane_syncs_before_its_entry_is_half_the_member_ttl_old() {
+        let at = |ms| Lane {
+            since: Duration::from_millis(ms),
+            ..idle()
+        };
+        assert!(!due(&at(2_249), SYNC, TTL));
+        assert!(due(&at(2_250), SYNC, TTL));
+        // The shortest TTL config allows (twice the interval): every round.
+        assert!(due(&at(0), SYNC, SYNC * 2));
+    }
+
+    #[test]
+    fn a_rate_that_halves_or_doubles_is_reported() {
+        let now = |demand, used| Lane {
+            now: entry(demand, used),
+            ..idle()
+        };
+        assert!(!due(&now(2.01, 1.01), SYNC, TTL));
+        assert!(!due(&now(8.0, 4.0), SYNC, TTL));
+        assert!(due(&now(1.99, 2.0), SYNC, TTL));
+        assert!(due(&now(4.0, 4.01), SYNC, TTL));
+    }
+
+    /// A rate decaying towards 0 is reported once it is under the floor, then never
+    /// again; NaN counts as none.
+    #[test]
+    fn rates_under_the_floor_count_as_none() {
+        let lane = |was, now| Lane {
+            reported: Some(entry(was, 0.0)),
+            now: entry(now, 0.0),
+            ..idle()
+        };
+        assert!(due(&lane(0.015, 0.009), SYNC, TTL));
+        assert!(!due(&lane(0.009, 0.000_01), SYNC, TTL));
+        assert!(!due(&lane(0.0, f64::NAN), SYNC, TTL));
+        assert!(due(&lane(0.0, 0.02), SYNC, TTL));
+    }
+}
