@@ -133,6 +133,8 @@ struct LaneCell {
     key: String,
     /// This member's settings fingerprint for the lane, empty if none was given.
     fingerprint: String,
+    /// Where the lane's refresh age lies (`due::spread`).
+    spread: f64,
     arrivals: AtomicU64,
     waiting: AtomicUsize,
     /// The controller's interval in microseconds, [`NONE`] before the first report.
@@ -353,13 +355,15 @@ impl Fleet {
         named: bool,
         on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
     ) -> LaneLink {
+        let key = format!(
+            "easeoff:{{{}:{upstream}:{lane}}}:state",
+            self.inner.settings.group
+        );
         let cell = Arc::new(LaneCell {
             upstream: upstream.to_string(),
             lane: lane.to_string(),
-            key: format!(
-                "easeoff:{{{}:{upstream}:{lane}}}:state",
-                self.inner.settings.group
-            ),
+            spread: due::spread(&key),
+            key,
             fingerprint: lock(&self.inner.fingerprints)
                 .get(upstream)
                 .cloned()
@@ -646,6 +650,7 @@ fn prepare<'a>(
             raised: from != NONE,
             rejoining: sync.scale.is_some() || sync.rejoining > 0 || sync.fault.is_some(),
             since: sync.since,
+            spread: lane.spread,
         };
         if !due::due(&state, settings.sync_interval, settings.member_ttl) {
             continue;
@@ -1078,8 +1083,8 @@ mod tests {
     }
 
     /// One member busy, one idle: the idle one syncs only to refresh its entry (once
-    /// per nine rounds with a 5 s TTL and 250 ms rounds), and the busy one counts it
-    /// as a member throughout.
+    /// per seven to nine rounds with a 5 s TTL and 250 ms rounds), and the busy one
+    /// counts it as a member throughout.
     #[test]
     fn an_idle_lane_skips_rounds_but_stays_a_member() {
         let metrics = Metrics::new().unwrap();
@@ -1096,7 +1101,7 @@ mod tests {
         busy_link.learned(Duration::from_millis(10), 1, None);
         busy_link.waiting(5);
         let idle = Fleet::driven(settings, &metrics, "idle".to_string());
-        let _idle_link = idle.join("up", "t", true, counted(&idle_seen));
+        let idle_link = idle.join("up", "t", true, counted(&idle_seen));
         let mut now = Duration::ZERO;
         for _ in 0..40 {
             now += sync;
@@ -1106,8 +1111,20 @@ mod tests {
         let rounds: Vec<u32> = lock(&busy_seen).iter().map(|d| d.members).collect();
         assert_eq!(rounds.len(), 40);
         assert!(rounds[1..].iter().all(|m| *m == 2), "{rounds:?}");
-        // The first answer, the interval it adopted from it, then every ninth round.
-        assert_eq!(lock(&idle_seen).len(), 2 + 38 / 9, "{:?}", lock(&idle_seen));
+        // The first answer, the interval it adopted from it, then every seventh to
+        // ninth round, as the lane's refresh age says.
+        let every = due::refresh_age(
+            FleetSettings::default().member_ttl,
+            due::spread(&idle_link.cell.key),
+        );
+        let period = every.as_millis().div_ceil(sync.as_millis()) as usize - 1;
+        assert!((7..=9).contains(&period), "{period}");
+        assert_eq!(
+            lock(&idle_seen).len(),
+            2 + 38 / period,
+            "{:?}",
+            lock(&idle_seen)
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! fleet: it carries demand (arrivals since the last round, or requests waiting), its
 //! demand or dispatch rate moved by more than [`DRIFT`] from what its entry says, it
 //! has something new to propose (another interval or epoch, or a raise), it is coming
-//! back from going on alone, or its entry would reach half the member TTL before the
-//! next round. Every other lane is idle and skips the round: its entry in Redis
+//! back from going on alone, or its entry would reach its refresh age before the next
+//! round: between three eighths and half the member TTL, by a fraction fixed per lane
+//! ([`Lane::spread`]), so lanes that first synced together (a member starting with
+//! thousands) do not all refresh in the same round ever after. Every other lane is idle and skips the round: its entry in Redis
 //! already says what it would write again, and the refresh keeps the entry counted
 //! (members count while seen within `member_ttl`) for as long as the lane lives. Most
 //! of a member's lanes are idle at any moment when it has thousands, and an idle lane
@@ -47,6 +49,9 @@ pub struct Lane {
     pub rejoining: bool,
     /// Time since the lane's last answered sync.
     pub since: Duration,
+    /// Where in [0, 1) the lane's refresh age lies between three eighths of the
+    /// member TTL (0) and half of it (1).
+    pub spread: f64,
 }
 
 /// Whether `lane` syncs in this round, given the rounds' `sync_interval` and the
@@ -61,9 +66,29 @@ pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
         || reported.proposal != lane.now.proposal
         || drifted(reported.demand, lane.now.demand)
         || drifted(reported.used, lane.now.used)
-        // Skipping now must not leave the entry older than half the TTL at the next
-        // round: a round late by a whole interval still finds it counted.
-        || lane.since + sync_interval >= member_ttl / 2
+        // Skipping now must not leave the entry older than its refresh age (at most
+        // half the TTL) at the next round: a round late by a whole interval still
+        // finds it counted.
+        || lane.since + sync_interval >= refresh_age(member_ttl, lane.spread)
+}
+
+/// The age at which a lane's entry is written again though the lane is idle: from
+/// three eighths of `member_ttl` to half of it as `spread` goes from 0 to 1.
+pub fn refresh_age(member_ttl: Duration, spread: f64) -> Duration {
+    let spread = if spread.is_finite() {
+        spread.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    member_ttl / 2 - (member_ttl / 8).mul_f64(1.0 - spread)
+}
+
+/// A lane's [`Lane::spread`], fixed by its key so it does not change between rounds.
+pub fn spread(key: &str) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Whether a rate moved from `was` to `now` by more than [`DRIFT`], ignoring rates
@@ -98,6 +123,7 @@ mod tests {
             reported: Some(entry(4.0, 2.0)),
             now: entry(4.0, 2.0),
             since: Duration::from_secs(1),
+            spread: 1.0,
             ..Lane::default()
         }
     }
@@ -167,6 +193,25 @@ mod tests {
         assert!(due(&at(2_250), SYNC, TTL));
         // The shortest TTL config allows (twice the interval): every round.
         assert!(due(&at(0), SYNC, SYNC * 2));
+        // Spread 0: three eighths of the TTL, 1.875 s.
+        let early = |ms| Lane {
+            spread: 0.0,
+            ..at(ms)
+        };
+        assert!(!due(&early(1_624), SYNC, TTL));
+        assert!(due(&early(1_625), SYNC, TTL));
+    }
+
+    #[test]
+    fn refresh_ages_lie_between_three_eighths_and_half_the_ttl() {
+        assert_eq!(refresh_age(TTL, 0.5), Duration::from_micros(2_187_500));
+        assert_eq!(refresh_age(TTL, -3.0), Duration::from_millis(1_875));
+        assert_eq!(refresh_age(TTL, f64::NAN), Duration::from_millis(2_500));
+        let spreads: Vec<f64> = (0..1000).map(|i| spread(&format!("t{i}"))).collect();
+        assert!(spreads.iter().all(|s| (0.0..1.0).contains(s)));
+        let low = spreads.iter().filter(|s| **s < 0.5).count();
+        assert!((400..600).contains(&low), "{low}");
+        assert_eq!(spread("t1"), spread("t1"));
     }
 
     #[test]
