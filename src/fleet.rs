@@ -611,7 +611,8 @@ fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
 }
 
 /// Samples every lane's demand, `elapsed` after the last round, and what the lanes
-/// that are due (`due.rs`) report; the others skip the round.
+/// that are due (`due.rs`) report: every urgent one, and as many new or refreshing
+/// ones as `due::spare` leaves room for; the others skip the round.
 fn prepare<'a>(
     lanes: &'a [Arc<LaneCell>],
     elapsed: Duration,
@@ -625,6 +626,7 @@ fn prepare<'a>(
         used: Vec::new(),
         raised: Vec::new(),
     };
+    let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
     for lane in lanes {
         let mut sync = lock(&lane.sync);
         let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
@@ -652,8 +654,11 @@ fn prepare<'a>(
             since: sync.since,
             spread: lane.spread,
         };
-        if !due::due(&state, settings.sync_interval, settings.member_ttl) {
-            continue;
+        if !due::urgent(&state) {
+            if spare == 0 || !due::due(&state, settings.sync_interval, settings.member_ttl) {
+                continue;
+            }
+            spare -= 1;
         }
         let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
         round.reports.push(Report {

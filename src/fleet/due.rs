@@ -54,11 +54,21 @@ pub struct Lane {
     pub spread: f64,
 }
 
+/// At least this many lanes a round may sync only because they are new or need a
+/// refresh ([`spare`]).
+pub const SPARE_MIN: usize = 1024;
+
 /// Whether `lane` syncs in this round, given the rounds' `sync_interval` and the
-/// fleet's `member_ttl`.
+/// fleet's `member_ttl`: it is [`urgent`], new, or needs a refresh.
 pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
+    urgent(lane) || lane.reported.is_none() || refresh(lane, sync_interval, member_ttl)
+}
+
+/// Whether the fleet must hear from `lane` now: it carries demand, has news, or is
+/// coming back. Every other due lane may wait for a round with room ([`spare`]).
+pub fn urgent(lane: &Lane) -> bool {
     let Some(reported) = lane.reported else {
-        return true;
+        return lane.busy || lane.raised || lane.rejoining;
     };
     lane.busy
         || lane.raised
@@ -66,10 +76,25 @@ pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
         || reported.proposal != lane.now.proposal
         || drifted(reported.demand, lane.now.demand)
         || drifted(reported.used, lane.now.used)
-        // Skipping now must not leave the entry older than its refresh age (at most
-        // half the TTL) at the next round: a round late by a whole interval still
-        // finds it counted.
-        || lane.since + sync_interval >= refresh_age(member_ttl, lane.spread)
+}
+
+/// How many lanes, of a member's `lanes`, one round syncs only because they are new
+/// or need a refresh: enough to refresh them all every quarter member TTL (more than
+/// their refresh ages ask), at least [`SPARE_MIN`]. A member starting with thousands
+/// of idle lanes so syncs them over a few rounds that each fit their interval, rather
+/// than in one round that times out, fails, and leaves them all to the next.
+pub fn spare(lanes: usize, sync_interval: Duration, member_ttl: Duration) -> usize {
+    let rounds = (member_ttl / 4).as_nanos() / sync_interval.as_nanos().max(1);
+    let rounds = usize::try_from(rounds).unwrap_or(usize::MAX).max(1);
+    lanes.div_ceil(rounds).max(SPARE_MIN)
+}
+
+/// Whether an idle lane's entry needs writing again.
+fn refresh(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
+    // Skipping now must not leave the entry older than its refresh age (at most
+    // half the TTL) at the next round: a round late by a whole interval still
+    // finds it counted.
+    lane.since + sync_interval >= refresh_age(member_ttl, lane.spread)
 }
 
 /// The age at which a lane's entry is written again though the lane is idle: from
@@ -200,6 +225,35 @@ mod tests {
         };
         assert!(!due(&early(1_624), SYNC, TTL));
         assert!(due(&early(1_625), SYNC, TTL));
+    }
+
+    #[test]
+    fn only_demand_news_or_a_return_is_urgent() {
+        assert!(!urgent(&idle()));
+        assert!(urgent(&Lane {
+            busy: true,
+            ..idle()
+        }));
+        let new = Lane {
+            reported: None,
+            ..idle()
+        };
+        assert!(!urgent(&new));
+        assert!(urgent(&Lane { busy: true, ..new }));
+        let old = Lane {
+            since: Duration::from_secs(3),
+            ..idle()
+        };
+        assert!(!urgent(&old) && due(&old, SYNC, TTL));
+    }
+
+    /// 30,000 lanes, 250 ms rounds, a 5 s TTL: 6,000 a round, so all in five rounds;
+    /// few lanes still get [`SPARE_MIN`]; a TTL under four rounds, all lanes.
+    #[test]
+    fn a_round_has_room_to_refresh_every_lane_in_a_quarter_ttl() {
+        assert_eq!(spare(30_000, SYNC, TTL), 6_000);
+        assert_eq!(spare(50, SYNC, TTL), SPARE_MIN);
+        assert_eq!(spare(100_000, SYNC, SYNC * 2), 100_000);
     }
 
     #[test]
