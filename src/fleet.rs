@@ -7,8 +7,10 @@
 //! member's recent dispatches, `demand::claim`); a fleet interval of 0 leaves every
 //! member unpaced. One member alone has share 1: exactly a sidecar on its own.
 //!
-//! One task per process syncs every lane that [`Fleet::join`]ed, once per
-//! `sync_interval`, in one pipelined round trip (`store.rs`); the merge rule (one raise
+//! One task per process syncs the lanes that [`Fleet::join`]ed, once per
+//! `sync_interval`, in one pipelined round trip (`store.rs`): those that carry demand,
+//! have something new to report, or would otherwise let their entry reach half the
+//! member TTL (`due.rs`); idle lanes skip rounds. The merge rule (one raise
 //! per fleet-wide burst, growth at one sidecar's pace) is `learning.rs`'s. The request
 //! path only bumps an atomic ([`LaneLink::arrived`]); decisions reach the lane through
 //! the callback it gave to `join`, from the sync task. When Redis does not answer two
@@ -19,6 +21,7 @@
 //! the same rules as the script.
 
 mod demand;
+mod due;
 mod fault;
 mod fingerprint;
 pub mod learning;
@@ -130,6 +133,8 @@ struct LaneCell {
     key: String,
     /// This member's settings fingerprint for the lane, empty if none was given.
     fingerprint: String,
+    /// Where the lane's refresh age lies (`due::spread`).
+    spread: f64,
     arrivals: AtomicU64,
     waiting: AtomicUsize,
     /// The controller's interval in microseconds, [`NONE`] before the first report.
@@ -170,6 +175,10 @@ struct LaneSync {
     differs: bool,
     /// The other live members' recent dispatch rates, summed, at the last answer.
     others_used: f64,
+    /// What the last answered sync wrote for the lane (`None` before the first).
+    reported: Option<due::Entry>,
+    /// Time since the lane's last answered sync.
+    since: Duration,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -282,12 +291,12 @@ impl Fleet {
         }
     }
 
-    /// One sync of every lane against `memory`, whose clock reads `now`; `elapsed`
+    /// One sync of the lanes that are due against `memory`, whose clock reads `now`; `elapsed`
     /// since this member's last sync. What a sync with Redis does, without the wait.
     pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Duration) {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
-        let round = prepare(&lanes, elapsed);
+        let round = prepare(&lanes, elapsed, &inner.settings);
         let (member_ttl, key_ttl, hold) = timings(&inner.settings);
         let answers = memory.sync(
             &inner.member,
@@ -298,12 +307,7 @@ impl Fleet {
             hold,
         );
         // The memory answers every lane, so this cannot fail.
-        let _ = conclude(
-            inner,
-            &lanes,
-            round,
-            Ok(answers.into_iter().map(Ok).collect()),
-        );
+        let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
     }
 
     /// This member's id in Redis: host, process id and a random part.
@@ -351,13 +355,15 @@ impl Fleet {
         named: bool,
         on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
     ) -> LaneLink {
+        let key = format!(
+            "easeoff:{{{}:{upstream}:{lane}}}:state",
+            self.inner.settings.group
+        );
         let cell = Arc::new(LaneCell {
             upstream: upstream.to_string(),
             lane: lane.to_string(),
-            key: format!(
-                "easeoff:{{{}:{upstream}:{lane}}}:state",
-                self.inner.settings.group
-            ),
+            spread: due::spread(&key),
+            key,
             fingerprint: lock(&self.inner.fingerprints)
                 .get(upstream)
                 .cloned()
@@ -540,7 +546,8 @@ fn live_lanes(inner: &Inner) -> Vec<Arc<LaneCell>> {
     lanes.clone()
 }
 
-/// One round trip for every lane, within `sync_interval`; then each lane's decision.
+/// One round trip for every lane that is due (`due.rs`), within `sync_interval`;
+/// then each of those lanes' decision.
 async fn sync_round(
     inner: &Inner,
     store: &mut Store,
@@ -548,7 +555,7 @@ async fn sync_round(
     elapsed: Duration,
 ) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
-    let round = prepare(lanes, elapsed);
+    let round = prepare(lanes, elapsed, settings);
     let (member_ttl, key_ttl, hold) = timings(settings);
     let answers = tokio::time::timeout(
         settings.sync_interval,
@@ -560,7 +567,7 @@ async fn sync_round(
         Ok(Err(e)) => Err((Fault::of(&e), e.to_string())),
         Err(_) => Err((Fault::Timeout, "timed out".to_string())),
     };
-    conclude(inner, lanes, round, answers)
+    conclude(inner, round, answers)
 }
 
 /// The lanes run on their own because of `fault`: one log line when the cause changes.
@@ -579,9 +586,13 @@ fn alone(inner: &Inner, fault: Fault, error: &str) {
     );
 }
 
-/// What one sync sends for every lane, and what it keeps to read the answers.
+/// What one sync sends for the lanes that are due, and what it keeps to read the
+/// answers; each vector in the order of `lanes`.
 struct Round<'a> {
+    lanes: Vec<&'a Arc<LaneCell>>,
     reports: Vec<Report<'a>>,
+    /// Per lane, what its entry says once this sync is answered.
+    entries: Vec<due::Entry>,
     demands: Vec<f64>,
     /// Per lane, this member's recent dispatch rate.
     used: Vec<f64>,
@@ -599,59 +610,91 @@ fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
     )
 }
 
-/// Samples every lane's demand and what it learned, `elapsed` after the last sync.
+/// Samples every lane's demand, `elapsed` after the last round, and what the lanes
+/// that are due (`due.rs`) report: every urgent one, and as many new or refreshing
+/// ones as `due::spare` leaves room for; the others skip the round.
+fn prepare<'a>(
+    lanes: &'a [Arc<LaneCell>],
+    elapsed: Duration,
+    settings: &FleetSettings,
+) -> Round<'a> {
+    let mut round = Round {
+        lanes: Vec::new(),
+        reports: Vec::new(),
+        entries: Vec::new(),
+        demands: Vec::new(),
+        used: Vec::new(),
+        raised: Vec::new(),
+    };
+    let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
+    for lane in lanes {
+        let mut sync = lock(&lane.sync);
+        let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
+        let waiting = match lane.queue.get() {
+            Some(probe) => probe(),
+            None => lane.waiting.load(Ordering::Relaxed),
+        };
+        let demand = sync.demand.update(arrivals, waiting, elapsed);
+        let used = sync.used.update(arrivals, waiting, elapsed);
+        sync.since = sync.since.saturating_add(elapsed);
+        let micros = lane.interval.load(Ordering::Relaxed);
+        let epoch = lane.epoch.load(Ordering::Relaxed);
+        let from = lane.raised_from.load(Ordering::Relaxed);
+        let entry = due::Entry {
+            demand,
+            used,
+            proposal: (micros != NONE).then_some((micros, epoch)),
+        };
+        let state = due::Lane {
+            reported: sync.reported,
+            now: entry,
+            busy: arrivals > 0 || waiting > 0,
+            raised: from != NONE,
+            rejoining: sync.scale.is_some() || sync.rejoining > 0 || sync.fault.is_some(),
+            since: sync.since,
+            spread: lane.spread,
+        };
+        if !due::urgent(&state) {
+            if spare == 0 || !due::due(&state, settings.sync_interval, settings.member_ttl) {
+                continue;
+            }
+            spare -= 1;
+        }
+        let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
+        round.reports.push(Report {
+            key: &lane.key,
+            demand,
+            used,
+            fingerprint: &lane.fingerprint,
+            proposal: (micros != NONE).then(|| proposal(&sync, micros, epoch, from, used)),
+        });
+        round.lanes.push(lane);
+        round.entries.push(entry);
+        round.demands.push(demand::claim(demand, used));
+        round.used.push(used);
+        round.raised.push(from);
+    }
+    round
+}
+
+/// What a lane at `micros` and `epoch` proposes, with the earliest epoch it raised
+/// from since the last sync (`from`, [`NONE`] if none) and its dispatch rate `used`.
 #[allow(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     reason = "float to integer `as` saturates, as wanted here"
 )]
-fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
-    let mut demands = Vec::with_capacity(lanes.len());
-    let mut used_rates = Vec::with_capacity(lanes.len());
-    let mut raised = Vec::with_capacity(lanes.len());
-    let reports: Vec<Report<'_>> = lanes
-        .iter()
-        .map(|lane| {
-            let mut sync = lock(&lane.sync);
-            let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
-            let waiting = match lane.queue.get() {
-                Some(probe) => probe(),
-                None => lane.waiting.load(Ordering::Relaxed),
-            };
-            let demand = sync.demand.update(arrivals, waiting, elapsed);
-            let used = sync.used.update(arrivals, waiting, elapsed);
-            demands.push(demand::claim(demand, used));
-            used_rates.push(used);
-            let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
-            raised.push(from);
-            let micros = lane.interval.load(Ordering::Relaxed);
-            let proposal = (micros != NONE).then(|| {
-                let scale = sync.scale.unwrap_or(1.0);
-                let interval = Duration::from_micros((micros as f64 * scale) as u64);
-                Proposal {
-                    interval: if from == NONE {
-                        interval
-                    } else {
-                        learning::cap_raise(interval, used + sync.others_used)
-                    },
-                    epoch: lane.epoch.load(Ordering::Relaxed),
-                    raised_from: (from != NONE).then_some(from),
-                }
-            });
-            Report {
-                key: &lane.key,
-                demand,
-                used,
-                fingerprint: &lane.fingerprint,
-                proposal,
-            }
-        })
-        .collect();
-    Round {
-        reports,
-        demands,
-        used: used_rates,
-        raised,
+fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> Proposal {
+    let scale = sync.scale.unwrap_or(1.0);
+    let interval = Duration::from_micros((micros as f64 * scale) as u64);
+    Proposal {
+        interval: if from == NONE {
+            interval
+        } else {
+            learning::cap_raise(interval, used + sync.others_used)
+        },
+        epoch,
+        raised_from: (from != NONE).then_some(from),
     }
 }
 
@@ -661,10 +704,10 @@ fn prepare(lanes: &[Arc<LaneCell>], elapsed: Duration) -> Round<'_> {
 /// lane got an answer and Redis itself is at fault.
 fn conclude(
     inner: &Inner,
-    lanes: &[Arc<LaneCell>],
     round: Round<'_>,
     answers: Result<Vec<redis::RedisResult<Answer>>, (Fault, String)>,
 ) -> Result<(), (Fault, String)> {
+    let lanes = &round.lanes;
     let answers = match answers {
         Ok(answers) if answers.len() == lanes.len() => answers,
         failed => {
@@ -683,6 +726,11 @@ fn conclude(
             Ok(answer) => {
                 answered = true;
                 lane_back(inner, lane);
+                {
+                    let mut sync = lock(&lane.sync);
+                    sync.reported = Some(round.entries[i]);
+                    sync.since = Duration::ZERO;
+                }
                 apply(lane, &answer, round.demands[i], round.used[i], rejoin);
             }
             Err(error) => {
@@ -705,7 +753,7 @@ fn conclude(
 }
 
 /// A failed round: every lane reports its raises again at the next sync.
-fn keep_raises(lanes: &[Arc<LaneCell>], raised: &[u64]) {
+fn keep_raises(lanes: &[&Arc<LaneCell>], raised: &[u64]) {
     for (lane, from) in lanes.iter().zip(raised) {
         lane.raised_from.fetch_min(*from, Ordering::Relaxed);
     }
@@ -1037,6 +1085,51 @@ mod tests {
         }
         members[0].0.sync_in(&mut memory, now, sync);
         assert_eq!((last(&seen).members, last(&seen).share), (1, 1.0));
+    }
+
+    /// One member busy, one idle: the idle one syncs only to refresh its entry (once
+    /// per seven to nine rounds with a 5 s TTL and 250 ms rounds), and the busy one
+    /// counts it as a member throughout.
+    #[test]
+    fn an_idle_lane_skips_rounds_but_stays_a_member() {
+        let metrics = Metrics::new().unwrap();
+        let mut memory = Memory::new();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let counted = |seen: &Arc<Mutex<Vec<Decision>>>| {
+            let seen = Arc::clone(seen);
+            Box::new(move |d: &Decision| lock(&seen).push(*d))
+        };
+        let (busy_seen, idle_seen) = (Arc::default(), Arc::default());
+        let busy = Fleet::driven(settings.clone(), &metrics, "busy".to_string());
+        let busy_link = busy.join("up", "t", true, counted(&busy_seen));
+        busy_link.learned(Duration::from_millis(10), 1, None);
+        busy_link.waiting(5);
+        let idle = Fleet::driven(settings, &metrics, "idle".to_string());
+        let idle_link = idle.join("up", "t", true, counted(&idle_seen));
+        let mut now = Duration::ZERO;
+        for _ in 0..40 {
+            now += sync;
+            busy.sync_in(&mut memory, now, sync);
+            idle.sync_in(&mut memory, now, sync);
+        }
+        let rounds: Vec<u32> = lock(&busy_seen).iter().map(|d| d.members).collect();
+        assert_eq!(rounds.len(), 40);
+        assert!(rounds[1..].iter().all(|m| *m == 2), "{rounds:?}");
+        // The first answer, the interval it adopted from it, then every seventh to
+        // ninth round, as the lane's refresh age says.
+        let every = due::refresh_age(
+            FleetSettings::default().member_ttl,
+            due::spread(&idle_link.cell.key),
+        );
+        let period = every.as_millis().div_ceil(sync.as_millis()) as usize - 1;
+        assert!((7..=9).contains(&period), "{period}");
+        assert_eq!(
+            lock(&idle_seen).len(),
+            2 + 38 / period,
+            "{:?}",
+            lock(&idle_seen)
+        );
     }
 
     #[test]

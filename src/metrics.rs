@@ -348,7 +348,7 @@ fleet! {
     rate: GaugeVec = "easeoff_fleet_rate",
         "The lane's fleet-wide rate in requests per second (1 / fleet interval); 0 while unpaced.", ["upstream", "lane"];
     sync: HistogramVec = "easeoff_fleet_sync_seconds",
-        "Time of one sync with the fleet's Redis (all lanes, one round trip).", [];
+        "Time of one sync with the fleet's Redis (the lanes that are due, one round trip).", [];
     sync_errors: IntCounterVec = "easeoff_fleet_sync_errors_total",
         "Syncs and connection attempts to the fleet's Redis that failed or timed out.", [];
     redis_errors: IntCounterVec = "easeoff_fleet_redis_errors_total",

@@ -3,8 +3,12 @@
 //! `redis-server`, measured from Redis's own `INFO` (commands processed, CPU). A
 //! benchmark, not a check: ignored by default, run by `bench/fleet_cost.sh`.
 //!
+//! `EASEOFF_COST_BUSY` is the percentage of each member's lanes that carry demand
+//! (a request always waiting); the others are idle, as most of a member's many
+//! lanes are at any moment.
+//!
 //!   EASEOFF_COST_MEMBERS=100 EASEOFF_COST_LANES=50 EASEOFF_COST_SECONDS=10 \
-//!     cargo test --release --test fleet_cost -- --ignored --nocapture
+//!     EASEOFF_COST_BUSY=10 cargo test --release --test fleet_cost -- --ignored --nocapture
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -49,6 +53,7 @@ async fn redis_cost_per_member_lane_sync() {
     let lanes = env("EASEOFF_COST_LANES", 50);
     let seconds = env("EASEOFF_COST_SECONDS", 10);
     let sync_ms = env("EASEOFF_COST_SYNC_MS", 250);
+    let busy = env("EASEOFF_COST_BUSY", 100).min(100);
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .unwrap()
@@ -84,7 +89,10 @@ async fn redis_cost_per_member_lane_sync() {
         for lane in 0..lanes {
             let link = fleet.join("up", &format!("t{lane}"), false, Box::new(|_| {}));
             link.learned(Duration::from_millis(10), 1, None);
-            link.waiting(1);
+            // Spread evenly: lane `l` is busy when the busy count up to it grows.
+            if (lane + 1) * busy / 100 > lane * busy / 100 {
+                link.waiting(1);
+            }
             links.push(link);
         }
         fleets.push(fleet);
@@ -106,7 +114,7 @@ async fn redis_cost_per_member_lane_sync() {
     let lane_syncs = syncs * lanes as f64;
     let errors = easeoff_errors(&text);
     println!(
-        "members {members} lanes {lanes} sync {sync_ms}ms: {:.0} commands/s, redis cpu {:.1} % of a core, \
+        "members {members} lanes {lanes} busy {busy}% sync {sync_ms}ms: {:.0} commands/s, redis cpu {:.1} % of a core, \
          {:.2} us redis cpu per member-lane-sync, {:.2} commands per member-lane-sync, \
          syncs {:.0}/s (expected {:.0}/s), mean sync {:.1} ms, sync errors {errors}",
         cmds / elapsed,
