@@ -226,7 +226,13 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
         .with_ansi(false)
         .finish();
     let (control, _runtime, _) = control();
+    // tracing caches each log line's interest for the whole process, and while one
+    // dispatcher exists it asks the thread that first reaches the line: a parallel
+    // test with no subscriber would mark the line off for this one too. A second,
+    // inert dispatcher makes tracing ask every thread's subscriber per event.
+    let _anchor = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     tracing::subscriber::with_default(subscriber, || {
+        tracing::callsite::rebuild_interest_cache();
         for _ in 0..3 {
             throttle(&control, &header("retry-after", "999999999"));
         }
