@@ -12,6 +12,11 @@ pub const FREQUENT_GAP: f64 = 10.0;
 /// The weight of the latest gap in the average.
 const WEIGHT: f64 = 0.3;
 
+/// A gap counted this far is rare beyond doubt; counting stops there, so a lane
+/// whose upstream is well only reads the counter (no write to a shared line per
+/// success).
+const COUNTED: u64 = 1_000;
+
 /// Successes since the last overload, and the average gap between overloads.
 #[derive(Debug)]
 pub struct Overloads {
@@ -33,7 +38,9 @@ impl Default for Overloads {
 impl Overloads {
     /// Counts a success.
     pub fn success(&self) {
-        self.since.fetch_add(1, Relaxed);
+        if self.since.load(Relaxed) < COUNTED {
+            self.since.fetch_add(1, Relaxed);
+        }
     }
 
     /// Counts an overload; returns whether overloads now come often enough to slow
@@ -69,6 +76,15 @@ mod tests {
         let o = Overloads::default();
         let slowed: Vec<bool> = (0..6).map(|_| after(&o, 1)).collect();
         assert_eq!(slowed, [false, false, false, false, true, true]);
+    }
+
+    #[test]
+    fn a_long_calm_counts_as_rare_as_a_thousand_successes() {
+        let long = Overloads::default();
+        let counted = Overloads::default();
+        assert!(!after(&long, 50_000));
+        assert!(!after(&counted, 1_000));
+        assert_eq!(long.gap.load(Relaxed), counted.gap.load(Relaxed));
     }
 
     #[test]
