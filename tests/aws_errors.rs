@@ -9,7 +9,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use support::*;
@@ -32,27 +31,8 @@ fn venv() -> Option<PathBuf> {
 
 /// One boto3 PutItem through `proxy` with `attempts` attempts; the script's report.
 async fn put_item(venv: &Path, proxy: &Proxy, attempts: u32) -> serde_json::Value {
-    let python = venv.join("bin/python");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/aws_errors.py");
-    let url = format!("http://{}", proxy.addr);
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .arg(script)
-            .arg(url)
-            .arg(attempts.to_string())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = serde_json::from_slice(&out.stdout).unwrap();
-    println!("{report}");
-    report
+    let args = vec![format!("http://{}", proxy.addr), attempts.to_string()];
+    e2e_script(venv, "aws_errors.py", args).await
 }
 
 #[tokio::test]

@@ -443,3 +443,34 @@ pub async fn raw_exchange_timed(
         .unwrap_or_else(|| panic!("{request:?}: connection still open after {limit:?}"));
     (after, String::from_utf8_lossy(&seen).into_owned())
 }
+
+/// Runs `tests/e2e/<script>` with the venv's Python and `args`, off the runtime's
+/// threads; fails the test on a non-zero exit, with the script's stderr. Its stdout,
+/// one JSON document, parsed (and printed).
+pub async fn e2e_script(
+    venv: &std::path::Path,
+    script: &str,
+    args: Vec<String>,
+) -> serde_json::Value {
+    let python = venv.join("bin/python");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/e2e")
+        .join(script);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = serde_json::from_slice(&out.stdout).unwrap();
+    println!("{report}");
+    report
+}
