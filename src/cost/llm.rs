@@ -39,7 +39,7 @@ const OUTPUT_FIELDS: [&str; 3] = ["max_completion_tokens", "max_output_tokens", 
 
 /// About four characters a token, rounded up: OpenAI's documented rule of thumb, and
 /// what its limiter counts before the model has seen the prompt.
-const CHARS_PER_TOKEN: u64 = 4;
+pub const CHARS_PER_TOKEN: u64 = 4;
 
 /// What a request will cost at most: its prompt's characters over four, and its
 /// `max_tokens` (0 when it sets none). `None` for a body that is not a JSON object.
@@ -109,6 +109,13 @@ pub fn usage(body: &[u8]) -> Option<Tokens> {
         usage: Option<Usage>,
     }
     serde_json::from_slice::<Answer>(body).ok()?.usage?.tokens()
+}
+
+/// The tokens a `usage` object reports, parsed from the start of `value` (what follows
+/// it is left alone: the rest of a body, cut off or not).
+pub fn usage_value(value: &[u8]) -> Option<Tokens> {
+    let mut de = serde_json::Deserializer::from_slice(value);
+    Usage::deserialize(&mut de).ok()?.tokens()
 }
 
 /// The longest event line kept while looking for `usage`; longer ones (a large chunk of
