@@ -22,16 +22,7 @@ fn far() -> Instant {
 
 /// Starts request `i` and returns once it is waiting in the pacer (or was granted).
 async fn start(pacer: &Pacer, i: usize, t0: Instant, grants: &Grants) -> JoinHandle<()> {
-    let before = pacer.waiting() + grants.lock().unwrap().len();
-    let (p, g) = (pacer.clone(), Arc::clone(grants));
-    let handle = tokio::spawn(async move {
-        let slot = p.acquire(far()).await.unwrap();
-        g.lock().unwrap().push((i, slot.dispatched_at - t0));
-    });
-    while pacer.waiting() + grants.lock().unwrap().len() == before {
-        tokio::task::yield_now().await;
-    }
-    handle
+    start_costing(pacer, i, ONE, t0, grants).await
 }
 
 async fn finish(handles: Vec<JoinHandle<()>>) {
