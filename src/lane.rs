@@ -555,8 +555,16 @@ impl Lane {
             let fall = self.falls.requests.observe(w, at, 1.0);
             quota::decide(spend, w, in_flight, fall)
         });
-        // Tokens: this lane's own use is counted in tokens, so the fall per answer
-        // over the mean cost per request is how many others share the window.
+        // The window's tokens per answer over this lane's per request: how many of
+        // the window's tokens one of the lane's costs. OpenAI's window counts what
+        // the lane estimates (prompt and `max_tokens`), so at least one: more when
+        // others share the window. Anthropic's input or output window counts a share.
+        let least = if self.common.settings.preset == Preset::Anthropic {
+            0.25
+        } else {
+            1.0
+        };
+        let mut share = 1.0;
         #[allow(
             clippy::cast_precision_loss,
             clippy::cast_possible_truncation,
@@ -564,8 +572,9 @@ impl Lane {
             reason = "token counts"
         )]
         let tokens = windows.tokens.map(|w| {
-            let fall = self.falls.tokens.observe(w, at, mean) / mean;
-            quota::decide(spend, w, (in_flight as f64 * mean) as u64, fall)
+            let per_answer = self.falls.tokens.observe(w, at, mean);
+            share = (per_answer / mean).max(least);
+            quota::decide(spend, w, (in_flight as f64 * per_answer) as u64, 1.0)
         });
         let mut paused = false;
         for decision in [requests, tokens].into_iter().flatten() {
@@ -581,8 +590,11 @@ impl Lane {
             Some(quota::Decision::Pace { spacing, until }) => {
                 let until = self.cap(until, Hint::RateLimit, now);
                 self.paused_by(Hint::RateLimit);
-                // Per token, and the pacer's unit is a thousand.
-                let per_unit = spacing.saturating_mul(u32::try_from(ONE).unwrap_or(u32::MAX));
+                // Per token of the window; the pacer's unit is a thousand of the lane's.
+                #[allow(clippy::cast_precision_loss, reason = "ONE is 1000")]
+                let per_unit =
+                    Duration::try_from_secs_f64(spacing.as_secs_f64() * share * ONE as f64)
+                        .unwrap_or(until);
                 self.pacer.set_floor(per_unit.min(until), now + until);
             }
             _ => {
