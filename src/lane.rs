@@ -574,7 +574,10 @@ impl Lane {
         let tokens = windows.tokens.map(|w| {
             let per_answer = self.falls.tokens.observe(w, at, mean);
             share = (per_answer / mean).max(least);
-            quota::decide(spend, w, (in_flight as f64 * per_answer) as u64, 1.0)
+            // What waits counts with what is out: released together, it would land
+            // on the window at once, before any answer shows it.
+            let out = in_flight as f64 * per_answer + self.pacer.queued_cost() as f64;
+            quota::decide(spend, w, out as u64, 1.0)
         });
         let mut paused = false;
         for decision in [requests, tokens].into_iter().flatten() {

@@ -455,6 +455,11 @@ impl Pacer {
         })
     }
 
+    /// What the requests waiting for a slot cost together (thousandths of a unit).
+    pub fn queued_cost(&self) -> u64 {
+        self.shared.queued_cost.load(Ordering::Relaxed)
+    }
+
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Relaxed)
