@@ -13,7 +13,7 @@ github     a careful GitHub client on httpx, as GitHub's guide asks: GET /user; 
            most. INSTANCE goes out as x-bench-instance (the mock counts primary-limit
            refusals by it).
 
-PROMPT=N makes the prompt N characters (24 by default) and MAX_TOKENS=M its max_tokens
+MODEL names the model (openai). PROMPT=N makes the prompt N characters (24 by default) and MAX_TOKENS=M its max_tokens
 (4); SHIFT=S:F makes it F times longer from S seconds after the first call on.
 
 Prints one JSON line: calls that succeeded; client errors (calls that raised after the
@@ -51,7 +51,7 @@ if vendor == "openai":
     Error = openai.OpenAIError
 
     def call() -> None:
-        client.chat.completions.create(model="gpt-4o-mini", messages=prompt_now(), max_tokens=max_tokens)
+        client.chat.completions.create(model=os.environ.get("MODEL", "gpt-4o-mini"), messages=prompt_now(), max_tokens=max_tokens)
 
 elif vendor == "anthropic":
     import anthropic

@@ -26,6 +26,8 @@ github     a primary quota of limit= requests per window= seconds (5000 per 3600
            retry-after. GET /forbidden answers a permission 403.
 
 fill= is how full the buckets start (1: an idle account; 0: one at its limit).
+models=NAME:TPM,... (openai) gives each named model buckets of its own (that TPM,
+rpm= requests), as OpenAI limits each model apart; other models share the default.
 quota_headers=0 (openai) leaves the x-ratelimit-* headers out: an API that only says
 retry-after when it refuses.
 GET /__counts answers the counts so far as JSON: ok, refused (429 and primary or
@@ -42,7 +44,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 style, port = sys.argv[1], int(sys.argv[2])
-opts = {k: float(v) for k, v in (a.split("=", 1) for a in sys.argv[3:])}
+raw = dict(a.split("=", 1) for a in sys.argv[3:])
+models_opt = raw.pop("models", "")
+opts = {k: float(v) for k, v in raw.items()}
 lock = threading.Lock()
 counts = {"ok": 0, "refused": 0, "overloaded": 0, "primary": {}, "seen": 0, "tokens": 0, "input_tokens": 0, "output_tokens": 0}
 
@@ -97,7 +101,14 @@ else:
 window = {"limit": int(opts.get("limit", 5000)), "length": opts.get("window", 3600), "start": None, "used": 0}
 
 
+per_model = {
+    name: {"requests": Bucket(opts.get("rpm", 6000)), "tokens": Bucket(float(tpm))}
+    for name, tpm in (m.split(":") for m in models_opt.split(",") if m)
+}
+
+
 def openai(body: dict) -> tuple[int, dict, dict]:
+    buckets = per_model.get(body.get("model"), globals()["buckets"])
     prompt = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
     cost = {"requests": 1, "tokens": math.ceil(prompt / 4) + int(body.get("max_tokens") or 16)}
     wait, refused = 0.0, None

@@ -518,8 +518,8 @@ impl Lane {
         let decide = |window: Quota, fall: &quota::Fall| {
             quota::decide(spend, window, in_flight, fall.observe(window, at, 1.0))
         };
-        if self.unit() == Unit::Tokens {
-            return self.apply_token_quota(windows, now);
+        if self.unit() != Unit::Requests {
+            return self.apply_unit_quota(windows, now);
         }
         let requests = windows.requests.map(|w| decide(w, &self.falls.requests));
         let tokens = windows.tokens.map(|w| decide(w, &self.falls.tokens));
@@ -542,10 +542,10 @@ impl Lane {
         }
     }
 
-    /// [`Lane::apply_quota`] for a lane that paces in tokens: the token window sets
+    /// [`Lane::apply_quota`] for a lane that paces in units: the token window sets
     /// the spacing per token (so a larger mix is spaced wider at once), the request
     /// window the least gap between any two requests; a spent one of either pauses.
-    fn apply_token_quota(&self, windows: &Reading<'_>, now: Instant) {
+    fn apply_unit_quota(&self, windows: &Reading<'_>, now: Instant) {
         let metrics = &self.common.metrics;
         let in_flight = u64::try_from(metrics.in_flight.get()).unwrap_or(0);
         let spend = self.common.settings.quota;

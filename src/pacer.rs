@@ -455,6 +455,11 @@ impl Pacer {
         })
     }
 
+    /// The least gap between two dispatches whatever they cost, while one is in force.
+    pub fn request_floor(&self, now: Instant) -> Duration {
+        self.shared.request_floor(now)
+    }
+
     /// What the requests waiting for a slot cost together (thousandths of a unit).
     pub fn queued_cost(&self) -> u64 {
         self.shared.queued_cost.load(Ordering::Relaxed)
