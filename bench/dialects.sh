@@ -69,6 +69,8 @@ start_easeoff() { # NAME PRESET MOCK-PORT [BIN] -> proxy port
   printf '[server]\nadmin_listen = "127.0.0.1:%s"\n[[upstream]]\nname = "%s"\nlisten = "127.0.0.1:%s"\nurl = "http://127.0.0.1:%s"\npreset = "%s"\n' \
     "$admin" "$2" "$proxy" "$3" "$2" >"$WORK/$1.toml"
   "$bin" run --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  # Called in a command substitution: the parent's PIDS never sees this one.
+  echo $! >>"$WORK/easeoff.pids"
   PIDS+=($!)
   wait_listening "$proxy" 10 "$!" || { cat "$WORK/$1.log" >&2; exit 1; }
   echo "$proxy"
@@ -85,7 +87,7 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   local offered clients=(a)
   offered=$(python3 -c "print(round(3 * $binding))")
   local envs=()
-  case $1 in *-shift) envs=(PROMPT=400 MAX_TOKENS=20 SHIFT=20:6) ;; esac
+  case $1 in *-shift*) envs=(PROMPT=400 MAX_TOKENS=20 SHIFT=20:6) ;; esac
   [ "$1" = shared ] && { clients=(a b); offered=$(( 3 * binding / 2 )); }
   local pids=() c
   for c in "${clients[@]}"; do
@@ -99,7 +101,9 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   wait "${pids[@]}"
   local counts
   counts=$(curl -s "http://127.0.0.1:$mock/__counts")
-  kill "${PIDS[@]}" 2>/dev/null || true
+  # shellcheck disable=SC2046 # one pid a word
+  kill "${PIDS[@]}" $(cat "$WORK/easeoff.pids" 2>/dev/null) 2>/dev/null || true
+  rm -f "$WORK/easeoff.pids"
   wait 2>/dev/null || true
   PIDS=()
   for c in "${clients[@]}"; do
@@ -119,7 +123,7 @@ for scenario in $scenarios; do
 done
 plain=() shifts=()
 for scenario in $scenarios; do
-  case $scenario in *-shift) shifts+=("$scenario") ;; *) plain+=("$scenario") ;; esac
+  case $scenario in *-shift*) shifts+=("$scenario") ;; *) plain+=("$scenario") ;; esac
 done
 [ ${#plain[@]} -eq 0 ] || python3 bench/dialects_table.py "$WORK" "$seconds" "$runs" "${plain[@]}"
 [ ${#shifts[@]} -eq 0 ] || python3 bench/cost_table.py "$WORK" "$seconds" "$runs" "${shifts[@]}"
