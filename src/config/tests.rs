@@ -777,5 +777,9 @@ fn the_llm_and_dynamodb_presets_pace_in_their_units_and_a_lanes_cost_overrides()
     let set = upstream("none", "[upstream.lanes]\ncost = \"tokens\"\n");
     assert_eq!(set.lanes.cost, Unit::Tokens);
     let bad = format!("{MINIMAL}[upstream.lanes]\ncost = \"dollars\"\n");
-    assert!(problems(&bad)[0].contains("capacity"), "{:?}", problems(&bad));
+    assert!(
+        problems(&bad)[0].contains("capacity"),
+        "{:?}",
+        problems(&bad)
+    );
 }
