@@ -13,6 +13,9 @@ github     a careful GitHub client on httpx, as GitHub's guide asks: GET /user; 
            most. INSTANCE goes out as x-bench-instance (the mock counts primary-limit
            refusals by it).
 
+MODEL names the model (openai). PROMPT=N makes the prompt N characters (24 by default) and MAX_TOKENS=M its max_tokens
+(4); SHIFT=S:F makes it F times longer from S seconds after the first call on.
+
 Prints one JSON line: calls that succeeded; client errors (calls that raised after the
 client's own retries); p50 and p99 of the successful calls' own latency (one client
 call, retries inside it included); and p50 and p99 per work item: a worker whose call
@@ -28,7 +31,19 @@ import time
 vendor, base_url = sys.argv[1], sys.argv[2]
 workers, rate, seconds = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 instance = sys.argv[6] if len(sys.argv) > 6 else "-"
-prompt = [{"role": "user", "content": "Say ok. Nothing else, pls"[:24]}]
+import os
+
+chars = int(os.environ.get("PROMPT", "24"))
+max_tokens = int(os.environ.get("MAX_TOKENS", "4"))
+shift_at, shift_by = (float(x) for x in os.environ.get("SHIFT", "0:1").split(":"))
+text = ("Say ok. Nothing else, pls" * (1 + chars // 24))[:chars]
+prompts = [[{"role": "user", "content": text}], [{"role": "user", "content": (text * int(shift_by))}]]
+
+
+def prompt_now() -> list:
+    return prompts[1 if shift_at and time.monotonic() - start >= shift_at else 0]
+
+
 if vendor == "openai":
     import openai
 
@@ -36,7 +51,7 @@ if vendor == "openai":
     Error = openai.OpenAIError
 
     def call() -> None:
-        client.chat.completions.create(model="gpt-4o-mini", messages=prompt, max_tokens=4)
+        client.chat.completions.create(model=os.environ.get("MODEL", "gpt-4o-mini"), messages=prompt_now(), max_tokens=max_tokens)
 
 elif vendor == "anthropic":
     import anthropic
@@ -45,7 +60,7 @@ elif vendor == "anthropic":
     Error = anthropic.AnthropicError
 
     def call() -> None:
-        client.messages.create(model="claude-3-5-haiku-latest", messages=prompt, max_tokens=4)
+        client.messages.create(model="claude-3-5-haiku-latest", messages=prompt_now(), max_tokens=max_tokens)
 
 else:
     import httpx

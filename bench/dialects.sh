@@ -15,6 +15,17 @@
 #            of 900 a minute (binding: 15/s).
 # shared     two easeoff instances in front of one GitHub quota (600 per 30 s window,
 #            binding: 20/s together), 16 workers each; no client alone.
+# openai-shift     the `openai` SDK against an account already at its limit (TPM
+#            120,000, both buckets empty), 400-character prompts and max_tokens 20
+#            (120 tokens a call: 16.7 calls/s) that turn 6x longer 20 s in (620
+#            tokens: 3.2 calls/s); offered 50 calls/s. Run it for 45 s.
+# openai-shift-blind  openai-shift with no x-ratelimit-* headers (only retry-after on
+#            a refusal): what the pacer learns from refusals alone.
+# anthropic-shift  the same with the `anthropic` SDK against separate input (120,000
+#            a minute, binding) and output (40,000) token limits, no 529s.
+# SIDES="sdk main easeoff" adds a side through EASEOFF_BEFORE (another build, e.g.
+# main's), so before and after run in one invocation; tables of the shift scenarios
+# come from bench/cost_table.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -45,16 +56,21 @@ setup() {
     anthropic) echo "anthropic anthropic 20 rpm=1200 overload_every=40" ;;
     github) echo "github github 15 limit=5000 window=3600 points=900" ;;
     shared) echo "github github 20 limit=600 window=30 points=0" ;;
+    openai-shift) echo "openai openai 16.7 rpm=10000 tpm=120000 fill=0" ;;
+    openai-shift-blind) echo "openai openai 16.7 rpm=10000 tpm=120000 fill=0 quota_headers=0" ;;
+    anthropic-shift) echo "anthropic anthropic 16.7 rpm=10000 itpm=120000 otpm=40000 fill=0 overload_every=0" ;;
     *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }
 
-start_easeoff() { # NAME PRESET MOCK-PORT -> proxy port
-  local proxy admin
+start_easeoff() { # NAME PRESET MOCK-PORT [BIN] -> proxy port
+  local proxy admin bin="${4:-$bin}"
   proxy=$(free_port); admin=$(free_port)
   printf '[server]\nadmin_listen = "127.0.0.1:%s"\n[[upstream]]\nname = "%s"\nlisten = "127.0.0.1:%s"\nurl = "http://127.0.0.1:%s"\npreset = "%s"\n' \
     "$admin" "$2" "$proxy" "$3" "$2" >"$WORK/$1.toml"
   "$bin" run --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  # Called in a command substitution: the parent's PIDS never sees this one.
+  echo $! >>"$WORK/easeoff.pids"
   PIDS+=($!)
   wait_listening "$proxy" 10 "$!" || { cat "$WORK/$1.log" >&2; exit 1; }
   echo "$proxy"
@@ -68,20 +84,26 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   python3 bench/vendor_mock.py "$vendor" "$mock" $options >"$WORK/mock.log" 2>&1 &
   PIDS+=($!)
   wait_listening "$mock" 10 "$!" || { cat "$WORK/mock.log" >&2; exit 1; }
-  local offered=$(( 3 * binding )) clients=(a)
+  local offered clients=(a)
+  offered=$(python3 -c "print(round(3 * $binding))")
+  local envs=()
+  case $1 in *-shift*) envs=(PROMPT=400 MAX_TOKENS=20 SHIFT=20:6) ;; esac
   [ "$1" = shared ] && { clients=(a b); offered=$(( 3 * binding / 2 )); }
   local pids=() c
   for c in "${clients[@]}"; do
     url="http://127.0.0.1:$mock"
     [ "$2" = easeoff ] && url="http://127.0.0.1:$(start_easeoff "$c" "$preset" "$mock")"
-    "$venv/bin/python" bench/dialects.py "$vendor" "$url" "$workers" "$offered" "$seconds" "$c" \
+    [ "$2" = main ] && url="http://127.0.0.1:$(start_easeoff "$c" "$preset" "$mock" "$EASEOFF_BEFORE")"
+    env "${envs[@]}" "$venv/bin/python" bench/dialects.py "$vendor" "$url" "$workers" "$offered" "$seconds" "$c" \
       >"$WORK/client-$c.json" &
     pids+=($!)
   done
   wait "${pids[@]}"
   local counts
   counts=$(curl -s "http://127.0.0.1:$mock/__counts")
-  kill "${PIDS[@]}" 2>/dev/null || true
+  # shellcheck disable=SC2046 # one pid a word
+  kill "${PIDS[@]}" $(cat "$WORK/easeoff.pids" 2>/dev/null) 2>/dev/null || true
+  rm -f "$WORK/easeoff.pids"
   wait 2>/dev/null || true
   PIDS=()
   for c in "${clients[@]}"; do
@@ -91,7 +113,7 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
 }
 
 for scenario in $scenarios; do
-  sides="sdk easeoff"
+  sides="${SIDES:-sdk easeoff}"
   [ "$scenario" = shared ] && sides=easeoff
   for run in $(seq 1 "$runs"); do
     for side in $sides; do
@@ -99,4 +121,9 @@ for scenario in $scenarios; do
     done
   done
 done
-python3 bench/dialects_table.py "$WORK" "$seconds" "$runs" $scenarios
+plain=() shifts=()
+for scenario in $scenarios; do
+  case $scenario in *-shift*) shifts+=("$scenario") ;; *) plain+=("$scenario") ;; esac
+done
+[ ${#plain[@]} -eq 0 ] || python3 bench/dialects_table.py "$WORK" "$seconds" "$runs" "${plain[@]}"
+[ ${#shifts[@]} -eq 0 ] || python3 bench/cost_table.py "$WORK" "$seconds" "$runs" "${shifts[@]}"

@@ -8,6 +8,10 @@ GROUP is KIND:TABLE:THREADS, KIND one of
   put   PutItem, a new partition key each time
   get   GetItem of one of 100 keys
   hot   PutItem, always the same partition key ("hot")
+  mixed PutItem, a new partition key each time; every fifth item 8 KB, the rest small
+
+--retry-mode picks botocore's retry mode (standard by default; adaptive is its own
+client-side rate limiter).
 """
 import argparse
 import collections
@@ -21,7 +25,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 
-def client(url, threads):
+def client(url, threads, mode="standard"):
     return boto3.client(
         "dynamodb",
         endpoint_url=url,
@@ -29,17 +33,22 @@ def client(url, threads):
         aws_access_key_id="k",
         aws_secret_access_key="s",
         config=Config(
-            retries={"mode": "standard"},
+            retries={"mode": mode},
             max_pool_connections=threads,
             read_timeout=60,
         ),
     )
 
 
+# 8,000 bytes of value: with its name and the key, 8 write units (8 KiB rounded up).
+BIG = "x" * 8000
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--retry-mode", default="standard")
     ap.add_argument("groups", nargs="+")
     args = ap.parse_args()
 
@@ -63,6 +72,9 @@ def main():
             try:
                 if kind == "put":
                     c.put_item(TableName=table, Item={"pk": {"S": f"k{n}"}, "v": {"S": "x"}})
+                elif kind == "mixed":
+                    big = n % 5 == 4
+                    c.put_item(TableName=table, Item={"pk": {"S": f"k{n}"}, "v": {"S": BIG if big else "x"}})
                 elif kind == "hot":
                     c.put_item(TableName=table, Item={"pk": {"S": "hot"}, "v": {"S": str(n)}})
                 else:
@@ -80,7 +92,7 @@ def main():
 
     threads = []
     for spec, kind, table, n in groups:
-        c = client(args.url, n)
+        c = client(args.url, n, args.retry_mode)
         for _ in range(n):
             threads.append(threading.Thread(target=work, args=(spec, kind, table, c)))
     for t in threads:

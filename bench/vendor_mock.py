@@ -26,8 +26,13 @@ github     a primary quota of limit= requests per window= seconds (5000 per 3600
            retry-after. GET /forbidden answers a permission 403.
 
 fill= is how full the buckets start (1: an idle account; 0: one at its limit).
+models=NAME:TPM,... (openai) gives each named model buckets of its own (that TPM,
+rpm= requests), as OpenAI limits each model apart; other models share the default.
+quota_headers=0 (openai) leaves the x-ratelimit-* headers out: an API that only says
+retry-after when it refuses.
 GET /__counts answers the counts so far as JSON: ok, refused (429 and primary or
-secondary 403), overloaded (529), and primary refusals by x-bench-instance and window.
+secondary 403), overloaded (529), primary refusals by x-bench-instance and window, and
+the tokens accepted (openai: as its TPM counts them; anthropic: input and output).
 """
 
 import json
@@ -39,9 +44,11 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 style, port = sys.argv[1], int(sys.argv[2])
-opts = {k: float(v) for k, v in (a.split("=", 1) for a in sys.argv[3:])}
+raw = dict(a.split("=", 1) for a in sys.argv[3:])
+models_opt = raw.pop("models", "")
+opts = {k: float(v) for k, v in raw.items()}
 lock = threading.Lock()
-counts = {"ok": 0, "refused": 0, "overloaded": 0, "primary": {}, "seen": 0}
+counts = {"ok": 0, "refused": 0, "overloaded": 0, "primary": {}, "seen": 0, "tokens": 0, "input_tokens": 0, "output_tokens": 0}
 
 
 class Bucket:
@@ -94,7 +101,14 @@ else:
 window = {"limit": int(opts.get("limit", 5000)), "length": opts.get("window", 3600), "start": None, "used": 0}
 
 
+per_model = {
+    name: {"requests": Bucket(opts.get("rpm", 6000)), "tokens": Bucket(float(tpm))}
+    for name, tpm in (m.split(":") for m in models_opt.split(",") if m)
+}
+
+
 def openai(body: dict) -> tuple[int, dict, dict]:
+    buckets = per_model.get(body.get("model"), globals()["buckets"])
     prompt = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
     cost = {"requests": 1, "tokens": math.ceil(prompt / 4) + int(body.get("max_tokens") or 16)}
     wait, refused = 0.0, None
@@ -106,11 +120,14 @@ def openai(body: dict) -> tuple[int, dict, dict]:
     if refused is None:
         for name, b in buckets.items():
             b.take(cost[name])
+        counts["tokens"] += cost["tokens"]
     headers = {}
     for name, b in buckets.items():
         headers[f"x-ratelimit-limit-{name}"] = str(int(b.size))
         headers[f"x-ratelimit-remaining-{name}"] = str(int(b.level))
         headers[f"x-ratelimit-reset-{name}"] = go_duration(b.full_in())
+    if not opts.get("quota_headers", 1):
+        headers = {}
     if refused:
         headers["retry-after-ms"] = str(math.ceil(wait * 1000))
         headers["retry-after"] = str(math.ceil(wait))
@@ -138,6 +155,8 @@ def anthropic(body: dict) -> tuple[int, dict, dict]:
     if wait <= 0:
         for name, b in buckets.items():
             b.take(cost[name])
+        counts["input_tokens"] += cost["input-tokens"]
+        counts["output_tokens"] += cost["output-tokens"]
     headers = {}
     for name, b in buckets.items():
         headers[f"anthropic-ratelimit-{name}-limit"] = str(int(b.size))
@@ -217,8 +236,11 @@ class Handler(BaseHTTPRequestHandler):
                 code, headers, answer = anthropic(body)
             else:
                 code, headers, answer = github(self.path, self.headers.get("x-bench-instance", "-"))
+            first_at = counts.setdefault("first_at", time.monotonic())
             key = "ok" if code == 200 else "overloaded" if code == 529 else "refused" if code == 429 or "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0" else "ok"
             counts[key] += 1
+            if key == "refused":
+                counts.setdefault("refused_at", []).append(round(time.monotonic() - first_at, 2))
         self.send(code, headers, answer)
 
     def send(self, code: int, headers: dict, answer: dict) -> None:

@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::document::{
-    CappedStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus, LaneStatus,
+    CappedStatus, CostStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus, LaneStatus,
     ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
 };
 use crate::admin::history::{History, Key, Sample};
@@ -332,6 +332,14 @@ fn lanes(u: &Upstream, history: &History) -> Vec<LaneStatus> {
                 rate_limit_floor: floor(u, lane),
                 near_limit: lane.near_limit(now),
                 metrics_name: if lane.named() { lane.name() } else { "other" }.to_string(),
+                cost: (lane.unit() != crate::cost::Unit::Requests).then(|| {
+                    let (reserved, settled) = lane.costs();
+                    CostStatus {
+                        unit: lane.unit().name().to_string(),
+                        reserved,
+                        settled,
+                    }
+                }),
                 dispatches: lane.named().then(|| lane.metrics().dispatches.get()),
                 throttles: lane.named().then(|| {
                     by(Signal::ALL.map(|s| (s.as_str(), lane.metrics().throttle(s).get())))

@@ -151,6 +151,11 @@ pub struct MockArgs {
     /// (the first attribute of Key or Item), throttled as a hot partition beyond it.
     #[arg(long, value_name = "RATE")]
     pub key_rate: Option<f64>,
+    /// Style dynamodb: a request takes the capacity units its items cost by size (one
+    /// a KiB written, rounded up per item; reads one per item), not one; the rates are
+    /// then units per second.
+    #[arg(long)]
+    pub charge_by_size: bool,
     /// Requests whose path starts with PREFIX are always throttled (repeatable), e.g.
     /// a gRPC method out of quota: "/pkg.Service/Method".
     #[arg(long, value_name = "PREFIX")]

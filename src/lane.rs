@@ -8,7 +8,7 @@
 //! read lock and one hash lookup per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,16 +18,17 @@ use foldhash::fast::RandomState;
 use crate::clock::{Clock, Instant};
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
+use crate::cost::{self, Unit};
 use crate::fleet::{Decision, Fleet, LaneLink};
 use crate::hints::{self, Hint, Quota, Reading};
 use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
 use crate::observe::Goodput;
-use crate::pacer::{Limits, Pacer, Shed, Slot, Would};
+use crate::pacer::{Limits, ONE, Pacer, Shed, Slot, Would};
 use crate::quota::{self, Falls};
 use crate::route::{self, Rule};
 use crate::shed::Spread;
 use crate::sleeper::{Mode, Step};
-use crate::throttle::{Signal, Verdict};
+use crate::throttle::{Preset, Signal, Verdict};
 
 mod overloads;
 mod slow_start;
@@ -102,6 +103,8 @@ pub struct Lane {
     falls: Falls,
     /// How often overloads come, which decides whether one moves the interval.
     overloads: overloads::Overloads,
+    /// What the lane's requests were reserved at and settled at.
+    costs: Costs,
 }
 
 impl std::fmt::Debug for Lane {
@@ -151,6 +154,7 @@ impl Lane {
             goodput: observe.then(|| (Goodput::default(), clock.now())),
             falls: Falls::default(),
             overloads: overloads::Overloads::default(),
+            costs: Costs::default(),
         }
     }
 
@@ -315,9 +319,10 @@ impl Lane {
 
     /// Waits for a slot (or is shed at once, told when to come back; see
     /// [`crate::shed::Spread`]) and counts the wait; `patient`: see
-    /// [`crate::pacer::Pacer::acquire_with`]. A lane that left a slot unused for
-    /// `idle_decay` first forgets its throttles.
-    pub async fn acquire(&self, deadline: Instant, patient: bool) -> Result<Slot, Shed> {
+    /// [`crate::pacer::Pacer::acquire_with`]; `cost`: what the request is reserved
+    /// at, in thousandths of the lane's unit ([`ONE`] where it counts requests). A
+    /// lane that left a slot unused for `idle_decay` first forgets its throttles.
+    pub async fn acquire(&self, deadline: Instant, patient: bool, cost: u64) -> Result<Slot, Shed> {
         let clock = &self.common.clock;
         if let Some(link) = self.fleet() {
             link.arrived();
@@ -333,7 +338,7 @@ impl Lane {
             self.start.end();
             Duration::ZERO
         };
-        let slot = match self.pacer.acquire_with(deadline, patient).await {
+        let slot = match self.pacer.acquire_costing(deadline, patient, cost).await {
             Ok(slot) if started.is_zero() => slot,
             // Counted as waiting, not as a sleep: the sleeper did not hold it.
             Ok(slot) => Slot {
@@ -350,6 +355,10 @@ impl Lane {
             }
         };
         self.metrics.dispatches.inc();
+        if self.unit() != Unit::Requests {
+            self.metrics.units_reserved.inc_by(self.unit().count(cost));
+            self.costs.dispatched(cost);
+        }
         let waited = slot.waited.as_secs_f64();
         let upstream = &self.common.metrics;
         upstream.queue_wait.observe(waited);
@@ -437,6 +446,53 @@ impl Lane {
         }
     }
 
+    /// What the lane paces in.
+    pub fn unit(&self) -> Unit {
+        self.common.settings.lanes.cost
+    }
+
+    /// An answer told what the request of `slot` cost (`actual`, thousandths of the
+    /// lane's unit): the schedule moves by the difference from its reservation, and
+    /// the estimate's error is counted. OpenAI's limiter counts a request at its
+    /// estimate (the prompt's characters over four and all of `max_tokens`) whatever
+    /// the answer used, so there an answer only ever adds.
+    pub fn settle_cost(&self, slot: &Slot, actual: u64) {
+        if self.unit() == Unit::Requests {
+            return;
+        }
+        let charged = if self.common.settings.preset == Preset::OpenAi {
+            actual.max(slot.cost)
+        } else {
+            actual
+        };
+        self.pacer.settle(slot.cost, charged);
+        self.costs.settled(actual);
+        self.metrics.units_settled.inc_by(self.unit().count(actual));
+        if slot.cost > 0 {
+            #[allow(clippy::cast_precision_loss, reason = "a ratio of costs")]
+            let ratio = actual as f64 / slot.cost as f64;
+            self.metrics.cost_error.observe(ratio);
+        }
+    }
+
+    /// Settles the cost `answer` reports for this lane's request of `slot`, if it
+    /// reports one: a DynamoDB lane (`TABLE:access`) takes its table's share.
+    pub fn settle_answer(&self, slot: &Slot, answer: &cost::answer::AnswerCost) {
+        let table = match self.unit() {
+            Unit::Capacity => self.name().split_once(':').map(|(table, _)| table),
+            _ => None,
+        };
+        if let Some(actual) = answer.cost(table) {
+            self.settle_cost(slot, actual);
+        }
+    }
+
+    /// The lane's units reserved and settled so far, for `/status` (in its units).
+    pub fn costs(&self) -> (f64, f64) {
+        let (reserved, settled) = self.costs.totals();
+        (self.unit().count(reserved), self.unit().count(settled))
+    }
+
     /// Tells the controller of a success.
     fn succeeded(&self, slot: &Slot) {
         self.start.answered(false, true);
@@ -462,6 +518,9 @@ impl Lane {
         let decide = |window: Quota, fall: &quota::Fall| {
             quota::decide(spend, window, in_flight, fall.observe(window, at, 1.0))
         };
+        if self.unit() != Unit::Requests {
+            return self.apply_unit_quota(windows, now);
+        }
         let requests = windows.requests.map(|w| decide(w, &self.falls.requests));
         let tokens = windows.tokens.map(|w| decide(w, &self.falls.tokens));
         let decision = match (requests, tokens) {
@@ -479,17 +538,96 @@ impl Lane {
                 self.paused_by(Hint::RateLimit);
                 self.pacer.set_floor(spacing.min(until), now + until);
             }
-            quota::Decision::Pause { until } => {
-                let until = self.cap(until, Hint::RateLimit, now);
-                self.paused_by(Hint::RateLimit);
-                metrics.throttle(Signal::RateLimit).inc();
-                self.metrics.throttle(Signal::RateLimit).inc();
-                if self.pacer.paused_until(now).is_none() {
-                    tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX), "paused until the upstream's rate-limit window resets");
-                }
-                self.pacer.pause_until(now + until);
+            quota::Decision::Pause { until } => self.quota_pause(until, now),
+        }
+    }
+
+    /// [`Lane::apply_quota`] for a lane that paces in units: the token window sets
+    /// the spacing per token (so a larger mix is spaced wider at once), the request
+    /// window the least gap between any two requests; a spent one of either pauses.
+    fn apply_unit_quota(&self, windows: &Reading<'_>, now: Instant) {
+        let metrics = &self.common.metrics;
+        let in_flight = u64::try_from(metrics.in_flight.get()).unwrap_or(0);
+        let spend = self.common.settings.quota;
+        let at = self.since_origin(now);
+        let mean = self.costs.mean().max(1.0);
+        let requests = windows.requests.map(|w| {
+            let fall = self.falls.requests.observe(w, at, 1.0);
+            quota::decide(spend, w, in_flight, fall)
+        });
+        // The window's tokens per answer over this lane's per request: how many of
+        // the window's tokens one of the lane's costs. OpenAI's window counts what
+        // the lane estimates (prompt and `max_tokens`), so at least one: more when
+        // others share the window. Anthropic's input or output window counts a share.
+        let least = if self.common.settings.preset == Preset::Anthropic {
+            0.25
+        } else {
+            1.0
+        };
+        let mut share = 1.0;
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "token counts"
+        )]
+        let tokens = windows.tokens.map(|w| {
+            let per_answer = self.falls.tokens.observe(w, at, mean);
+            share = (per_answer / mean).max(least);
+            // What waits counts with what is out: released together, it would land
+            // on the window at once, before any answer shows it.
+            let out = in_flight as f64 * per_answer + self.pacer.queued_cost() as f64;
+            quota::decide(spend, w, out as u64, 1.0)
+        });
+        let mut paused = false;
+        for decision in [requests, tokens].into_iter().flatten() {
+            if let quota::Decision::Pause { until } = decision {
+                paused = true;
+                self.quota_pause(until, now);
             }
         }
+        if paused {
+            return;
+        }
+        match tokens {
+            Some(quota::Decision::Pace { spacing, until }) => {
+                let until = self.cap(until, Hint::RateLimit, now);
+                self.paused_by(Hint::RateLimit);
+                // Per token of the window; the pacer's unit is a thousand of the lane's.
+                #[allow(clippy::cast_precision_loss, reason = "ONE is 1000")]
+                let per_unit =
+                    Duration::try_from_secs_f64(spacing.as_secs_f64() * share * ONE as f64)
+                        .unwrap_or(until);
+                self.pacer.set_floor(per_unit.min(until), now + until);
+            }
+            _ => {
+                if self.pacer.floor(now).is_some() {
+                    self.pacer.set_floor(Duration::ZERO, now);
+                }
+            }
+        }
+        match requests {
+            Some(quota::Decision::Pace { spacing, until }) => {
+                let until = self.cap(until, Hint::RateLimit, now);
+                self.paused_by(Hint::RateLimit);
+                self.pacer
+                    .set_request_floor(spacing.min(until), now + until);
+            }
+            _ => self.pacer.set_request_floor(Duration::ZERO, now),
+        }
+    }
+
+    /// Holds the lane until a spent rate-limit window comes back (`until` from now).
+    fn quota_pause(&self, until: Duration, now: Instant) {
+        let metrics = &self.common.metrics;
+        let until = self.cap(until, Hint::RateLimit, now);
+        self.paused_by(Hint::RateLimit);
+        metrics.throttle(Signal::RateLimit).inc();
+        self.metrics.throttle(Signal::RateLimit).inc();
+        if self.pacer.paused_until(now).is_none() {
+            tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX), "paused until the upstream's rate-limit window resets");
+        }
+        self.pacer.pause_until(now + until);
     }
 
     /// Cuts a pause a header asked for to `max_pause` (and `max_interval`); a cut is
@@ -591,6 +729,47 @@ impl Lane {
             tracing::info!(upstream = %upstream, lane = name, "throttling over; requests go at once");
         }
         tracing::debug!(upstream = %upstream, lane = name, interval_ms, "interval changed");
+    }
+}
+
+/// A lane's reserved and settled costs (thousandths), and the mean reservation per
+/// request as a moving average; atomics, as every dispatch adds to them.
+#[derive(Debug, Default)]
+struct Costs {
+    reserved: AtomicU64,
+    settled: AtomicU64,
+    /// f64 bits; 0 before the first dispatch.
+    mean: AtomicU64,
+}
+
+impl Costs {
+    fn dispatched(&self, cost: u64) {
+        self.reserved.fetch_add(cost, Ordering::Relaxed);
+        #[allow(clippy::cast_precision_loss, reason = "a cost")]
+        let cost = cost as f64;
+        let mean = f64::from_bits(self.mean.load(Ordering::Relaxed));
+        let next = if mean > 0.0 {
+            0.9 * mean + 0.1 * cost
+        } else {
+            cost
+        };
+        self.mean.store(next.to_bits(), Ordering::Relaxed);
+    }
+
+    fn settled(&self, cost: u64) {
+        self.settled.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    /// The mean reservation per request (thousandths); 0 before any.
+    fn mean(&self) -> f64 {
+        f64::from_bits(self.mean.load(Ordering::Relaxed))
+    }
+
+    fn totals(&self) -> (u64, u64) {
+        (
+            self.reserved.load(Ordering::Relaxed),
+            self.settled.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -735,6 +914,11 @@ pub struct Route {
     pub hot: Option<HotKey>,
     /// A DynamoDB batch, whose answer may be a partial throttle.
     pub batch: bool,
+    /// What the request is reserved at in `first` (thousandths of its lanes' unit).
+    pub cost: u64,
+    /// What it is reserved at in each of `more`, where that differs (a batch's other
+    /// tables); a lane past the end takes `cost`.
+    pub more_costs: Vec<u64>,
 }
 
 /// Where a single-item DynamoDB request's partition key is: read and hashed only when
@@ -756,7 +940,14 @@ impl Route {
             key: None,
             hot: None,
             batch: false,
+            cost: ONE,
+            more_costs: Vec::new(),
         }
+    }
+
+    /// What the request is reserved at in `more[i]`.
+    pub fn cost_in_more(&self, i: usize) -> u64 {
+        self.more_costs.get(i).copied().unwrap_or(self.cost)
     }
 
     /// The name of the hot-key lane the request would take: named only when asked,
@@ -909,6 +1100,31 @@ impl Lanes {
 
     /// The lanes a request with `head` (and `body`, as far as it is held) takes.
     pub fn route(&self, head: &http::request::Parts, body: Option<&Bytes>) -> Route {
+        let mut route = self.place(head, body);
+        let unit = self.settings.lanes.cost;
+        if unit != Unit::Requests {
+            let body = body.map(|b| &b[..]);
+            let by_table = unit == Unit::Capacity && *self.rule() == Rule::DynamoDb;
+            let table = |lane: &Arc<Lane>| -> Option<String> {
+                let (table, _) = lane.name().split_once(':').filter(|_| by_table)?;
+                Some(table.to_owned())
+            };
+            let first = table(&route.first);
+            route.cost = cost::reserve(unit, &head.headers, body, first.as_deref());
+            if !route.more.is_empty() && by_table {
+                route.more_costs = (route.more.iter())
+                    .map(|lane| {
+                        let table = table(lane);
+                        cost::reserve(unit, &head.headers, body, table.as_deref())
+                    })
+                    .collect();
+            }
+        }
+        route
+    }
+
+    /// The lanes a request takes, before its costs.
+    fn place(&self, head: &http::request::Parts, body: Option<&Bytes>) -> Route {
         if self.rule == Rule::Single {
             return Route::one(Arc::clone(&self.default));
         }

@@ -306,6 +306,7 @@ async fn run_mock(args: MockArgs) -> ExitCode {
         schedule,
         table_rates: args.table_rate,
         key_rate: args.key_rate,
+        charge_by_size: args.charge_by_size,
         throttle_paths: args.throttle_path,
         overload_every: args.overload_every,
     };

@@ -191,6 +191,8 @@ macro_rules! per_lane {
             /// The last-throttle family and this lane's two label values, for
             /// [`LaneMetrics::throttled`].
             reasons: (GaugeVec, [Box<str>; 2]),
+            /// Settled over reserved cost, per settled request.
+            pub cost_error: Histogram,
         }
 
         #[derive(Clone)]
@@ -199,6 +201,7 @@ macro_rules! per_lane {
             throttles: IntCounterVec,
             pauses: IntCounterVec,
             reasons: GaugeVec,
+            cost_error: HistogramVec,
         }
 
         impl LaneFamilies {
@@ -208,6 +211,10 @@ macro_rules! per_lane {
                     throttles: register(registry, IntCounterVec::new(LANE_THROTTLES.opts(), LANE_THROTTLES.labels)?)?,
                     pauses: register(registry, IntCounterVec::new(LANE_PAUSES.opts(), LANE_PAUSES.labels)?)?,
                     reasons: register(registry, GaugeVec::new(LANE_LAST_THROTTLE.opts(), LANE_LAST_THROTTLE.labels)?)?,
+                    cost_error: register(registry, HistogramVec::new(
+                        HistogramOpts::new(LANE_COST_ERROR.name, LANE_COST_ERROR.help).buckets(COST_ERROR_BUCKETS.to_vec()),
+                        LANE_COST_ERROR.labels,
+                    )?)?,
                 })
             }
 
@@ -223,6 +230,7 @@ macro_rules! per_lane {
                         .map(|h| self.pauses.with_label_values(&[upstream, lane, h.as_str()]))
                         .collect(),
                     reasons: (self.reasons.clone(), [upstream.into(), lane.into()]),
+                    cost_error: self.cost_error.with_label_values(&[upstream, lane]),
                 }
             }
 
@@ -237,6 +245,7 @@ macro_rules! per_lane {
                 withdraw_where(&self.reasons, &[("upstream", upstream), ("lane", lane)], |f, l| {
                     let _ = f.remove(l);
                 });
+                let _ = self.cost_error.remove_label_values(&[upstream, lane]);
             }
 
             fn withdraw(&self, upstream: &str) {
@@ -244,6 +253,7 @@ macro_rules! per_lane {
                 withdraw(&self.throttles, upstream, |f, l| { let _ = f.remove(l); });
                 withdraw(&self.pauses, upstream, |f, l| { let _ = f.remove(l); });
                 withdraw(&self.reasons, upstream, |f, l| { let _ = f.remove(l); });
+                withdraw(&self.cost_error, upstream, |f, l| { let _ = f.remove(l); });
             }
         }
 
@@ -252,6 +262,7 @@ macro_rules! per_lane {
             LANE_THROTTLES,
             LANE_PAUSES,
             LANE_LAST_THROTTLE,
+            LANE_COST_ERROR,
         ];
     };
 }
@@ -265,7 +276,22 @@ per_lane! {
         "Requests waiting for a slot in a lane.", "gauge";
     near_limit: GaugeVec => Gauge = "easeoff_lane_near_limit",
         "How close a lane runs to its limit: dispatches over the last second against the rate its spacing (interval or rate-limit floor) allows; 1 is at the limit, 0 while unpaced.", "gauge";
+    units_reserved: ShardedFloatCounterVec => ShardedFloatCounter = "easeoff_lane_cost_reserved_units_total",
+        "With lanes.cost = \"tokens\" or \"capacity\": what a lane's dispatches were reserved at before they went, in its units (tokens, capacity units).", "counter";
+    units_settled: ShardedFloatCounterVec => ShardedFloatCounter = "easeoff_lane_cost_settled_units_total",
+        "With lanes.cost = \"tokens\" or \"capacity\": what the answers said those requests cost, in the lane's units, for the requests whose answer told it.", "counter";
 }
+
+/// The buckets of the estimate-error histogram: settled over reserved.
+const COST_ERROR_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0, 10.0];
+
+/// How far a lane's estimates were from what the answers said.
+const LANE_COST_ERROR: Family = Family {
+    name: "easeoff_lane_cost_estimate_ratio",
+    help: "With lanes.cost = \"tokens\" or \"capacity\": what an answer said a request cost over what it was reserved at (1 is exact; below 1 the estimate was high).",
+    kind: "histogram",
+    labels: &["upstream", "lane"],
+};
 
 /// Throttles per lane, by signal.
 const LANE_THROTTLES: Family = Family {

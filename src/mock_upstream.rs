@@ -74,6 +74,8 @@ pub struct MockOptions {
     pub table_rates: Vec<TableRate>,
     /// DynamoDB style: requests per second each partition key value of a table accepts.
     pub key_rate: Option<f64>,
+    /// DynamoDB style: a request takes the capacity units its items cost by size.
+    pub charge_by_size: bool,
     /// Requests whose path starts with one of these are always throttled (a gRPC
     /// method that is out of quota).
     pub throttle_paths: Vec<String>,
@@ -95,6 +97,7 @@ impl MockOptions {
             schedule: Schedule::default(),
             table_rates: Vec::new(),
             key_rate: None,
+            charge_by_size: false,
             throttle_paths: Vec::new(),
             overload_every: None,
         }
@@ -133,6 +136,8 @@ struct MockMetrics {
     /// Tables counted under their own name; later ones are counted as `other`.
     labelled: Mutex<HashSet<String>>,
     rate: Gauge,
+    /// Capacity units taken by the requests let through.
+    units: prometheus::Counter,
 }
 
 /// Distinct table names `mock_table_requests_total` labels.
@@ -167,6 +172,11 @@ impl MockUpstream {
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(tables.clone()))?;
         registry.register(Box::new(rate.clone()))?;
+        let units = prometheus::Counter::new(
+            "mock_capacity_units_total",
+            "Capacity units the requests let through took (one each, unless --charge-by-size).",
+        )?;
+        registry.register(Box::new(units.clone()))?;
         for result in ["ok", "throttled"] {
             requests.with_label_values(&[result]);
         }
@@ -190,6 +200,7 @@ impl MockUpstream {
                     tables,
                     labelled: Mutex::default(),
                     rate,
+                    units,
                 },
             }),
         })
@@ -328,13 +339,23 @@ impl MockUpstream {
             _ => TableRequest::default(),
         };
         let names: Vec<&str> = request.tables.iter().collect();
+        let units = if self.inner.options.charge_by_size {
+            crate::cost::dynamodb::estimate(request.operation, &body)
+                .map_or(1.0, |costs| costs.iter().map(|c| c.units).sum::<f64>())
+        } else {
+            1.0
+        };
         let demand = Demand {
             access: request.access,
             tables: &names,
             key: request.key,
             partial: matches!(request.operation, "BatchWriteItem" | "BatchGetItem"),
+            units,
         };
         let verdict = self.lock_capacity().decide(&demand, arrived);
+        if verdict == Verdict::Ok {
+            self.inner.metrics.units.inc_by(units);
+        }
         if !self.inner.options.latency.is_zero() {
             tokio::time::sleep(self.inner.options.latency).await;
         }

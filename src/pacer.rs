@@ -12,17 +12,24 @@
 //! Interval 0, no pause, no floor and an empty queue is the fast path: a few atomic
 //! loads, no lock, allocation or timer. The controller decides the interval; this
 //! file only applies it.
+//!
+//! Costs: a lane that paces in units (tokens, capacity units) hands each request's
+//! estimated cost in thousandths of a unit ([`ONE`] for a request); the gap after a
+//! dispatch is the spacing × its cost, so the interval is per unit and a mix of larger
+//! requests is spaced wider at once. When the answer tells the actual cost,
+//! [`Pacer::settle`] moves the gap still ahead by the difference.
 
 mod precise;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
 
 use crate::clock::{Clock, Instant};
+pub use crate::cost::ONE;
 use crate::sleeper::Mode;
 use crate::window::WindowedCount;
 use precise::PreciseSleep;
@@ -43,6 +50,8 @@ pub struct Slot {
     pub interval: Duration,
     /// In observe mode, what pacing would have done with the request.
     pub would: Option<Would>,
+    /// What the request was reserved at, in thousandths of a unit ([`ONE`] a request).
+    pub cost: u64,
 }
 
 /// What pacing would have done with a request observe mode let go at once.
@@ -120,6 +129,15 @@ struct Shared {
     /// A minimum spacing from a rate-limit quota, and until when; 0 means none.
     floor_ns: AtomicU64,
     floor_until_ns: AtomicU64,
+    /// The least gap between two dispatches whatever they cost (a request window
+    /// beside a token window), and until when; 0 means none.
+    request_floor_ns: AtomicU64,
+    request_floor_until_ns: AtomicU64,
+    /// The cost after the last dispatch still to be spaced: its reservation, moved by
+    /// the settling of answers since (thousandths; may go below 0).
+    gap_cost: AtomicI64,
+    /// The costs of the requests waiting, summed (thousandths).
+    queued_cost: AtomicU64,
     epoch: AtomicU64,
     /// Nanoseconds from `origin` of the last change of `epoch`.
     epoch_since_ns: AtomicU64,
@@ -128,6 +146,8 @@ struct Shared {
     last_dispatch_ns: AtomicU64,
     /// Dispatches over the last second.
     rate: WindowedCount,
+    /// Their costs (thousandths), for the spacing per unit.
+    units: WindowedCount,
     /// Waiters behind the one the release task is working on.
     queue: Mutex<VecDeque<Waiter>>,
     /// Something changed for the release task: a new waiter, interval, pause or floor.
@@ -147,6 +167,7 @@ const NEVER: u64 = u64::MAX;
 struct Waiter {
     arrived: Instant,
     deadline: Instant,
+    cost: u64,
     grant: oneshot::Sender<Result<Slot, Shed>>,
 }
 
@@ -168,11 +189,16 @@ impl Pacer {
             pause_until_ns: AtomicU64::new(0),
             floor_ns: AtomicU64::new(0),
             floor_until_ns: AtomicU64::new(0),
+            request_floor_ns: AtomicU64::new(0),
+            request_floor_until_ns: AtomicU64::new(0),
+            gap_cost: AtomicI64::new(ONE as i64),
+            queued_cost: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             epoch_since_ns: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             last_dispatch_ns: AtomicU64::new(NEVER),
             rate: WindowedCount::new(Duration::from_secs(1)),
+            units: WindowedCount::new(Duration::from_secs(1)),
             queue: Mutex::new(VecDeque::new()),
             changed: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -197,23 +223,39 @@ impl Pacer {
 
     /// [`Pacer::acquire`]; a `patient` request is kept waiting though `max_waiting`
     /// already wait (up to [`PATIENT_WAITING`]), so only its deadline sheds it.
-    pub async fn acquire_with(&self, deadline: Instant, patient: bool) -> Result<Slot, Shed> {
+    pub fn acquire_with(
+        &self,
+        deadline: Instant,
+        patient: bool,
+    ) -> impl Future<Output = Result<Slot, Shed>> + '_ {
+        self.acquire_costing(deadline, patient, ONE)
+    }
+
+    /// [`Pacer::acquire_with`] for a request reserved at `cost` (thousandths of a
+    /// unit): the next dispatch goes the spacing × the cost after it.
+    pub async fn acquire_costing(
+        &self,
+        deadline: Instant,
+        patient: bool,
+        cost: u64,
+    ) -> Result<Slot, Shed> {
         let s = &*self.shared;
         let now = s.clock.now();
         if s.interval_ns.load(Ordering::Relaxed) == 0
             && s.pause_until_ns.load(Ordering::Relaxed) == 0
             && s.floor_until_ns.load(Ordering::Relaxed) == 0
+            && s.request_floor_until_ns.load(Ordering::Relaxed) == 0
             && s.waiting.load(Ordering::Relaxed) == 0
         {
-            return Ok(s.dispatch(now, now, now));
+            return Ok(s.dispatch(now, now, now, cost));
         }
         let deadline_in = deadline;
         let deadline = s.limit(deadline);
         match s.mode {
-            Mode::Observe => Ok(s.shadow(now, deadline)),
+            Mode::Observe => Ok(s.shadow(now, deadline, cost)),
             Mode::Delay => {
                 let _waiting = s.enter(patient)?;
-                let until = now + s.spacing(now);
+                let until = now + s.gap(now, cost);
                 let until = until.max(s.pause_end(now).unwrap_or(now));
                 if until > deadline {
                     return Err(Shed {
@@ -222,7 +264,7 @@ impl Pacer {
                     });
                 }
                 s.clock.sleep_until(until).await;
-                Ok(s.dispatch(s.clock.now(), now, until))
+                Ok(s.dispatch(s.clock.now(), now, until, cost))
             }
             Mode::Pace => {
                 let (grant, granted) = oneshot::channel();
@@ -233,13 +275,14 @@ impl Pacer {
                     if s.waiting.load(Ordering::Relaxed) == 0 {
                         let at = s.release_at(now);
                         if at <= now {
-                            return Ok(s.dispatch(now, now, at));
+                            return Ok(s.dispatch(now, now, at, cost));
                         }
                     }
                     let waiting = s.enter(patient)?;
                     // Its slot if nothing changes: after everyone already waiting.
                     let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);
-                    let expected = s.release_at(now) + s.spacing(now) * count(ahead);
+                    let ahead_cost = s.queued_cost.load(Ordering::Relaxed);
+                    let expected = s.release_at(now) + s.gaps(now, ahead, ahead_cost);
                     if expected > deadline {
                         return Err(Shed {
                             retry_after: expected.saturating_duration_since(now),
@@ -249,8 +292,10 @@ impl Pacer {
                     queue.push_back(Waiter {
                         arrived: now,
                         deadline: deadline_in,
+                        cost,
                         grant,
                     });
+                    s.queued_cost.fetch_add(cost, Ordering::Relaxed);
                     waiting
                 };
                 s.changed.notify_one();
@@ -334,6 +379,36 @@ impl Pacer {
         s.changed.notify_one();
     }
 
+    /// Keeps dispatches at least `spacing` apart whatever they cost until `until` (a
+    /// request window beside the token window a lane paces in); replaces any earlier
+    /// one. A zero `spacing` lifts it.
+    pub fn set_request_floor(&self, spacing: Duration, until: Instant) {
+        let s = &*self.shared;
+        let until = if spacing.is_zero() {
+            0
+        } else {
+            s.ns(until).max(1)
+        };
+        s.request_floor_ns.store(nanos(spacing), Ordering::Relaxed);
+        s.request_floor_until_ns.store(until, Ordering::Relaxed);
+        s.changed.notify_one();
+    }
+
+    /// An answer told what a request really cost: the gap still ahead grows (or
+    /// shrinks) by `actual - reserved` units at the spacing. The schedule is never
+    /// pulled in before now: a gap already passed is simply over.
+    pub fn settle(&self, reserved: u64, actual: u64) {
+        let s = &*self.shared;
+        let delta = i64::try_from(actual)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(reserved).unwrap_or(i64::MAX));
+        if delta == 0 {
+            return;
+        }
+        s.gap_cost.fetch_add(delta, Ordering::Relaxed);
+        s.changed.notify_one();
+    }
+
     /// The controller epoch dispatches are stamped with now.
     pub fn epoch(&self) -> u64 {
         self.shared.epoch.load(Ordering::Acquire)
@@ -380,6 +455,16 @@ impl Pacer {
         })
     }
 
+    /// The least gap between two dispatches whatever they cost, while one is in force.
+    pub fn request_floor(&self, now: Instant) -> Duration {
+        self.shared.request_floor(now)
+    }
+
+    /// What the requests waiting for a slot cost together (thousandths of a unit).
+    pub fn queued_cost(&self) -> u64 {
+        self.shared.queued_cost.load(Ordering::Relaxed)
+    }
+
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.shared.waiting.load(Ordering::Relaxed)
@@ -394,9 +479,18 @@ impl Pacer {
         }
     }
 
-    /// Mean dispatch spacing over the last second (for the automatic start).
+    /// Mean dispatch spacing over the last second (for the automatic start), per
+    /// unit of cost.
     pub fn observed_spacing(&self, now: Instant) -> Option<Duration> {
-        self.shared.rate.spacing(self.shared.ns(now))
+        let s = &*self.shared;
+        let now = s.ns(now);
+        let per_dispatch = s.rate.spacing(now)?;
+        let (dispatches, _) = s.rate.count(now);
+        let (cost, _) = s.units.count(now);
+        if cost == dispatches.saturating_mul(ONE) || cost == 0 {
+            return Some(per_dispatch);
+        }
+        Some(scale(per_dispatch, dispatches.saturating_mul(ONE), cost))
     }
 }
 
@@ -456,15 +550,18 @@ impl Shared {
         Ok(WaitingGuard(&self.waiting))
     }
 
-    /// Releases a request that arrived at `arrived` and was due at `scheduled`.
-    fn dispatch(&self, now: Instant, arrived: Instant, scheduled: Instant) -> Slot {
+    /// Releases a request of `cost` that arrived at `arrived` and was due at `scheduled`.
+    fn dispatch(&self, now: Instant, arrived: Instant, scheduled: Instant, cost: u64) -> Slot {
         // The next slot counts from this release, not from where it was due: a release
         // a timer let go late must not let the next one go less than the spacing after
         // it. An upstream's token bucket at the paced rate throttles such a pair; the
         // cost is that each late wake-up (tens of microseconds) slows the rate as much.
         let ns = self.ns(now);
+        self.gap_cost
+            .store(i64::try_from(cost).unwrap_or(i64::MAX), Ordering::Relaxed);
         self.last_dispatch_ns.store(ns, Ordering::Relaxed);
         self.rate.add(ns);
+        self.units.add_many(ns, cost);
         Slot {
             epoch: self.epoch.load(Ordering::Acquire),
             dispatched_at: now,
@@ -472,16 +569,17 @@ impl Shared {
             held: scheduled > arrived,
             interval: Duration::from_nanos(self.interval_ns.load(Ordering::Relaxed)),
             would: None,
+            cost,
         }
     }
 
     /// Observe mode: lets the request go now and says what pacing would have done,
     /// on a schedule of its own (slots the spacing apart, after any pause; a shed
     /// request takes no slot).
-    fn shadow(&self, now: Instant, deadline: Instant) -> Slot {
+    fn shadow(&self, now: Instant, deadline: Instant, cost: u64) -> Slot {
         let now_ns = self.ns(now);
         let from = now_ns.max(self.pause_end(now).map_or(0, |end| self.ns(end)));
-        let spacing = nanos(self.spacing(now));
+        let spacing = nanos(self.gap(now, cost));
         let mut next = self.shadow_next_ns.load(Ordering::Relaxed);
         let would = loop {
             let at = from.max(next);
@@ -500,7 +598,7 @@ impl Shared {
         };
         Slot {
             would: (would != Would::Wait(Duration::ZERO)).then_some(would),
-            ..self.dispatch(now, now, now)
+            ..self.dispatch(now, now, now, cost)
         }
     }
 
@@ -521,6 +619,37 @@ impl Shared {
             return Duration::from_nanos(interval);
         }
         Duration::from_nanos(interval.max(self.floor_ns.load(Ordering::Relaxed)))
+    }
+
+    /// The gap after a dispatch of `cost`: the spacing × the cost, at least the
+    /// request floor.
+    fn gap(&self, now: Instant, cost: u64) -> Duration {
+        let spaced = scale(self.spacing(now), cost, ONE);
+        spaced.max(self.request_floor(now))
+    }
+
+    /// The gaps of `count` waiting requests that cost `cost` together.
+    fn gaps(&self, now: Instant, n: usize, cost: u64) -> Duration {
+        let spaced = scale(self.spacing(now), cost, ONE);
+        spaced.max(self.request_floor(now).saturating_mul(count(n)))
+    }
+
+    /// The request floor in force; clears an expired one.
+    fn request_floor(&self, now: Instant) -> Duration {
+        let until = self.request_floor_until_ns.load(Ordering::Relaxed);
+        if until == 0 {
+            return Duration::ZERO;
+        }
+        if until <= self.ns(now) {
+            let _ = self.request_floor_until_ns.compare_exchange(
+                until,
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.request_floor_ns.load(Ordering::Relaxed))
     }
 
     /// The end of the pause in force; clears an expired one.
@@ -548,7 +677,9 @@ impl Shared {
         let spaced = if last == NEVER {
             self.origin
         } else {
-            self.at(last) + self.spacing(now)
+            // Settling may have taken the gap below 0: it is over, no credit.
+            let cost = u64::try_from(self.gap_cost.load(Ordering::Relaxed)).unwrap_or(0);
+            self.at(last) + self.gap(now, cost)
         };
         match self.pause_end(now) {
             Some(end) => spaced.max(end),
@@ -557,17 +688,18 @@ impl Shared {
     }
 
     /// Sheds the queued waiters whose expected slots now lie past their deadlines;
-    /// `head_at` is the slot of the waiter being released, and the queue follows it.
-    fn shed_late(&self, head_at: Instant, now: Instant) {
-        let spacing = self.spacing(now);
+    /// `head_at` is the slot of the waiter being released (of `head_cost`), and the
+    /// queue follows it.
+    fn shed_late(&self, head_at: Instant, head_cost: u64, now: Instant) {
         let mut queue = self.lock_queue();
-        let mut position = 1;
+        let mut expected = head_at + self.gap(now, head_cost);
         for waiter in std::mem::take(&mut *queue) {
             if waiter.grant.is_closed() {
+                self.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
                 continue;
             }
-            let expected = head_at + spacing * position;
             if expected > self.limit(waiter.deadline) {
+                self.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
                 let retry_after = expected.saturating_duration_since(now);
                 let reason = self.late(waiter.deadline);
                 let _ = waiter.grant.send(Err(Shed {
@@ -575,7 +707,7 @@ impl Shared {
                     reason,
                 }));
             } else {
-                position += 1;
+                expected += self.gap(now, waiter.cost);
                 queue.push_back(waiter);
             }
         }
@@ -603,7 +735,7 @@ async fn release(shared: Arc<Shared>) {
             let at = shared.release_at(now);
             if at <= now {
                 let scheduled = at.max(due.min(now));
-                let slot = shared.dispatch(now, waiter.arrived, scheduled);
+                let slot = shared.dispatch(now, waiter.arrived, scheduled, waiter.cost);
                 let _ = waiter.grant.send(Ok(slot));
                 break;
             }
@@ -615,7 +747,7 @@ async fn release(shared: Arc<Shared>) {
                 let _ = waiter.grant.send(Err(shed));
                 break;
             }
-            shared.shed_late(at, now);
+            shared.shed_late(at, waiter.cost, now);
             due = at;
             tokio::select! {
                 _ = timer.until(at) => {}
@@ -625,6 +757,7 @@ async fn release(shared: Arc<Shared>) {
                 _ = waiter.grant.closed() => {}
             }
         }
+        shared.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
     }
 }
 
@@ -640,6 +773,15 @@ impl Drop for WaitingGuard<'_> {
 /// A count as a `Duration` multiplier.
 fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// `d` × `times` / `per`, without overflow (saturating).
+fn scale(d: Duration, times: u64, per: u64) -> Duration {
+    if times == per {
+        return d;
+    }
+    let ns = d.as_nanos().saturating_mul(u128::from(times)) / u128::from(per.max(1));
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -428,13 +428,13 @@ impl Control {
     ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
         let slot = route
             .first
-            .acquire(deadline, patient)
+            .acquire(deadline, patient, route.cost)
             .await
             .map_err(|shed| (shed, &route.first))?;
         let mut pass = Pass::one(Arc::clone(&route.first), slot);
-        for lane in &route.more {
+        for (i, lane) in route.more.iter().enumerate() {
             let slot = lane
-                .acquire(deadline, patient)
+                .acquire(deadline, patient, route.cost_in_more(i))
                 .await
                 .map_err(|shed| (shed, lane))?;
             pass.add(Arc::clone(lane), slot);

@@ -31,20 +31,26 @@ impl WindowedCount {
 
     /// Counts one event at `now_ns`.
     pub fn add(&self, now_ns: u64) {
+        self.add_many(now_ns, 1);
+    }
+
+    /// Counts `n` events at `now_ns` (a bucket saturates at 2^24 - 1).
+    pub fn add_many(&self, now_ns: u64, n: u64) {
+        let n = n.min(COUNT_MASK);
         let number = now_ns / self.bucket_ns;
         let tag = number << COUNT_BITS;
         let bucket = &self.buckets[(number % BUCKETS) as usize];
         let current = bucket.load(Relaxed);
         if current & !COUNT_MASK == tag {
-            if current & COUNT_MASK < COUNT_MASK {
-                bucket.fetch_add(1, Relaxed);
+            if current & COUNT_MASK <= COUNT_MASK - n {
+                bucket.fetch_add(n, Relaxed);
             }
         } else if bucket
-            .compare_exchange(current, tag | 1, Relaxed, Relaxed)
+            .compare_exchange(current, tag | n, Relaxed, Relaxed)
             .is_err()
         {
             // Another event rolled the bucket over first; count on top of it.
-            bucket.fetch_add(1, Relaxed);
+            bucket.fetch_add(n, Relaxed);
         }
     }
 

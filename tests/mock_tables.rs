@@ -15,6 +15,14 @@ use support::*;
 const NEVER: &str = "0.0001";
 
 async fn mock(table_rates: &[&str], key_rate: Option<f64>) -> (MockUpstream, SocketAddr) {
+    mock_charging(table_rates, key_rate, false).await
+}
+
+async fn mock_charging(
+    table_rates: &[&str],
+    key_rate: Option<f64>,
+    charge_by_size: bool,
+) -> (MockUpstream, SocketAddr) {
     let options = MockOptions {
         rate: 1000.0,
         burst: 1000,
@@ -27,6 +35,7 @@ async fn mock(table_rates: &[&str], key_rate: Option<f64>) -> (MockUpstream, Soc
             .map(|t| parse_table_rate(t).unwrap())
             .collect(),
         key_rate,
+        charge_by_size,
         throttle_paths: Vec::new(),
         overload_every: None,
     };
@@ -64,6 +73,22 @@ fn reasons(answer: &Answer) -> Vec<(String, Option<String>)> {
         .into_iter()
         .map(|r| (r.reason, r.table))
         .collect()
+}
+
+#[tokio::test]
+async fn charging_by_size_a_large_item_takes_its_units() {
+    // 20 units a second, a burst of 2: a 4 KiB item takes the burst and leaves 2
+    // owed, so a small write right after it is throttled; counted one a request, it
+    // would pass.
+    let item = |pk: &str, size: usize| {
+        let value = "v".repeat(size);
+        format!(r#"{{"TableName":"t","Item":{{"pk":{{"S":"{pk}"}},"v":{{"S":"{value}"}}}}}}"#)
+    };
+    for (by_size, second) in [(true, 400), (false, 200)] {
+        let (_mock, addr) = mock_charging(&["t=20"], None, by_size).await;
+        assert_eq!(call(addr, "PutItem", &item("a", 4000)).await.status, 200);
+        assert_eq!(call(addr, "PutItem", &item("b", 1)).await.status, second);
+    }
 }
 
 #[tokio::test]

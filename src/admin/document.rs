@@ -98,6 +98,8 @@ pub struct LaneStatus {
     pub near_limit: f64,
     /// The lane's label value on `/metrics`: its name, or `other` past `metrics_lanes`.
     pub metrics_name: String,
+    /// What a lane that paces in units (`lanes.cost`) reserved and settled so far.
+    pub cost: Option<CostStatus>,
     /// Counted only for lanes with series of their own.
     pub dispatches: Option<u64>,
     pub throttles: Option<BTreeMap<String, u64>>,
@@ -105,6 +107,16 @@ pub struct LaneStatus {
     pub fleet: Option<FleetDecision>,
     /// The lane's last minutes; kept for lanes with series of their own.
     pub history: Option<HistoryStatus>,
+}
+
+/// A lane's units: what its dispatches were reserved at, and what the answers that
+/// told their cost said.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostStatus {
+    /// `tokens` or `capacity`; the interval is per 1,000 tokens or per unit.
+    pub unit: String,
+    pub reserved: f64,
+    pub settled: f64,
 }
 
 /// The last throttle a lane was told of.

@@ -30,6 +30,7 @@ use super::kinds::{
     Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
 };
 use super::reader::TableReader;
+use crate::cost::Unit;
 use crate::quota::Spend;
 use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
@@ -762,6 +763,8 @@ pub struct LaneSettings {
     pub idle_decay: Duration,
     /// Lanes exported by name on `/metrics`; the rest are summed as `lane="other"`.
     pub metrics_lanes: usize,
+    /// What a lane paces in: requests, or what each costs (tokens, capacity units).
+    pub cost: Unit,
 }
 
 impl LaneSettings {
@@ -770,8 +773,14 @@ impl LaneSettings {
     pub fn defaults_for(preset: Preset) -> Self {
         let from_response =
             (preset == Preset::GitHub).then(|| HeaderName::from_static("x-ratelimit-resource"));
+        let cost = match preset {
+            Preset::DynamoDb => Unit::Capacity,
+            Preset::OpenAi | Preset::Anthropic => Unit::Tokens,
+            _ => Unit::Requests,
+        };
         LaneSettings {
             from_response,
+            cost,
             ..LaneSettings::default()
         }
     }
@@ -786,6 +795,7 @@ impl Default for LaneSettings {
             lane_idle: Duration::from_secs(300),
             idle_decay: Duration::from_secs(30),
             metrics_lanes: 32,
+            cost: Unit::Requests,
         }
     }
 }
@@ -800,6 +810,7 @@ pub const LANES: Schema<LaneSettings> = keys!(
         lane_idle: SOME_TIME,
         idle_decay: TIME,
         metrics_lanes: Bounds::new(0, 10_000),
+        cost: Plain,
     }
 );
 
@@ -831,4 +842,4 @@ macro_rules! named_choices {
     )*};
 }
 
-named_choices! { Strategy, Mode, Preset, Spend }
+named_choices! { Strategy, Mode, Preset, Spend, Unit }

@@ -754,3 +754,32 @@ fn a_fleet_client_certificate_needs_its_key_and_a_rediss_url() {
         "{plain:?}"
     );
 }
+
+#[test]
+fn the_llm_and_dynamodb_presets_pace_in_their_units_and_a_lanes_cost_overrides() {
+    use crate::cost::Unit;
+    let upstream = |preset: &str, extra: &str| {
+        let text = format!("{MINIMAL}preset = \"{preset}\"\n{extra}");
+        parse(&text).unwrap().upstreams.remove(0)
+    };
+    for (preset, unit) in [
+        ("openai", Unit::Tokens),
+        ("anthropic", Unit::Tokens),
+        ("dynamodb", Unit::Capacity),
+        ("aws", Unit::Requests),
+        ("github", Unit::Requests),
+        ("none", Unit::Requests),
+    ] {
+        assert_eq!(upstream(preset, "").lanes.cost, unit, "{preset}");
+    }
+    let set = upstream("openai", "[upstream.lanes]\ncost = \"requests\"\n");
+    assert_eq!(set.lanes.cost, Unit::Requests);
+    let set = upstream("none", "[upstream.lanes]\ncost = \"tokens\"\n");
+    assert_eq!(set.lanes.cost, Unit::Tokens);
+    let bad = format!("{MINIMAL}[upstream.lanes]\ncost = \"dollars\"\n");
+    assert!(
+        problems(&bad)[0].contains("capacity"),
+        "{:?}",
+        problems(&bad)
+    );
+}

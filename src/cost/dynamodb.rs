@@ -186,6 +186,18 @@ fn transact(body: &Map<String, Value>, unit: u64) -> Vec<TableCost> {
 /// What an answer says was consumed, per table: its `ConsumedCapacity` (an object, or a
 /// list for batches and transactions), present when the client asked for it. Empty when
 /// absent.
+/// [`consumed`] of a `ConsumedCapacity` value (one object or a list) at the start of
+/// `value`, what follows it left alone.
+pub fn consumed_value(value: &[u8]) -> Vec<TableCost> {
+    let mut de = serde_json::Deserializer::from_slice(value);
+    let Ok(value) = <Value as serde::Deserialize>::deserialize(&mut de) else {
+        return Vec::new();
+    };
+    let mut answer = Map::new();
+    answer.insert("ConsumedCapacity".to_owned(), value);
+    serde_json::to_vec(&answer).map_or_else(|_| Vec::new(), |body| consumed(&body))
+}
+
 pub fn consumed(body: &[u8]) -> Vec<TableCost> {
     #[derive(serde::Deserialize)]
     struct Answer {

@@ -5,7 +5,7 @@
 //! way, and which a streamed answer carries in its events.
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde::de;
 
 /// Tokens in and out of one call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,37 +39,192 @@ const OUTPUT_FIELDS: [&str; 3] = ["max_completion_tokens", "max_output_tokens", 
 
 /// About four characters a token, rounded up: OpenAI's documented rule of thumb, and
 /// what its limiter counts before the model has seen the prompt.
-const CHARS_PER_TOKEN: u64 = 4;
+pub const CHARS_PER_TOKEN: u64 = 4;
 
 /// What a request will cost at most: its prompt's characters over four, and its
 /// `max_tokens` (0 when it sets none). `None` for a body that is not a JSON object.
+/// Read as it is parsed, without building the body's values: a long prompt costs
+/// no allocation of its size.
 pub fn estimate(body: &[u8]) -> Option<Tokens> {
-    let Value::Object(request) = serde_json::from_slice(body).ok()? else {
-        return None;
-    };
-    let chars: u64 = PROMPT_FIELDS
-        .iter()
-        .filter_map(|field| request.get(*field))
-        .map(text_chars)
-        .sum();
-    let output = OUTPUT_FIELDS
-        .iter()
-        .find_map(|field| request.get(*field).and_then(Value::as_u64))
-        .unwrap_or(0);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let read = de::Deserializer::deserialize_map(&mut de, RequestVisitor).ok()?;
+    de.end().ok()?;
+    let output = read.outputs.into_iter().flatten().next().unwrap_or(0);
     Some(Tokens {
-        input: chars.div_ceil(CHARS_PER_TOKEN),
+        input: read.chars.div_ceil(CHARS_PER_TOKEN),
         output,
     })
 }
 
+/// What [`estimate`] reads of a request: its prompt's characters, and each of
+/// [`OUTPUT_FIELDS`] it sets.
+#[derive(Default)]
+struct Read {
+    chars: u64,
+    outputs: [Option<u64>; OUTPUT_FIELDS.len()],
+}
+
+/// A top-level field of a request, as [`estimate`] sees it.
+enum Field {
+    Prompt,
+    Output(usize),
+    Other,
+}
+
+impl<'de> de::Deserialize<'de> for Field {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Field, D::Error> {
+        struct Name;
+        impl de::Visitor<'_> for Name {
+            type Value = Field;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Field, E> {
+                Ok(if PROMPT_FIELDS.contains(&name) {
+                    Field::Prompt
+                } else if let Some(i) = OUTPUT_FIELDS.iter().position(|f| *f == name) {
+                    Field::Output(i)
+                } else {
+                    Field::Other
+                })
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
+struct RequestVisitor;
+
+impl<'de> de::Visitor<'de> for RequestVisitor {
+    type Value = Read;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
+        let mut read = Read::default();
+        while let Some(field) = map.next_key::<Field>()? {
+            match field {
+                Field::Prompt => read.chars += map.next_value_seed(Chars)?,
+                Field::Output(i) => read.outputs[i] = map.next_value_seed(Count)?,
+                Field::Other => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(read)
+    }
+}
+
 /// The characters of every string in a value (message texts, their roles and part
 /// types alike: the vendors' counts include a few tokens of framing per message).
-fn text_chars(value: &Value) -> u64 {
-    match value {
-        Value::String(s) => s.chars().count() as u64,
-        Value::Array(items) => items.iter().map(text_chars).sum(),
-        Value::Object(fields) => fields.values().map(text_chars).sum(),
-        _ => 0,
+struct Chars;
+
+impl<'de> de::DeserializeSeed<'de> for Chars {
+    type Value = u64;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Chars {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<u64, E> {
+        Ok(text.chars().count() as u64)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
+        Ok(0)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        let mut chars = 0u64;
+        while let Some(n) = seq.next_element_seed(Chars)? {
+            chars = chars.saturating_add(n);
+        }
+        Ok(chars)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut chars = 0u64;
+        while map.next_key::<de::IgnoredAny>()?.is_some() {
+            chars = chars.saturating_add(map.next_value_seed(Chars)?);
+        }
+        Ok(chars)
+    }
+}
+
+/// A whole number of tokens, or `None` for any other value (which is skipped).
+struct Count;
+
+impl<'de> de::DeserializeSeed<'de> for Count {
+    type Value = Option<u64>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Count {
+    type Value = Option<u64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Option<u64>, E> {
+        Ok(Some(n))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Option<u64>, E> {
+        Ok(u64::try_from(n).ok())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Option<u64>, A::Error> {
+        de::IgnoredAny.visit_seq(seq).map(|_| None)
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Option<u64>, A::Error> {
+        de::IgnoredAny.visit_map(map).map(|_| None)
     }
 }
 
@@ -109,6 +264,13 @@ pub fn usage(body: &[u8]) -> Option<Tokens> {
         usage: Option<Usage>,
     }
     serde_json::from_slice::<Answer>(body).ok()?.usage?.tokens()
+}
+
+/// The tokens a `usage` object reports, parsed from the start of `value` (what follows
+/// it is left alone: the rest of a body, cut off or not).
+pub fn usage_value(value: &[u8]) -> Option<Tokens> {
+    let mut de = serde_json::Deserializer::from_slice(value);
+    Usage::deserialize(&mut de).ok()?.tokens()
 }
 
 /// The longest event line kept while looking for `usage`; longer ones (a large chunk of

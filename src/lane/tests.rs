@@ -270,3 +270,65 @@ fn the_slowest_lane_is_the_headline_and_remembers_what_paused_it() {
     assert_eq!(slow.pause_header(), Some(crate::hints::Hint::AmzRetryAfter));
     assert_eq!(fast.pause_header(), None);
 }
+
+#[test]
+fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request() {
+    use crate::hints::{Quota, Reading};
+    let lanes = LaneSettings::defaults_for(Preset::OpenAi);
+    let (control, _metrics, runtime, manual) = control(Preset::OpenAi, lanes);
+    let _inside = runtime.enter();
+    manual.advance(Duration::from_secs(1));
+    let head = Request::post("/v1/chat/completions")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    // 396 characters of prompt and `user`: 100 tokens, and 20 of answer.
+    let body = format!(
+        r#"{{"model":"m","max_tokens":20,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(396)
+    );
+    let slot = attempt(&control, &runtime, &head, body.as_bytes(), Verdict::Success);
+    assert_eq!(slot.cost, 120);
+    let lane = control.lanes.find("m").unwrap();
+    let now = control.clock().now();
+    let window = |remaining, limit| Quota {
+        remaining,
+        reset: Duration::from_secs(60),
+        limit: Some(limit),
+        refills: true,
+    };
+    // A spent bucket of 120,000 tokens a minute is paced at 90 % of its refill:
+    // 60 s / 108,000 a token, 555.6 ms per thousand.
+    lane.apply_quota(
+        &Reading {
+            requests: None,
+            tokens: Some(window(0, 120_000)),
+            left: None,
+            wait: None,
+            resource: None,
+        },
+        now,
+    );
+    let (per_unit, _) = lane.pacer.floor(now).unwrap();
+    assert_eq!(per_unit.as_micros(), 555_556);
+    // No request window: no least gap per request.
+    assert_eq!(lane.pacer.request_floor(now), Duration::ZERO);
+    // A spent request window beside a full token window: a gap per request.
+    lane.apply_quota(
+        &Reading {
+            requests: Some(window(0, 600)),
+            tokens: Some(window(120_000, 120_000)),
+            left: None,
+            wait: None,
+            resource: None,
+        },
+        now,
+    );
+    assert_eq!(
+        lane.pacer.floor(now).map_or(Duration::ZERO, |f| f.0),
+        Duration::ZERO
+    );
+    let per_request = lane.pacer.request_floor(now);
+    assert_eq!(per_request.as_micros(), 111_111, "60 s / 540");
+}

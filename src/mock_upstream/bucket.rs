@@ -114,6 +114,27 @@ impl Bucket {
         (self.tokens.floor() as u64, self.burst as u64, full_in)
     }
 
+    /// Whether `units` can be taken now: all of them, or a full bucket for a request
+    /// larger than the burst (which then leaves the bucket in debt).
+    pub fn has_units(&mut self, now: Instant, units: f64) -> bool {
+        self.advance(now);
+        self.tokens >= units.min(self.burst) - 1e-9
+    }
+
+    /// [`Bucket::take`] of `units` tokens (see [`Bucket::has_units`]).
+    pub fn take_units(&mut self, now: Instant, units: f64) -> Result<(), Duration> {
+        if units == 1.0 {
+            return self.take(now);
+        }
+        if self.has_units(now, units) {
+            self.tokens -= units;
+            return Ok(());
+        }
+        self.throttled(now);
+        let need = units.min(self.burst) - self.tokens;
+        Err(Duration::try_from_secs_f64(need / self.rate).unwrap_or(Duration::MAX))
+    }
+
     /// Takes a token if there is one; otherwise records a throttle and returns the time
     /// until the next token.
     pub fn take(&mut self, now: Instant) -> Result<(), Duration> {

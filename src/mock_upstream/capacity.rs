@@ -65,6 +65,8 @@ pub struct Demand<'a> {
     pub key: Option<u64>,
     /// A batch whose tables are served or left unprocessed each on its own.
     pub partial: bool,
+    /// The tokens it takes from each bucket (1, or its capacity units by size).
+    pub units: f64,
 }
 
 /// One exhausted bucket named in a throttle's `ThrottlingReasons`.
@@ -166,7 +168,7 @@ impl Capacity {
     /// table, or for a partial batch one group per table.
     pub fn decide(&mut self, demand: &Demand<'_>, now: Instant) -> Verdict {
         if demand.tables.is_empty() || demand.access == Access::Control {
-            return match self.shared.take(now) {
+            return match self.shared.take_units(now, demand.units) {
                 Ok(()) => Verdict::Ok,
                 Err(wait) => Verdict::Throttled {
                     wait,
@@ -192,16 +194,25 @@ impl Capacity {
             let short: Vec<Unit<'_>> = units
                 .iter()
                 .copied()
-                .filter(|&unit| !self.bucket(unit, demand.access, now).has_token(now))
+                .filter(|&unit| {
+                    !self
+                        .bucket(unit, demand.access, now)
+                        .has_units(now, demand.units)
+                })
                 .collect();
             if short.is_empty() {
                 for &unit in &units {
-                    let _ = self.bucket(unit, demand.access, now).take(now);
+                    let _ = self
+                        .bucket(unit, demand.access, now)
+                        .take_units(now, demand.units);
                 }
                 continue;
             }
             for unit in short {
-                if let Err(w) = self.bucket(unit, demand.access, now).take(now) {
+                if let Err(w) = self
+                    .bucket(unit, demand.access, now)
+                    .take_units(now, demand.units)
+                {
                     wait = wait.max(w);
                 }
                 let (table, limit) = match unit {

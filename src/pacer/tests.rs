@@ -22,16 +22,7 @@ fn far() -> Instant {
 
 /// Starts request `i` and returns once it is waiting in the pacer (or was granted).
 async fn start(pacer: &Pacer, i: usize, t0: Instant, grants: &Grants) -> JoinHandle<()> {
-    let before = pacer.waiting() + grants.lock().unwrap().len();
-    let (p, g) = (pacer.clone(), Arc::clone(grants));
-    let handle = tokio::spawn(async move {
-        let slot = p.acquire(far()).await.unwrap();
-        g.lock().unwrap().push((i, slot.dispatched_at - t0));
-    });
-    while pacer.waiting() + grants.lock().unwrap().len() == before {
-        tokio::task::yield_now().await;
-    }
-    handle
+    start_costing(pacer, i, ONE, t0, grants).await
 }
 
 async fn finish(handles: Vec<JoinHandle<()>>) {
@@ -568,4 +559,86 @@ async fn a_stagger_shifts_the_next_slot_once() {
     pacer.stagger(0.25);
     let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 310 * MS);
+}
+
+/// Starts request `i` of `cost` and returns once it is waiting (or was granted).
+async fn start_costing(
+    pacer: &Pacer,
+    i: usize,
+    cost: u64,
+    t0: Instant,
+    grants: &Grants,
+) -> JoinHandle<()> {
+    let before = pacer.waiting() + grants.lock().unwrap().len();
+    let (p, g) = (pacer.clone(), Arc::clone(grants));
+    let handle = tokio::spawn(async move {
+        let slot = p.acquire_costing(far(), false, cost).await.unwrap();
+        g.lock().unwrap().push((i, slot.dispatched_at - t0));
+    });
+    while pacer.waiting() + grants.lock().unwrap().len() == before {
+        tokio::task::yield_now().await;
+    }
+    handle
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gap_after_a_dispatch_is_the_interval_times_its_cost() {
+    let pacer = pacer(Mode::Pace);
+    // 10 ms a unit: a request of 6 units holds the next 60 ms, one of half a unit 5 ms.
+    pacer.set_interval(10 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let mut handles = Vec::new();
+    for (i, cost) in [6 * ONE, ONE / 2, ONE, 2 * ONE].into_iter().enumerate() {
+        handles.push(start_costing(&pacer, i, cost, t0, &grants).await);
+    }
+    finish(handles).await;
+    assert_eq!(
+        grants_of(&grants),
+        [
+            (0, Duration::ZERO),
+            (1, 60 * MS),
+            (2, 65 * MS),
+            (3, 75 * MS)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_moves_the_gap_still_ahead_and_never_before_now() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(10 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    // Reserved at 4 units (40 ms); the answer says 10: the next goes at 100 ms.
+    let first = pacer.acquire_costing(far(), false, 4 * ONE).await.unwrap();
+    pacer.settle(first.cost, 10 * ONE);
+    let second = start_costing(&pacer, 1, ONE, t0, &grants).await;
+    finish(vec![second]).await;
+    assert_eq!(grants_of(&grants), [(1, 100 * MS)]);
+    // Reserved at 8 units from 100 ms; at 120 ms the answer says 1: the rest of the
+    // gap (to 110 ms) is already past, so the next goes now, not earlier.
+    let third = pacer.acquire_costing(far(), false, 8 * ONE).await.unwrap();
+    assert_eq!(third.dispatched_at - t0, 110 * MS);
+    tokio::time::advance(10 * MS).await;
+    pacer.settle(third.cost, ONE);
+    let fourth = pacer.acquire_costing(far(), false, ONE).await.unwrap();
+    assert_eq!(fourth.dispatched_at - t0, 120 * MS);
+    assert!(!fourth.held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_floor_spaces_cheap_requests_the_unit_spacing_would_let_through() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(10 * MS, 1);
+    pacer.set_request_floor(50 * MS, Instant::now() + Duration::from_secs(60));
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let mut handles = Vec::new();
+    // 1 unit (10 ms) is less than the floor; 8 units (80 ms) more.
+    for (i, cost) in [ONE, 8 * ONE, ONE].into_iter().enumerate() {
+        handles.push(start_costing(&pacer, i, cost, t0, &grants).await);
+    }
+    finish(handles).await;
+    assert_eq!(
+        grants_of(&grants),
+        [(0, Duration::ZERO), (1, 50 * MS), (2, 130 * MS)]
+    );
 }

@@ -20,6 +20,7 @@ use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
 use crate::attempt::{self, Attempts, Next};
 use crate::clock::{Clock, Instant};
+use crate::cost::{Unit, answer::AnswerCost};
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::lane::{Lane, Pass, Route, Settled};
@@ -242,7 +243,8 @@ impl<'a> Ctx<'a> {
         };
         // A lane rule that reads the body (DynamoDB's TableName, a model) needs its
         // start, however long the body is.
-        let routed = upstream.lanes.rule().reads_body();
+        let routed =
+            upstream.lanes.rule().reads_body() || upstream.settings.lanes.cost != Unit::Requests;
         // A body to sign past `hold` is refused below, unread.
         let read = if routed && !signed_body {
             read_start(body, hold, Some(idle)).await
@@ -613,7 +615,16 @@ impl<'a> Ctx<'a> {
         headers: &HeaderMap,
         body: ProxyBody,
     ) -> (ProxyBody, Settled) {
+        let unit = pass.lane().unit();
+        let cost = (verdict == Verdict::Success && unit != Unit::Requests)
+            .then(|| AnswerCost::new(unit, is_event_stream(headers)));
         let ProxyBody::Stream(inner) = body else {
+            if let (Some(mut cost), Some(held)) = (cost, body.held()) {
+                cost.feed(held);
+                for (lane, slot) in pass.iter() {
+                    lane.settle_answer(slot, &cost);
+                }
+            }
             return (
                 body,
                 self.upstream
@@ -624,19 +635,31 @@ impl<'a> Ctx<'a> {
         let grpc = verdict == Verdict::Success
             && self.dialect.preset == Preset::Grpc
             && !headers.contains_key("grpc-status");
+        let upstream = Arc::clone(self.upstream);
         if !batch && !grpc {
+            let charged = cost.as_ref().map(|_| {
+                pass.iter()
+                    .map(|(lane, slot)| (Arc::clone(lane), *slot))
+                    .collect()
+            });
             let settled = self
                 .upstream
                 .settle(pass, Settle::Answer(Some(verdict), None));
-            return (ProxyBody::Stream(inner), settled);
+            return match (cost, charged) {
+                (Some(cost), Some(charged)) => {
+                    let watch = Watch::cost(upstream, cost, charged);
+                    (ProxyBody::Watched { inner, watch }, settled)
+                }
+                _ => (ProxyBody::Stream(inner), settled),
+            };
         }
-        let upstream = Arc::clone(self.upstream);
         let (pass, settled) = pass.defer();
         let watch = if batch {
             Watch::batch(upstream, pass)
         } else {
             Watch::grpc(upstream, pass)
         };
+        let watch = watch.with_cost(cost);
         (ProxyBody::Watched { inner, watch }, settled)
     }
 }
@@ -677,6 +700,13 @@ async fn read_error_body_of(body: ProxyBody) -> Option<ProxyBody> {
         ProxyBody::Stream(body) => read_error_body(body).await.ok().map(|(body, _)| body),
         held => Some(held),
     }
+}
+
+/// Whether an answer is a stream of server-sent events.
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 fn is_grpc(headers: &HeaderMap) -> bool {

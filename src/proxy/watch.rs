@@ -1,13 +1,16 @@
 //! Watches a streamed answer whose verdict lies in its body or trailers (a DynamoDB
 //! batch answer's Unprocessed* map, a gRPC answer's `grpc-status`) and records the
-//! verdict once they have passed.
+//! verdict once they have passed; and one whose body says what the request cost
+//! (`usage`, `ConsumedCapacity`), settling its lanes' reservations at its end.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body::Frame;
 
-use crate::lane::Deferred;
+use crate::cost::answer::AnswerCost;
+use crate::lane::{Deferred, Lane};
+use crate::pacer::Slot;
 use crate::route::dynamodb::unprocessed_tables;
 use crate::throttle::{Signal, UnprocessedScan, Verdict};
 use crate::transport::WatchFrames;
@@ -26,6 +29,10 @@ pub struct Watch {
     /// The start of a batch answer that spans several tables' lanes, to tell which
     /// tables were left unprocessed; `None` past `KEPT_MAX` (then every lane is told).
     kept: Option<Vec<u8>>,
+    /// Reads what the request cost, for lanes that pace in units.
+    cost: Option<AnswerCost>,
+    /// The lanes to settle that cost in when the verdict was already recorded.
+    charged: Vec<(Arc<Lane>, Slot)>,
 }
 
 /// The most of a batch answer kept to judge its tables one by one.
@@ -47,6 +54,31 @@ impl Watch {
         Box::new(Watch::new(upstream, pass, None, true))
     }
 
+    /// Watches an answer only for what its request cost, to settle it in `charged`
+    /// (the lanes and slots of an attempt whose verdict is recorded).
+    pub fn cost(
+        upstream: Arc<Upstream>,
+        cost: AnswerCost,
+        charged: Vec<(Arc<Lane>, Slot)>,
+    ) -> Box<Watch> {
+        Box::new(Watch {
+            upstream,
+            pass: None,
+            scan: None,
+            grpc: false,
+            kept: None,
+            verdict: Verdict::Success,
+            cost: Some(cost),
+            charged,
+        })
+    }
+
+    /// Also reads the answer for what its request cost.
+    pub fn with_cost(mut self: Box<Watch>, cost: Option<AnswerCost>) -> Box<Watch> {
+        self.cost = cost;
+        self
+    }
+
     fn new(
         upstream: Arc<Upstream>,
         pass: Deferred,
@@ -61,10 +93,25 @@ impl Watch {
             grpc,
             kept,
             verdict: Verdict::Success,
+            cost: None,
+            charged: Vec::new(),
         }
     }
 
     fn record(&mut self) {
+        if let Some(cost) = self.cost.take() {
+            for (lane, slot) in self.charged.drain(..) {
+                lane.settle_answer(&slot, &cost);
+            }
+            // A throttled batch used none of what it was reserved at; it stays reserved.
+            if let Some(pass) = &self.pass
+                && self.verdict == Verdict::Success
+            {
+                for (lane, slot) in pass.pass().iter() {
+                    lane.settle_answer(slot, &cost);
+                }
+            }
+        }
         let Some(pass) = self.pass.take() else {
             return;
         };
@@ -84,6 +131,9 @@ impl Watch {
 
 impl WatchFrames for Watch {
     fn see(&mut self, frame: &Frame<Bytes>) {
+        if let (Some(cost), Some(data)) = (&mut self.cost, frame.data_ref()) {
+            cost.feed(data);
+        }
         if let (Some(scan), Some(data)) = (&mut self.scan, frame.data_ref()) {
             if scan.feed(data) {
                 self.verdict = Verdict::Throttle(Signal::Partial);

@@ -48,6 +48,7 @@ fn slot(control: &Control) -> Slot {
         held: false,
         interval: Duration::ZERO,
         would: None,
+        cost: crate::pacer::ONE,
     }
 }
 

@@ -103,3 +103,14 @@ fn a_line_longer_than_the_cap_is_skipped_not_held() {
     stream.feed(b"\ndata: {\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":3}}\n");
     assert_eq!(stream.tokens(), Some(tokens(2, 3)));
 }
+
+#[test]
+fn the_estimate_reads_fields_in_any_order_and_skips_what_is_not_a_count() {
+    // `max_completion_tokens` wins over `max_tokens` wherever each stands; escapes
+    // count as the characters they stand for.
+    let body = br#"{"max_tokens": 100, "messages": "\u00e9\n", "max_completion_tokens": 7}"#;
+    assert_eq!(estimate(body), Some(tokens(1, 7)));
+    let body = br#"{"max_tokens": "lots", "tools": [{"n": 1.5, "d": null}], "prompt": "abcd"}"#;
+    assert_eq!(estimate(body), Some(tokens(1, 0)));
+    assert_eq!(estimate(br#"{"prompt": "a"} x"#), None);
+}

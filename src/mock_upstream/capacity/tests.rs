@@ -22,6 +22,7 @@ fn write<'a>(tables: &'a [&'a str], key: Option<u64>) -> Demand<'a> {
         tables,
         key,
         partial: false,
+        units: 1.0,
     }
 }
 
@@ -114,6 +115,7 @@ fn tables_without_a_rate_and_control_requests_share_the_rate() {
         tables: &["t"],
         key: None,
         partial: false,
+        units: 1.0,
     };
     assert_eq!(c.decide(&control, t0), Verdict::Ok);
     assert_eq!(c.decide(&write(&["other"], None), t0), Verdict::Ok);
@@ -152,6 +154,7 @@ fn a_batch_leaves_only_the_throttled_tables_unprocessed() {
     let mut c = capacity(&[rate("slow", None, 10.0)], None, t0);
     let batch = Demand {
         partial: true,
+        units: 1.0,
         ..write(&["fast", "slow"], None)
     };
     assert_eq!(c.decide(&batch, t0), Verdict::Ok);
@@ -163,6 +166,7 @@ fn a_batch_leaves_only_the_throttled_tables_unprocessed() {
     );
     let only_slow = Demand {
         partial: true,
+        units: 1.0,
         ..write(&["slow"], None)
     };
     assert!(matches!(
