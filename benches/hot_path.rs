@@ -1,7 +1,8 @@
 //! The request path's own work, per call: classifying an answer, the pacer's fast
 //! path, one sleeper step, and the head work every forwarded request pays (the copy
 //! kept for a replay, the rewrite of target, Host and hop-by-hop headers, the
-//! rate-limit look-up on the answer). `cargo bench --bench hot_path`.
+//! rate-limit look-up on the answer), and what a lane that paces in units pays to
+//! cost a request before it goes. `cargo bench --bench hot_path`.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use easeoff::Config;
 use easeoff::controller::Controller;
+use easeoff::cost::{self, Unit};
 use easeoff::hints;
 use easeoff::pacer::{Limits, Pacer};
 use easeoff::proxy::{UpstreamClient, strip_hop_by_hop};
@@ -189,5 +191,33 @@ fn head_work(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, classification, pacer, sleeper, head_work);
+fn costing(c: &mut Criterion) {
+    let put = headers(&[
+        ("x-amz-target", "DynamoDB_20120810.PutItem"),
+        ("content-length", "150"),
+    ]);
+    let item = br#"{"TableName":"orders","Item":{"pk":{"S":"customer#1234"},"sk":{"S":"order#2026-11-26#0001"},"total":{"N":"129.95"},"paid":{"BOOL":true}}}"#;
+    let chat = headers(&[("content-type", "application/json")]);
+    let prompt = format!(
+        r#"{{"model":"gpt-4o-mini","max_tokens":200,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "word ".repeat(400)
+    );
+    let mut g = c.benchmark_group("cost");
+    g.bench_function("dynamodb_put_item", |b| {
+        b.iter(|| cost::reserve(Unit::Capacity, &put, Some(black_box(item)), None))
+    });
+    g.bench_function("openai_chat_2kb", |b| {
+        b.iter(|| {
+            cost::reserve(
+                Unit::Tokens,
+                &chat,
+                Some(black_box(prompt.as_bytes())),
+                None,
+            )
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, classification, pacer, sleeper, head_work, costing);
 criterion_main!(benches);
