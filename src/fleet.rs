@@ -28,6 +28,7 @@ pub mod learning;
 pub mod memory;
 pub mod share;
 mod store;
+mod summary;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -46,7 +47,7 @@ pub use fault::Fault;
 pub use fingerprint::fingerprint;
 use learning::{Proposal, Shared};
 pub use memory::Memory;
-use store::{Answer, Report, Store};
+use store::{Answer, Report, Store, Timings};
 
 /// Syncs that fail in a row before the lanes go on alone.
 const FAILURES_TO_LOCAL: u32 = 2;
@@ -179,6 +180,9 @@ struct LaneSync {
     reported: Option<due::Entry>,
     /// Time since the lane's last answered sync.
     since: Duration,
+    /// When the lane's summary that last counted this member was written
+    /// (`Answer::counted_in`).
+    counted_in: u64,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -297,15 +301,7 @@ impl Fleet {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
         let round = prepare(&lanes, elapsed, &inner.settings);
-        let (member_ttl, key_ttl, hold) = timings(&inner.settings);
-        let answers = memory.sync(
-            &inner.member,
-            &round.reports,
-            now,
-            member_ttl,
-            key_ttl,
-            hold,
-        );
+        let answers = memory.sync(&inner.member, &round.reports, now, timings(&inner.settings));
         // The memory answers every lane, so this cannot fail.
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
     }
@@ -556,10 +552,9 @@ async fn sync_round(
 ) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
     let round = prepare(lanes, elapsed, settings);
-    let (member_ttl, key_ttl, hold) = timings(settings);
     let answers = tokio::time::timeout(
         settings.sync_interval,
-        store.sync(&inner.member, &round.reports, member_ttl, key_ttl, hold),
+        store.sync(&inner.member, &round.reports, timings(settings)),
     )
     .await;
     let answers = match answers {
@@ -600,14 +595,17 @@ struct Round<'a> {
     raised: Vec<u64>,
 }
 
-/// The member TTL, the lane key's TTL and the hold a sync passes to the store.
-fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
+/// The times a sync passes to the store: a lane's summary is refreshed once a sync
+/// interval while its members' entries change, so what one member reports reaches
+/// the others within two syncs.
+fn timings(settings: &FleetSettings) -> Timings {
     let ttl = settings.member_ttl;
-    (
-        ttl,
-        ttl * KEY_TTL_MEMBER_TTLS,
-        settings.sync_interval * HOLD_SYNCS,
-    )
+    Timings {
+        member_ttl: ttl,
+        key_ttl: ttl * KEY_TTL_MEMBER_TTLS,
+        hold: settings.sync_interval * HOLD_SYNCS,
+        refresh: settings.sync_interval,
+    }
 }
 
 /// Samples every lane's demand, `elapsed` after the last round, and what the lanes
@@ -667,6 +665,7 @@ fn prepare<'a>(
             used,
             fingerprint: &lane.fingerprint,
             proposal: (micros != NONE).then(|| proposal(&sync, micros, epoch, from, used)),
+            counted_in: sync.counted_in,
         });
         round.lanes.push(lane);
         round.entries.push(entry);
@@ -730,6 +729,7 @@ fn conclude(
                     let mut sync = lock(&lane.sync);
                     sync.reported = Some(round.entries[i]);
                     sync.since = Duration::ZERO;
+                    sync.counted_in = answer.counted_in;
                 }
                 apply(lane, &answer, round.demands[i], round.used[i], rejoin);
             }
