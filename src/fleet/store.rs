@@ -34,6 +34,7 @@ use redis::{
 use tokio::sync::watch;
 
 use super::learning::{Proposal, Shared};
+pub use super::summary::Answer;
 use super::summary::Summary;
 use crate::config::{FleetSettings, RedisMode, RedisUrl};
 
@@ -192,24 +193,6 @@ pub struct Report<'a> {
     pub proposal: Option<Proposal>,
     /// When the summary that last counted this member's entry was written
     /// ([`Answer::counted_in`]): an entry rewritten since still counts in it.
-    pub counted_in: u64,
-}
-
-/// One lane's answer.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Answer {
-    /// The lane's state after the merge; `None` while no member has proposed any.
-    pub shared: Option<Shared>,
-    /// What the other live members' demands claim (`demand::claim`), one per member;
-    /// past `summary::GROUPS` members, each at its group's mean.
-    pub others: Vec<f64>,
-    /// The other live members' recent dispatch rates: their sum in equal parts, one
-    /// per member.
-    pub others_used: Vec<f64>,
-    /// The distinct fingerprints of the lane's live members, this one's included.
-    pub fingerprints: Vec<String>,
-    /// When the summary was written, by the store's clock, if it counted this
-    /// member's entry; 0 if it did not.
     pub counted_in: u64,
 }
 

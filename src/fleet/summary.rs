@@ -18,7 +18,6 @@ use std::collections::BTreeSet;
 
 use super::demand;
 use super::learning::Shared;
-use super::store::Answer;
 
 /// Groups of claims a summary keeps: members beyond this many share a group.
 pub const GROUPS: usize = 16;
@@ -28,6 +27,24 @@ pub const FINGERPRINTS: usize = 4;
 /// counts as this, so that taking one member's claim out of a group's sum leaves the
 /// others' (an infinite sum less an infinite claim would not).
 pub const CLAIM_CAP: f64 = 1e300;
+
+/// One lane's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Answer {
+    /// The lane's state after the merge; `None` while no member has proposed any.
+    pub shared: Option<Shared>,
+    /// What the other live members' demands claim (`demand::claim`), one per member;
+    /// past `summary::GROUPS` members, each at its group's mean.
+    pub others: Vec<f64>,
+    /// The other live members' recent dispatch rates: their sum in equal parts, one
+    /// per member.
+    pub others_used: Vec<f64>,
+    /// The distinct fingerprints of the lane's live members, this one's included.
+    pub fingerprints: Vec<String>,
+    /// When the summary was written, by the store's clock, if it counted this
+    /// member's entry; 0 if it did not.
+    pub counted_in: u64,
+}
 
 /// One group of claims.
 #[derive(Clone, Copy, Debug, PartialEq)]
