@@ -20,14 +20,15 @@ pub struct Memory {
 
 /// One lane's hash: the state (`i`, `e`), when the last raise landed (`r`), each
 /// member's last sync and entry (`m:<member>`), the summary and when it was written
-/// (`s`), and whether entries changed since (`d`).
+/// (`s`, with when the oldest entry it counted expires), and whether entries changed
+/// since (`d`).
 #[derive(Debug, Default)]
 struct Lane {
     shared: Option<Shared>,
     raised_at: Option<Duration>,
     /// Per member: last sync, and the entry's text after it (`demand::entry`).
     members: BTreeMap<String, (Duration, String)>,
-    summary: Option<(Duration, Summary)>,
+    summary: Option<(Duration, Duration, Summary)>,
     changed: bool,
     /// The last sync of any member: the key expires `key_ttl` after it.
     touched: Duration,
@@ -92,30 +93,31 @@ impl Lane {
         self.members
             .insert(member.to_string(), (now, entry.clone()));
         self.touched = now;
-        let age = self.summary.as_ref().map(|(at, _)| now.saturating_sub(*at));
-        let due =
-            age.is_none_or(|age| age >= t.member_ttl / 2 || (self.changed && age >= t.refresh));
+        let due = self.summary.as_ref().is_none_or(|(at, expires, _)| {
+            now > *expires || (self.changed && now.saturating_sub(*at) >= t.refresh)
+        });
         if due {
             self.members
                 .retain(|_, (seen, _)| learning::live(now.saturating_sub(*seen), t.member_ttl));
             // Opaque to the members, and never 0 (which means "not counted").
             let at = u64::try_from(now.as_micros()).unwrap_or(u64::MAX - 1) + 1;
             let summary = Summary::of(at, self.members.values().map(|(_, e)| e.as_str()));
-            self.summary = Some((now, summary));
+            let oldest = self.members.values().map(|(seen, _)| *seen).min();
+            self.summary = Some((now, oldest.unwrap_or(now) + t.member_ttl, summary));
             self.changed = false;
             return self.answer(Some(&entry));
         }
         let counted = old.filter(|(seen, _)| {
             self.summary
                 .as_ref()
-                .is_some_and(|(at, s)| *seen < *at || report.counted_in == s.at)
+                .is_some_and(|(at, _, s)| *seen < *at || report.counted_in == s.at)
         });
         self.answer(counted.as_ref().map(|(_, e)| e.as_str()))
     }
 
     fn answer(&self, counted: Option<&str>) -> Answer {
         match &self.summary {
-            Some((_, summary)) => summary.answer(self.shared, counted),
+            Some((_, _, summary)) => summary.answer(self.shared, counted),
             None => Summary::default().answer(self.shared, counted),
         }
     }
@@ -230,15 +232,14 @@ mod tests {
         assert_eq!(sync(&mut m, "b", 260, report(None, 7.0)).others, vec![6.0]);
         assert_eq!(sync(&mut m, "a", 300, report(None, 6.0)).others, vec![7.0]);
         assert_eq!(sync(&mut m, "a", 400, report(None, 6.0)).others, vec![7.0]);
-        // Nothing changed since: the next summary comes at half the member TTL.
+        // Nothing changed since: the next summary comes once the oldest entry it
+        // counted (a's, written at 200) is past the member TTL.
         assert_eq!(
-            sync(&mut m, "b", 700, report(None, 7.0)).counted_in,
+            sync(&mut m, "b", 1200, report(None, 7.0)).counted_in,
             260_001
         );
-        assert_eq!(
-            sync(&mut m, "b", 760, report(None, 7.0)).counted_in,
-            760_001
-        );
+        let late = sync(&mut m, "b", 1201, report(None, 7.0));
+        assert_eq!((late.counted_in, late.others.len()), (1_201_001, 1));
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! (`learning::live`). A sync writes its own entry and reads the summary `s`
 //! (`summary.rs`) instead of every member's entry, so its cost does not grow with the
 //! members; the first sync that finds the summary older than the refresh time while
-//! entries changed (`d`), or older than half `member_ttl`, reads every entry, deletes
-//! those not seen within `member_ttl` and writes the summary again. Each sync renews
+//! entries changed (`d`), or past the expiry of the oldest entry it counted, reads
+//! every entry, deletes those not seen within `member_ttl` and writes the summary
+//! again, so no summary counts a member `member_ttl` after its last sync. Each sync renews
 //! the key's TTL, so a lane nobody syncs disappears and nothing grows without bound.
 //! The merge, liveness and summary rules are `learning.rs`'s and `summary.rs`'s,
 //! written again in Lua (the simulator runs the Rust ones): a change to either goes
@@ -52,7 +53,6 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 const SYNC: &str = r"
 local me = 'm:' .. ARGV[1]
 local ttl, hold, refresh = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local stale = math.floor(ttl / 2)
 local GROUPS, FINGERPRINTS, CAP = 16, 4, 1e300
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -64,7 +64,7 @@ end
 -- writes the summary of the others (`summary.rs`).
 local function summarize(key)
   local fields = redis.call('HGETALL', key)
-  local claims, used, seen_fps, dead = {}, 0, {}, {}
+  local claims, used, seen_fps, dead, oldest = {}, 0, {}, {}, now
   for k = 1, #fields, 2 do
     if string.sub(fields[k], 1, 2) == 'm:' then
       local seen, d, u, fp = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*)')
@@ -72,6 +72,7 @@ local function summarize(key)
       if seen == nil or now - seen > ttl then
         dead[#dead + 1] = fields[k]
       else
+        oldest = math.min(oldest, seen)
         d = tonumber(d)
         if d ~= nil then
           u = tonumber(u) or 0
@@ -93,7 +94,8 @@ local function summarize(key)
   table.sort(fps)
   local shown = {}
   for k = 1, math.min(FINGERPRINTS, #fps) do shown[k] = fps[k] end
-  local parts = {stamp, num(used), #shown > 0 and table.concat(shown, ',') or '-'}
+  local expires = string.format('%d', oldest + ttl)
+  local parts = {stamp, expires, num(used), #shown > 0 and table.concat(shown, ',') or '-'}
   local n = #claims
   for g = 0, GROUPS - 1 do
     local lo, hi = math.floor(g * n / GROUPS), math.floor((g + 1) * n / GROUPS)
@@ -150,12 +152,13 @@ local function sync(k)
   -- The first write may be refused (OOM); once a script has written, Redis lets it
   -- write on, so a refusal must come before any other write.
   redis.call('HSET', key, unpack(write))
-  local at = nil
+  local at, expires = nil, nil
   if s then
-    at = tonumber(string.match(s, '^%d+'))
+    at, expires = string.match(s, '^(%d+) (%d+)')
+    at, expires = tonumber(at), tonumber(expires)
   end
   local counted = ''
-  if at == nil or now - at >= stale or ((changed or dirty) and now - at >= refresh) then
+  if at == nil or expires == nil or now > expires or ((changed or dirty) and now - at >= refresh) then
     s = summarize(key)
     counted = entry
   elseif was and (old < at or ARGV[b + 2] == string.format('%d', at)) then
@@ -661,7 +664,7 @@ mod tests {
 
     #[test]
     fn an_answer_carries_the_state_and_the_summary_less_this_member() {
-        let summary = "1700000000000 30 ab 1 2.5 2.5 1 12.5 12.5 1 1e300 1e300";
+        let summary = "1700000000000 1700000005000 30 ab 1 2.5 2.5 1 12.5 12.5 1 1e300 1e300";
         assert_eq!(
             answer(&strings(&["20000", "3", summary, "12.5 10 ab"])),
             Answer {
@@ -680,7 +683,7 @@ mod tests {
     #[test]
     fn an_answer_without_state_has_none_and_an_uncounted_member_sees_every_entry() {
         assert_eq!(
-            answer(&strings(&["", "", "1 1 - 1 1 1", ""])),
+            answer(&strings(&["", "", "1 2 1 - 1 1 1", ""])),
             Answer {
                 shared: None,
                 others: vec![1.0],

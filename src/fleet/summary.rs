@@ -8,7 +8,7 @@
 //!
 //! The script in `store.rs` writes the summary (and `memory.rs` builds it for the
 //! simulator) when the first sync finds it older than the refresh time while entries
-//! changed, or older than half `member_ttl` at all; every other sync only writes its
+//! changed, or the oldest entry it counted expired; every other sync only writes its
 //! own entry. A member's answer is the summary less its own entry, if the summary
 //! counted it, read into the lists `decide` and `unpaced_share` take: the others'
 //! claims (each group's members at its mean) and the others' dispatch rates (their sum
@@ -118,11 +118,13 @@ impl Summary {
         }
     }
 
-    /// Reads the summary the script writes: `<written ms> <used> <fingerprints
-    /// joined by commas, or -> <count> <sum> <max> ...`; `None` if it is unreadable.
+    /// Reads the summary the script writes: `<written ms> <expires ms> <used>
+    /// <fingerprints joined by commas, or -> <count> <sum> <max> ...`; `None` if it
+    /// is unreadable.
     pub fn parse(text: &str) -> Option<Summary> {
         let mut parts = text.split(' ');
         let at = parts.next()?.parse::<u64>().ok()?;
+        parts.next()?;
         let used = parts.next()?.parse::<f64>().ok()?;
         let fingerprints = match parts.next()? {
             "-" => Vec::new(),
@@ -218,7 +220,7 @@ mod tests {
 
     #[test]
     fn the_script_s_text_reads_back() {
-        let text = "1700000000000 12.5 ab,cd 1 3 3 2 9.5 7";
+        let text = "1700000000000 1700000005000 12.5 ab,cd 1 3 3 2 9.5 7";
         assert_eq!(
             Summary::parse(text),
             Some(Summary {
@@ -243,8 +245,8 @@ mod tests {
             at: 1,
             ..Summary::default()
         };
-        assert_eq!(Summary::parse("1 0 -"), Some(empty));
-        assert_eq!(Summary::parse("1 0 - 2 x 3"), None);
+        assert_eq!(Summary::parse("1 2 0 -"), Some(empty));
+        assert_eq!(Summary::parse("1 2 0 - 2 x 3"), None);
         assert_eq!(Summary::parse(""), None);
     }
 }
