@@ -112,8 +112,8 @@ async fn redis_cost_per_member_lane_sync() {
     let text = metrics.render().unwrap();
     let (sum0, count0) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds0 = info(&mut conn, "total_commands_processed");
-    // Every script call renews each of its lanes' keys once: lanes synced.
-    let synced0 = calls(&mut conn, "pexpire");
+    // The script reads each lane it syncs with one HMGET: lanes synced.
+    let synced0 = calls(&mut conn, "hmget");
     let cpu0 = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user");
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -121,7 +121,7 @@ async fn redis_cost_per_member_lane_sync() {
     let text = metrics.render().unwrap();
     let (sum1, count1) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds = info(&mut conn, "total_commands_processed") - cmds0;
-    let synced = calls(&mut conn, "pexpire") - synced0;
+    let synced = calls(&mut conn, "hmget") - synced0;
     let cpu = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user") - cpu0;
     let syncs = count1 - count0;
     let lane_syncs = syncs * lanes as f64;

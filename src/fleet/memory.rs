@@ -30,7 +30,7 @@ struct Lane {
     members: BTreeMap<String, (Duration, String)>,
     summary: Option<(Duration, Duration, Summary)>,
     changed: bool,
-    /// The last sync of any member: the key expires `key_ttl` after it.
+    /// When the summary was last written: the key expires `key_ttl` after it.
     touched: Duration,
 }
 
@@ -53,7 +53,7 @@ impl Memory {
 
     /// One member's sync at `now`, for every lane it reports: the script's work, in
     /// the same order (merge the proposal, record this member, summarize the lane
-    /// again if its summary is due, renew the key).
+    /// again if its summary is due and renew the key).
     pub(super) fn sync(
         &mut self,
         member: &str,
@@ -92,7 +92,6 @@ impl Lane {
         self.changed |= changed;
         self.members
             .insert(member.to_string(), (now, entry.clone()));
-        self.touched = now;
         let due = self.summary.as_ref().is_none_or(|(at, expires, _)| {
             now > *expires || (self.changed && now.saturating_sub(*at) >= t.refresh)
         });
@@ -105,6 +104,7 @@ impl Lane {
             let oldest = self.members.values().map(|(seen, _)| *seen).min();
             self.summary = Some((now, oldest.unwrap_or(now) + t.member_ttl, summary));
             self.changed = false;
+            self.touched = now;
             return self.answer(Some(&entry));
         }
         let counted = old.filter(|(seen, _)| {

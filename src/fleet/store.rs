@@ -12,8 +12,9 @@
 //! members; the first sync that finds the summary older than the refresh time while
 //! entries changed (`d`), or past the expiry of the oldest entry it counted, reads
 //! every entry, deletes those not seen within `member_ttl` and writes the summary
-//! again, so no summary counts a member `member_ttl` after its last sync. Each sync renews
-//! the key's TTL, so a lane nobody syncs disappears and nothing grows without bound.
+//! again, so no summary counts a member `member_ttl` after its last sync. Writing the
+//! summary renews the key's TTL, so a lane nobody syncs disappears and nothing grows
+//! without bound.
 //! The merge, liveness and summary rules are `learning.rs`'s and `summary.rs`'s,
 //! written again in Lua (the simulator runs the Rust ones): a change to either goes
 //! into both, and a test in `memory.rs` feeds both the same reports and compares
@@ -108,6 +109,9 @@ local function summarize(key)
   local s = table.concat(parts, ' ')
   redis.call('HSET', key, 's', s)
   redis.call('HDEL', key, 'd')
+  -- Written again at least once a member TTL while anyone syncs: the key outlives
+  -- its last sync by up to the key TTL.
+  redis.call('PEXPIRE', key, ARGV[3])
   return s
 end
 local function sync(k)
@@ -164,7 +168,6 @@ local function sync(k)
   elseif was and (old < at or ARGV[b + 2] == string.format('%d', at)) then
     counted = was
   end
-  redis.call('PEXPIRE', key, ARGV[3])
   local out = {'', '', s, counted}
   if i ~= nil then
     out[1] = string.format('%d', i)
