@@ -138,3 +138,7 @@ print(f"ordinary table, all members: {len(xs)} requests, p50 {pick(0.5):.2f} ms,
 EOF
 awk -v c0="$cmds0" -v c1="$cmds1" -v u0="$cpu0" -v u1="$cpu1" -v t0="$t0" -v t1="$t1" 'BEGIN {
   printf "redis: %.0f commands/s, %.1f %% of a core\n", (c1 - c0) / (t1 - t0), 100 * (u1 - u0) / (t1 - t0) }'
+for i in $(seq "$members"); do
+  echo "member $i fleet log lines:"
+  grep -o '"message":"fleet[^"]*"' "$WORK/easeoff-$i.log" | sort | uniq -c | sort -rn | head -5 || true
+done

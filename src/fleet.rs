@@ -609,7 +609,7 @@ fn timings(settings: &FleetSettings) -> Timings {
 }
 
 /// Samples every lane's demand, `elapsed` after the last round, and what the lanes
-/// that are due (`due.rs`) report: every urgent one, and as many new or refreshing
+/// that are due (`due.rs`) report: every urgent one, and as many new, returning or refreshing
 /// ones as `due::spare` leaves room for; the others skip the round.
 fn prepare<'a>(
     lanes: &'a [Arc<LaneCell>],

@@ -45,7 +45,7 @@ pub struct Lane {
     /// A raise waits to be reported.
     pub raised: bool,
     /// The lane runs on its own (its key failed, or it is back from going on alone
-    /// and holds its share down), so each round counts.
+    /// and holds its share down): it syncs in every round with room.
     pub rejoining: bool,
     /// Time since the lane's last answered sync.
     pub since: Duration,
@@ -61,18 +61,23 @@ pub const SPARE_MIN: usize = 1024;
 /// Whether `lane` syncs in this round, given the rounds' `sync_interval` and the
 /// fleet's `member_ttl`: it is [`urgent`], new, or needs a refresh.
 pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
-    urgent(lane) || lane.reported.is_none() || refresh(lane, sync_interval, member_ttl)
+    urgent(lane)
+        || lane.reported.is_none()
+        || lane.rejoining
+        || refresh(lane, sync_interval, member_ttl)
 }
 
-/// Whether the fleet must hear from `lane` now: it carries demand, has news, or is
-/// coming back. Every other due lane may wait for a round with room ([`spare`]).
+/// Whether the fleet must hear from `lane` now: it carries demand or has news. Every
+/// other due lane (new, coming back, or refreshing) may wait for a round with room
+/// ([`spare`]): thousands of idle lanes back from going on alone rejoin over a few
+/// rounds that each fit their interval, not in one that times out, sends them all
+/// alone again and leaves them all to the next.
 pub fn urgent(lane: &Lane) -> bool {
     let Some(reported) = lane.reported else {
-        return lane.busy || lane.raised || lane.rejoining;
+        return lane.busy || lane.raised;
     };
     lane.busy
         || lane.raised
-        || lane.rejoining
         || reported.proposal != lane.now.proposal
         || drifted(reported.demand, lane.now.demand)
         || drifted(reported.used, lane.now.used)
@@ -228,7 +233,7 @@ mod tests {
     }
 
     #[test]
-    fn only_demand_news_or_a_return_is_urgent() {
+    fn only_demand_or_news_is_urgent() {
         assert!(!urgent(&idle()));
         assert!(urgent(&Lane {
             busy: true,
@@ -245,6 +250,11 @@ mod tests {
             ..idle()
         };
         assert!(!urgent(&old) && due(&old, SYNC, TTL));
+        let back = Lane {
+            rejoining: true,
+            ..idle()
+        };
+        assert!(!urgent(&back) && due(&back, SYNC, TTL));
     }
 
     /// 30,000 lanes, 250 ms rounds, a 5 s TTL: 6,000 a round, so all in five rounds;
