@@ -300,7 +300,7 @@ impl Fleet {
     pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Duration) {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
-        let round = prepare(&lanes, elapsed, &inner.settings);
+        let round = prepare(&lanes, elapsed, &inner.settings, usize::MAX);
         let answers = memory.sync(&inner.member, &round.reports, now, timings(&inner.settings));
         // The memory answers every lane, so this cannot fail.
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
@@ -439,6 +439,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     let mut tick = clock.interval(settings.sync_interval);
     let mut connected = false;
     let mut failures = 0u32;
+    let mut room = usize::MAX;
     let mut last_round = clock.now();
     metrics.connected.set(0);
     loop {
@@ -469,9 +470,11 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         last_round = now;
         let lanes = live_lanes(&inner);
         let started = clock.now();
-        let result = sync_round(&inner, &mut store, &lanes, elapsed).await;
+        let result = sync_round(&inner, &mut store, &lanes, elapsed, room).await;
         let took = clock.now().saturating_duration_since(started);
         metrics.sync.observe(took.as_secs_f64());
+        let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
+        room = due::room(room, took, settings.sync_interval, most);
         match result {
             Ok(()) => {
                 failures = 0;
@@ -549,9 +552,10 @@ async fn sync_round(
     store: &mut Store,
     lanes: &[Arc<LaneCell>],
     elapsed: Duration,
+    room: usize,
 ) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
-    let round = prepare(lanes, elapsed, settings);
+    let round = prepare(lanes, elapsed, settings, room);
     let answers = tokio::time::timeout(
         settings.sync_interval,
         store.sync(&inner.member, &round.reports, timings(settings)),
@@ -615,6 +619,7 @@ fn prepare<'a>(
     lanes: &'a [Arc<LaneCell>],
     elapsed: Duration,
     settings: &FleetSettings,
+    room: usize,
 ) -> Round<'a> {
     let mut round = Round {
         lanes: Vec::new(),
@@ -624,7 +629,7 @@ fn prepare<'a>(
         used: Vec::new(),
         raised: Vec::new(),
     };
-    let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
+    let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
         let mut sync = lock(&lane.sync);
         let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
