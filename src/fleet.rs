@@ -28,6 +28,7 @@ pub mod learning;
 pub mod memory;
 pub mod share;
 mod store;
+mod summary;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -46,7 +47,7 @@ pub use fault::Fault;
 pub use fingerprint::fingerprint;
 use learning::{Proposal, Shared};
 pub use memory::Memory;
-use store::{Answer, Report, Store};
+use store::{Answer, Report, Store, Timings};
 
 /// Syncs that fail in a row before the lanes go on alone.
 const FAILURES_TO_LOCAL: u32 = 2;
@@ -179,6 +180,9 @@ struct LaneSync {
     reported: Option<due::Entry>,
     /// Time since the lane's last answered sync.
     since: Duration,
+    /// When the lane's summary that last counted this member was written
+    /// (`Answer::counted_in`).
+    counted_in: u64,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -296,16 +300,8 @@ impl Fleet {
     pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Duration) {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
-        let round = prepare(&lanes, elapsed, &inner.settings);
-        let (member_ttl, key_ttl, hold) = timings(&inner.settings);
-        let answers = memory.sync(
-            &inner.member,
-            &round.reports,
-            now,
-            member_ttl,
-            key_ttl,
-            hold,
-        );
+        let round = prepare(&lanes, elapsed, &inner.settings, usize::MAX);
+        let answers = memory.sync(&inner.member, &round.reports, now, timings(&inner.settings));
         // The memory answers every lane, so this cannot fail.
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
     }
@@ -443,6 +439,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     let mut tick = clock.interval(settings.sync_interval);
     let mut connected = false;
     let mut failures = 0u32;
+    let mut room = usize::MAX;
     let mut last_round = clock.now();
     metrics.connected.set(0);
     loop {
@@ -473,9 +470,11 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         last_round = now;
         let lanes = live_lanes(&inner);
         let started = clock.now();
-        let result = sync_round(&inner, &mut store, &lanes, elapsed).await;
+        let result = sync_round(&inner, &mut store, &lanes, elapsed, room).await;
         let took = clock.now().saturating_duration_since(started);
         metrics.sync.observe(took.as_secs_f64());
+        let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
+        room = due::room(room, took, settings.sync_interval, most);
         match result {
             Ok(()) => {
                 failures = 0;
@@ -553,13 +552,13 @@ async fn sync_round(
     store: &mut Store,
     lanes: &[Arc<LaneCell>],
     elapsed: Duration,
+    room: usize,
 ) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
-    let round = prepare(lanes, elapsed, settings);
-    let (member_ttl, key_ttl, hold) = timings(settings);
+    let round = prepare(lanes, elapsed, settings, room);
     let answers = tokio::time::timeout(
         settings.sync_interval,
-        store.sync(&inner.member, &round.reports, member_ttl, key_ttl, hold),
+        store.sync(&inner.member, &round.reports, timings(settings)),
     )
     .await;
     let answers = match answers {
@@ -600,23 +599,27 @@ struct Round<'a> {
     raised: Vec<u64>,
 }
 
-/// The member TTL, the lane key's TTL and the hold a sync passes to the store.
-fn timings(settings: &FleetSettings) -> (Duration, Duration, Duration) {
+/// The times a sync passes to the store: a lane's summary is refreshed once a sync
+/// interval while its members' entries change, so what one member reports reaches
+/// the others within two syncs.
+fn timings(settings: &FleetSettings) -> Timings {
     let ttl = settings.member_ttl;
-    (
-        ttl,
-        ttl * KEY_TTL_MEMBER_TTLS,
-        settings.sync_interval * HOLD_SYNCS,
-    )
+    Timings {
+        member_ttl: ttl,
+        key_ttl: ttl * KEY_TTL_MEMBER_TTLS,
+        hold: settings.sync_interval * HOLD_SYNCS,
+        refresh: settings.sync_interval,
+    }
 }
 
 /// Samples every lane's demand, `elapsed` after the last round, and what the lanes
-/// that are due (`due.rs`) report: every urgent one, and as many new or refreshing
+/// that are due (`due.rs`) report: every urgent one, and as many new, returning or refreshing
 /// ones as `due::spare` leaves room for; the others skip the round.
 fn prepare<'a>(
     lanes: &'a [Arc<LaneCell>],
     elapsed: Duration,
     settings: &FleetSettings,
+    room: usize,
 ) -> Round<'a> {
     let mut round = Round {
         lanes: Vec::new(),
@@ -626,7 +629,7 @@ fn prepare<'a>(
         used: Vec::new(),
         raised: Vec::new(),
     };
-    let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
+    let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
         let mut sync = lock(&lane.sync);
         let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
@@ -667,6 +670,7 @@ fn prepare<'a>(
             used,
             fingerprint: &lane.fingerprint,
             proposal: (micros != NONE).then(|| proposal(&sync, micros, epoch, from, used)),
+            counted_in: sync.counted_in,
         });
         round.lanes.push(lane);
         round.entries.push(entry);
@@ -730,6 +734,7 @@ fn conclude(
                     let mut sync = lock(&lane.sync);
                     sync.reported = Some(round.entries[i]);
                     sync.since = Duration::ZERO;
+                    sync.counted_in = answer.counted_in;
                 }
                 apply(lane, &answer, round.demands[i], round.used[i], rejoin);
             }

@@ -445,6 +445,9 @@ async fn a_member_that_dies_is_forgotten_after_member_ttl_and_one_that_leaves_at
     let stays = Member::join(&url, "default");
     stays.link.learned(ms(10), 1, None);
     let dies = Member::join(&url, "default");
+    // Requests waiting: it syncs every round, so it dies right after its last sync
+    // (an idle lane's last sync may be up to half the member TTL before).
+    dies.link.waiting(1);
     let leaves = Member::join(&url, "default");
     wait_for("three members", || {
         stays.last().is_some_and(|d| d.members == 3)

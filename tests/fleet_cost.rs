@@ -35,6 +35,16 @@ fn info(conn: &mut redis::Connection, field: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// How often Redis ran one command (`INFO commandstats`), scripts' calls included.
+fn calls(conn: &mut redis::Connection, command: &str) -> f64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The sum and count of one histogram in the metrics text.
 fn histogram(text: &str, name: &str) -> (f64, f64) {
     let value = |suffix: &str| {
@@ -102,6 +112,8 @@ async fn redis_cost_per_member_lane_sync() {
     let text = metrics.render().unwrap();
     let (sum0, count0) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds0 = info(&mut conn, "total_commands_processed");
+    // The script reads each lane it syncs with one HMGET: lanes synced.
+    let synced0 = calls(&mut conn, "hmget");
     let cpu0 = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user");
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -109,6 +121,7 @@ async fn redis_cost_per_member_lane_sync() {
     let text = metrics.render().unwrap();
     let (sum1, count1) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds = info(&mut conn, "total_commands_processed") - cmds0;
+    let synced = calls(&mut conn, "hmget") - synced0;
     let cpu = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user") - cpu0;
     let syncs = count1 - count0;
     let lane_syncs = syncs * lanes as f64;
@@ -116,7 +129,8 @@ async fn redis_cost_per_member_lane_sync() {
     println!(
         "members {members} lanes {lanes} busy {busy}% sync {sync_ms}ms: {:.0} commands/s, redis cpu {:.1} % of a core, \
          {:.2} us redis cpu per member-lane-sync, {:.2} commands per member-lane-sync, \
-         syncs {:.0}/s (expected {:.0}/s), mean sync {:.1} ms, sync errors {errors}",
+         syncs {:.0}/s (expected {:.0}/s), mean sync {:.1} ms, sync errors {errors}, \
+         lanes synced {:.0}/s, {:.2} us redis cpu per lane synced",
         cmds / elapsed,
         100.0 * cpu / elapsed,
         1e6 * cpu / lane_syncs,
@@ -124,6 +138,8 @@ async fn redis_cost_per_member_lane_sync() {
         syncs / elapsed,
         members as f64 * 1000.0 / sync_ms as f64,
         1000.0 * (sum1 - sum0) / syncs,
+        synced / elapsed,
+        1e6 * cpu / synced,
     );
     drop(links);
     drop(fleets);

@@ -45,7 +45,7 @@ pub struct Lane {
     /// A raise waits to be reported.
     pub raised: bool,
     /// The lane runs on its own (its key failed, or it is back from going on alone
-    /// and holds its share down), so each round counts.
+    /// and holds its share down): it syncs in every round with room.
     pub rejoining: bool,
     /// Time since the lane's last answered sync.
     pub since: Duration,
@@ -61,21 +61,30 @@ pub const SPARE_MIN: usize = 1024;
 /// Whether `lane` syncs in this round, given the rounds' `sync_interval` and the
 /// fleet's `member_ttl`: it is [`urgent`], new, or needs a refresh.
 pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
-    urgent(lane) || lane.reported.is_none() || refresh(lane, sync_interval, member_ttl)
+    urgent(lane)
+        || lane.rejoining
+        || refresh(lane, sync_interval, member_ttl)
+        || lane.reported.is_none_or(|reported| {
+            drifted(reported.demand, lane.now.demand) || drifted(reported.used, lane.now.used)
+        })
 }
 
-/// Whether the fleet must hear from `lane` now: it carries demand, has news, or is
-/// coming back. Every other due lane may wait for a round with room ([`spare`]).
+/// Whether the fleet must hear from `lane` now: it carries demand, its demand or
+/// dispatch rate rose, or it has something new to propose. Every other due lane (new,
+/// coming back, refreshing, or with a rate that fell) may wait for a round with room
+/// ([`spare`], [`room`]): thousands of idle lanes back from going on alone rejoin
+/// over a few rounds that each fit their interval, not in one that times out, sends
+/// them all alone again and leaves them all to the next; and the thousands of lanes
+/// whose demand decays after a request or two (random tables) report it as room allows.
 pub fn urgent(lane: &Lane) -> bool {
     let Some(reported) = lane.reported else {
-        return lane.busy || lane.raised || lane.rejoining;
+        return lane.busy || lane.raised;
     };
     lane.busy
         || lane.raised
-        || lane.rejoining
         || reported.proposal != lane.now.proposal
-        || drifted(reported.demand, lane.now.demand)
-        || drifted(reported.used, lane.now.used)
+        || rose(reported.demand, lane.now.demand)
+        || rose(reported.used, lane.now.used)
 }
 
 /// How many lanes, of a member's `lanes`, one round syncs only because they are new
@@ -87,6 +96,27 @@ pub fn spare(lanes: usize, sync_interval: Duration, member_ttl: Duration) -> usi
     let rounds = (member_ttl / 4).as_nanos() / sync_interval.as_nanos().max(1);
     let rounds = usize::try_from(rounds).unwrap_or(usize::MAX).max(1);
     lanes.div_ceil(rounds).max(SPARE_MIN)
+}
+
+/// The fewest lanes [`room`] leaves a round beyond the urgent ones.
+pub const ROOM_MIN: usize = 64;
+
+/// How many lanes the next round may sync beyond the urgent ones, from `room` after a
+/// round that took `took` (a timed-out round took its whole interval), at most `most`
+/// ([`spare`]): halved after a round that took more than half its interval, grown by
+/// a quarter after one that took less than a quarter. A member whose rounds run short
+/// of CPU (or of Redis) so spreads its new, returning and refreshing lanes over more
+/// rounds instead of timing out round after round; if it cannot refresh them all
+/// within the member TTL, the idle ones it misses count as absent until it does.
+pub fn room(room: usize, took: Duration, sync_interval: Duration, most: usize) -> usize {
+    let room = room.min(most);
+    if took * 2 > sync_interval {
+        (room / 2).max(ROOM_MIN)
+    } else if took * 4 < sync_interval {
+        room.saturating_add(room / 4).max(ROOM_MIN).min(most)
+    } else {
+        room
+    }
 }
 
 /// Whether an idle lane's entry needs writing again.
@@ -119,12 +149,20 @@ pub fn spread(key: &str) -> f64 {
 /// Whether a rate moved from `was` to `now` by more than [`DRIFT`], ignoring rates
 /// under [`FLOOR`].
 fn drifted(was: f64, now: f64) -> bool {
-    let floor = |x: f64| if x.is_finite() && x >= FLOOR { x } else { 0.0 };
-    let (was, now) = (floor(was), floor(now));
+    let (was, now) = (floored(was), floored(now));
     if was == 0.0 || now == 0.0 {
         return was != now;
     }
     now > was * DRIFT || now * DRIFT < was
+}
+
+/// Whether a rate rose from `was` to `now` by more than [`DRIFT`] ([`drifted`] upwards).
+fn rose(was: f64, now: f64) -> bool {
+    drifted(was, now) && floored(now) > floored(was)
+}
+
+fn floored(x: f64) -> f64 {
+    if x.is_finite() && x >= FLOOR { x } else { 0.0 }
 }
 
 #[cfg(test)]
@@ -228,7 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn only_demand_news_or_a_return_is_urgent() {
+    fn only_demand_or_news_is_urgent() {
         assert!(!urgent(&idle()));
         assert!(urgent(&Lane {
             busy: true,
@@ -245,6 +283,30 @@ mod tests {
             ..idle()
         };
         assert!(!urgent(&old) && due(&old, SYNC, TTL));
+        let rate = |was, now| Lane {
+            reported: Some(entry(was, 0.0)),
+            now: entry(now, 0.0),
+            ..idle()
+        };
+        assert!(urgent(&rate(1.0, 2.5)) && urgent(&rate(0.0, 1.0)));
+        assert!(!urgent(&rate(2.5, 1.0)) && due(&rate(2.5, 1.0), SYNC, TTL));
+        assert!(!urgent(&rate(1.0, 0.0)) && due(&rate(1.0, 0.0), SYNC, TTL));
+        let back = Lane {
+            rejoining: true,
+            ..idle()
+        };
+        assert!(!urgent(&back) && due(&back, SYNC, TTL));
+    }
+
+    #[test]
+    fn a_slow_round_halves_the_room_and_a_quick_one_grows_it_back() {
+        let ms = Duration::from_millis;
+        assert_eq!(room(usize::MAX, ms(50), SYNC, 6_000), 6_000);
+        assert_eq!(room(6_000, ms(250), SYNC, 6_000), 3_000);
+        assert_eq!(room(3_000, ms(100), SYNC, 6_000), 3_000);
+        assert_eq!(room(3_000, ms(50), SYNC, 6_000), 3_750);
+        assert_eq!(room(100, ms(300), SYNC, 6_000), ROOM_MIN);
+        assert_eq!(room(ROOM_MIN, ms(10), SYNC, 50), 50);
     }
 
     /// 30,000 lanes, 250 ms rounds, a 5 s TTL: 6,000 a round, so all in five rounds;

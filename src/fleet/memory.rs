@@ -1,14 +1,16 @@
 //! The fleet's store in memory, for the simulator: what the Redis script in `store.rs`
 //! does for one sync, with the rules the script is written after (`learning::merge`
-//! for the lane's state, `learning::live` for the members), on a clock the caller
-//! gives. Simulated members share one [`Memory`] as sidecars share one Redis.
+//! for the lane's state, `learning::live` for the members, `summary.rs` for what a
+//! member reads of the others), on a clock the caller gives. Simulated members share
+//! one [`Memory`] as sidecars share one Redis.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::demand::claim;
+use super::demand;
 use super::learning::{self, Shared};
-use super::store::{Answer, Report};
+use super::store::{Answer, Report, Timings};
+use super::summary::Summary;
 
 /// Every lane's hash, by key.
 #[derive(Debug, Default)]
@@ -16,15 +18,19 @@ pub struct Memory {
     lanes: BTreeMap<String, Lane>,
 }
 
-/// One lane's hash: the state (`i`, `e`), when the last raise landed (`r`) and each
-/// member's last sync and demand (`m:<member>`).
+/// One lane's hash: the state (`i`, `e`), when the last raise landed (`r`), each
+/// member's last sync and entry (`m:<member>`), the summary and when it was written
+/// (`s`, with when the oldest entry it counted expires), and whether entries changed
+/// since (`d`).
 #[derive(Debug, Default)]
 struct Lane {
     shared: Option<Shared>,
     raised_at: Option<Duration>,
-    /// Per member: last sync, claim, dispatch rate, fingerprint.
-    members: BTreeMap<String, (Duration, f64, f64, String)>,
-    /// The last sync of any member: the key expires `key_ttl` after it.
+    /// Per member: last sync, and the entry's text after it (`demand::entry`).
+    members: BTreeMap<String, (Duration, String)>,
+    summary: Option<(Duration, Duration, Summary)>,
+    changed: bool,
+    /// When the summary was last written: the key expires `key_ttl` after it.
     touched: Duration,
 }
 
@@ -40,66 +46,80 @@ impl Memory {
         self.lanes.get(key).map_or(0, |lane| {
             lane.members
                 .values()
-                .filter(|(seen, ..)| learning::live(now.saturating_sub(*seen), member_ttl))
+                .filter(|(seen, _)| learning::live(now.saturating_sub(*seen), member_ttl))
                 .count()
         })
     }
 
     /// One member's sync at `now`, for every lane it reports: the script's work, in
-    /// the same order (forget the members not seen within `member_ttl`, merge the
-    /// proposal, record this member, renew the key).
+    /// the same order (merge the proposal, record this member, summarize the lane
+    /// again if its summary is due and renew the key).
     pub(super) fn sync(
         &mut self,
         member: &str,
         reports: &[Report<'_>],
         now: Duration,
-        member_ttl: Duration,
-        key_ttl: Duration,
-        hold: Duration,
+        timings: Timings,
     ) -> Vec<Answer> {
         // Keys nobody renewed are gone, as `PEXPIRE` makes them in Redis.
         self.lanes
-            .retain(|_, lane| now.saturating_sub(lane.touched) <= key_ttl);
+            .retain(|_, lane| now.saturating_sub(lane.touched) <= timings.key_ttl);
         reports
             .iter()
             .map(|report| {
                 let lane = self.lanes.entry(report.key.to_string()).or_default();
-                lane.members.retain(|m, (seen, ..)| {
-                    m == member || learning::live(now.saturating_sub(*seen), member_ttl)
-                });
-                let others = lane.members.iter().filter(|(m, _)| *m != member);
-                let (mut claims, mut used, mut fingerprints) = (Vec::new(), Vec::new(), Vec::new());
-                for (_, (_, claim, dispatched, fingerprint)) in others {
-                    claims.push(*claim);
-                    used.push(*dispatched);
-                    fingerprints.push(fingerprint.clone());
-                }
-                if let Some(proposal) = report.proposal {
-                    let since = lane.raised_at.map(|at| now.saturating_sub(at));
-                    let merged = learning::merge(lane.shared, &proposal, since, hold);
-                    let landed = proposal.raised_from.is_some()
-                        && lane.shared.is_some_and(|s| s.epoch != merged.epoch);
-                    if landed {
-                        lane.raised_at = Some(now);
-                    }
-                    lane.shared = Some(merged);
-                }
-                let entry = (
-                    now,
-                    claim(report.demand, report.used),
-                    report.used.max(0.0),
-                    report.fingerprint.to_string(),
-                );
-                lane.members.insert(member.to_string(), entry);
-                lane.touched = now;
-                Answer {
-                    shared: lane.shared,
-                    others: claims,
-                    others_used: used,
-                    fingerprints,
-                }
+                lane.sync(member, report, now, timings)
             })
             .collect()
+    }
+}
+
+impl Lane {
+    fn sync(&mut self, member: &str, report: &Report<'_>, now: Duration, t: Timings) -> Answer {
+        let old = self.members.get(member).cloned();
+        if let Some(proposal) = report.proposal {
+            let since = self.raised_at.map(|at| now.saturating_sub(at));
+            let merged = learning::merge(self.shared, &proposal, since, t.hold);
+            let landed = proposal.raised_from.is_some()
+                && self.shared.is_some_and(|s| s.epoch != merged.epoch);
+            if landed {
+                self.raised_at = Some(now);
+            }
+            self.shared = Some(merged);
+        }
+        let entry = demand::entry(report.demand, report.used, report.fingerprint);
+        let changed = old.as_ref().is_none_or(|(_, text)| *text != entry);
+        self.changed |= changed;
+        self.members
+            .insert(member.to_string(), (now, entry.clone()));
+        let due = self.summary.as_ref().is_none_or(|(at, expires, _)| {
+            now > *expires || (self.changed && now.saturating_sub(*at) >= t.refresh)
+        });
+        if due {
+            self.members
+                .retain(|_, (seen, _)| learning::live(now.saturating_sub(*seen), t.member_ttl));
+            // Opaque to the members, and never 0 (which means "not counted").
+            let at = u64::try_from(now.as_micros()).unwrap_or(u64::MAX - 1) + 1;
+            let summary = Summary::of(at, self.members.values().map(|(_, e)| e.as_str()));
+            let oldest = self.members.values().map(|(seen, _)| *seen).min();
+            self.summary = Some((now, oldest.unwrap_or(now) + t.member_ttl, summary));
+            self.changed = false;
+            self.touched = now;
+            return self.answer(Some(&entry));
+        }
+        let counted = old.filter(|(seen, _)| {
+            self.summary
+                .as_ref()
+                .is_some_and(|(at, _, s)| *seen < *at || report.counted_in == s.at)
+        });
+        self.answer(counted.as_ref().map(|(_, e)| e.as_str()))
+    }
+
+    fn answer(&self, counted: Option<&str>) -> Answer {
+        match &self.summary {
+            Some((_, _, summary)) => summary.answer(self.shared, counted),
+            None => Summary::default().answer(self.shared, counted),
+        }
     }
 }
 
@@ -108,9 +128,25 @@ mod tests {
     use super::*;
     use crate::fleet::learning::Proposal;
 
+    const ZERO: Duration = Duration::ZERO;
+
     const TTL: Duration = Duration::from_secs(1);
     const KEY_TTL: Duration = Duration::from_secs(12);
     const HOLD: Duration = Duration::from_millis(500);
+    const REFRESH: Duration = Duration::from_millis(250);
+    const TIMINGS: Timings = Timings {
+        member_ttl: TTL,
+        key_ttl: KEY_TTL,
+        hold: HOLD,
+        refresh: REFRESH,
+    };
+
+    /// A memory and what each member remembers of it, as the sync task does.
+    #[derive(Default)]
+    struct Sim {
+        memory: Memory,
+        counted_in: BTreeMap<String, u64>,
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -123,13 +159,15 @@ mod tests {
             used: f64::INFINITY,
             fingerprint: "",
             proposal,
+            counted_in: 0,
         }
     }
 
-    fn sync(memory: &mut Memory, member: &str, at: u64, r: Report<'_>) -> Answer {
-        memory
-            .sync(member, &[r], ms(at), TTL, KEY_TTL, HOLD)
-            .remove(0)
+    fn sync(sim: &mut Sim, member: &str, at: u64, mut r: Report<'_>) -> Answer {
+        r.counted_in = sim.counted_in.get(member).copied().unwrap_or(0);
+        let answer = sim.memory.sync(member, &[r], ms(at), TIMINGS).remove(0);
+        sim.counted_in.insert(member.to_string(), answer.counted_in);
+        answer
     }
 
     fn raise(interval: u64, from: u64) -> Option<Proposal> {
@@ -142,7 +180,7 @@ mod tests {
 
     #[test]
     fn one_burst_raises_once_and_another_after_the_hold_raises_again() {
-        let mut m = Memory::new();
+        let mut m = Sim::default();
         let start = Proposal {
             interval: ms(10),
             epoch: 1,
@@ -171,19 +209,42 @@ mod tests {
 
     #[test]
     fn a_member_counts_until_member_ttl_after_its_last_sync() {
-        let mut m = Memory::new();
+        let mut m = Sim::default();
         sync(&mut m, "a", 0, report(None, 5.0));
         let b = sync(&mut m, "b", 100, report(None, 7.0));
         assert_eq!(b.others, vec![5.0]);
-        assert_eq!(m.members("lane", ms(1000), TTL), 2);
-        assert_eq!(m.members("lane", ms(1001), TTL), 1);
+        assert_eq!(m.memory.members("lane", ms(1000), TTL), 2);
+        assert_eq!(m.memory.members("lane", ms(1001), TTL), 1);
         let b = sync(&mut m, "b", 1001, report(None, 7.0));
         assert!(b.others.is_empty());
     }
 
     #[test]
+    fn a_change_shows_once_the_summary_is_refreshed_and_each_member_counts_once() {
+        let mut m = Sim::default();
+        sync(&mut m, "a", 0, report(None, 5.0));
+        // The summary of a alone stands until the refresh time: b is not in it yet,
+        // and a, counted in it, is not counted again however often it syncs.
+        assert_eq!(sync(&mut m, "b", 10, report(None, 7.0)).others, vec![5.0]);
+        assert!(sync(&mut m, "a", 100, report(None, 5.0)).others.is_empty());
+        assert!(sync(&mut m, "a", 200, report(None, 6.0)).others.is_empty());
+        // The first sync past it summarizes both.
+        assert_eq!(sync(&mut m, "b", 260, report(None, 7.0)).others, vec![6.0]);
+        assert_eq!(sync(&mut m, "a", 300, report(None, 6.0)).others, vec![7.0]);
+        assert_eq!(sync(&mut m, "a", 400, report(None, 6.0)).others, vec![7.0]);
+        // Nothing changed since: the next summary comes once the oldest entry it
+        // counted (a's, written at 200) is past the member TTL.
+        assert_eq!(
+            sync(&mut m, "b", 1200, report(None, 7.0)).counted_in,
+            260_001
+        );
+        let late = sync(&mut m, "b", 1201, report(None, 7.0));
+        assert_eq!((late.counted_in, late.others.len()), (1_201_001, 1));
+    }
+
+    #[test]
     fn a_lane_nobody_syncs_expires_and_is_rebuilt_from_the_next_proposal() {
-        let mut m = Memory::new();
+        let mut m = Sim::default();
         let p = |interval| {
             Some(Proposal {
                 interval: ms(interval),
@@ -212,52 +273,74 @@ mod tests {
         let mut store = crate::fleet::store::Store::new(&settings).unwrap();
         store.connect(Duration::from_secs(5)).await.unwrap();
         let mut rng = fastrand::Rng::with_seed(11);
-        // A long TTL and a hold of 0 or of an hour: nothing depends on the two clocks.
-        for hold in [Duration::ZERO, Duration::from_secs(3600)] {
+        let hour = Duration::from_secs(3600);
+        // A long TTL and a hold of 0 or of an hour; a refresh of 0 (every changed
+        // entry summarizes) or of an hour (only the first sync does). The steps are a
+        // millisecond apart or more in both clocks, so that which entries a summary
+        // counted reads the same in both.
+        for (pass, (hold, refresh)) in [(ZERO, ZERO), (hour, ZERO), (ZERO, hour)]
+            .into_iter()
+            .enumerate()
+        {
             let mut memory = Memory::new();
-            let key = format!("easeoff:check:{}:default:state", hold.as_secs());
-            let mut epoch = 1;
+            let key = format!("easeoff:check:{pass}:default:state");
+            let timings = Timings {
+                member_ttl: hour,
+                key_ttl: hour * 12,
+                hold,
+                refresh,
+            };
+            let mut epoch: u64 = 1;
+            let (mut in_redis, mut in_memory) = (BTreeMap::new(), BTreeMap::new());
             for step in 0..300 {
                 let member = format!("m{}", rng.usize(0..4));
                 let proposal = (step > 0 || rng.bool()).then(|| {
                     let raise = rng.u8(0..4) == 0;
-                    let from = if rng.bool() { epoch } else { epoch - 1 };
+                    let from = if rng.bool() {
+                        epoch
+                    } else {
+                        epoch.saturating_sub(1)
+                    };
                     Proposal {
                         interval: Duration::from_micros(rng.u64(1_000..50_000)),
                         epoch: match rng.u8(0..6) {
                             _ if raise => from + 1,
-                            0 => epoch - 1,
+                            0 => epoch.saturating_sub(1),
                             1 => epoch + 1,
                             _ => epoch,
                         },
                         raised_from: raise.then_some(from),
                     }
                 });
-                let report = Report {
+                let mut report = Report {
                     key: &key,
                     demand: f64::from(rng.u16(0..200)) / 4.0,
                     used: f64::from(rng.u16(0..200)) / 8.0,
                     fingerprint: ["", "ab", "cd"][rng.usize(0..3)],
                     proposal,
+                    counted_in: in_redis.get(&member).copied().unwrap_or(0),
                 };
-                let ttl = Duration::from_secs(3600);
-                let (key_ttl, reports) = (ttl * 12, std::slice::from_ref(&report));
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 let mut got = store
-                    .sync(&member, reports, ttl, key_ttl, hold)
+                    .sync(&member, std::slice::from_ref(&report), timings)
                     .await
                     .unwrap()
                     .remove(0)
                     .unwrap();
+                report.counted_in = in_memory.get(&member).copied().unwrap_or(0);
+                let now = Duration::from_millis(step);
                 let mut want = memory
-                    .sync(&member, reports, Duration::ZERO, ttl, key_ttl, hold)
+                    .sync(&member, std::slice::from_ref(&report), now, timings)
                     .remove(0);
+                in_redis.insert(member.clone(), got.counted_in);
+                in_memory.insert(member.clone(), want.counted_in);
+                // Each store's own clock: only whether the summary counted the member
+                // compares.
+                got.counted_in = u64::from(got.counted_in > 0);
+                want.counted_in = u64::from(want.counted_in > 0);
                 got.others.sort_by(f64::total_cmp);
                 want.others.sort_by(f64::total_cmp);
-                got.others_used.sort_by(f64::total_cmp);
-                want.others_used.sort_by(f64::total_cmp);
-                got.fingerprints.sort();
-                want.fingerprints.sort();
-                assert_eq!(got, want, "step {step}, {member}: {report:?}");
+                assert_eq!(got, want, "pass {pass}, step {step}, {member}: {report:?}");
                 epoch = want.shared.map_or(epoch, |s| s.epoch);
             }
         }

@@ -1,17 +1,24 @@
-//! The fleet's Redis side: one Lua script that merges a member's report for one lane
-//! into the lane's hash and answers with the lane's state and the other members'
-//! demands, and the pipelined round trip that runs it for every lane of a member.
+//! The fleet's Redis side: one Lua script that merges a member's reports for a batch
+//! of lanes into the lanes' hashes and answers, per lane, with the lane's state and a
+//! summary of its live members, and the pipelined round trip that runs it.
 //!
 //! A lane is one hash, `easeoff:{<group>:<upstream>:<lane>}:state` (the braces a hash
 //! tag, so in a Redis Cluster each lane's script touches one slot): field `i` the fleet
 //! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
 //! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
-//! (`learning::live`); the script deletes the others' entries as it finds them and
-//! renews the key's TTL, so a lane nobody syncs disappears and nothing grows without
-//! bound. The merge rule and the liveness rule are `learning.rs`'s, written again in Lua
-//! (the simulator runs the Rust ones): a change to either goes into both, and a test
-//! in `memory.rs` feeds both the same reports and compares their answers.
+//! (`learning::live`). A sync writes its own entry and reads the summary `s`
+//! (`summary.rs`) instead of every member's entry, so its cost does not grow with the
+//! members; the first sync that finds the summary older than the refresh time while
+//! entries changed (`d`), or past the expiry of the oldest entry it counted, reads
+//! every entry, deletes those not seen within `member_ttl` and writes the summary
+//! again, so no summary counts a member `member_ttl` after its last sync. Writing the
+//! summary renews the key's TTL, so a lane nobody syncs disappears and nothing grows
+//! without bound.
+//! The merge, liveness and summary rules are `learning.rs`'s and `summary.rs`'s,
+//! written again in Lua (the simulator runs the Rust ones): a change to either goes
+//! into both, and a test in `memory.rs` feeds both the same reports and compares
+//! their answers.
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -29,64 +36,148 @@ use redis::{
 use tokio::sync::watch;
 
 use super::learning::{Proposal, Shared};
+pub use super::summary::Answer;
+use super::summary::Summary;
 use crate::config::{FleetSettings, RedisMode, RedisUrl};
 
-/// The script: KEYS[1] the lane's hash; ARGV: member, demand, proposed interval (µs,
-/// empty for none), epoch, epoch raised from (empty for none), member TTL (ms), key
-/// TTL (ms), hold (ms: how long after a raise another counts as the same burst); the
-/// hash's `r` is when the last raise landed. Returns the interval and epoch (empty
-/// while there is no state), then the other live members' demands.
+/// The script: KEYS the lanes' hashes; ARGV: member, member TTL (ms), key TTL (ms),
+/// hold (ms: how long after a raise another counts as the same burst), refresh (ms:
+/// how old the summary may grow while entries change), then per lane: the entry
+/// (`demand::entry`), when the summary that last counted this member's entry was
+/// written (`Report::counted_in`), proposed interval (µs, empty for none), epoch,
+/// epoch raised from (empty for none). The hash's `r` is when the last raise landed, `s` the
+/// summary (`summary.rs`), `d` set while entries changed since it. Returns per lane
+/// the interval and epoch (empty while there is no state), the summary, and this
+/// member's entry as the summary counted it (empty if it did not: it was written
+/// after the summary, and the member was not counted before), or the lane's own
+/// error (a key that is not a hash).
 const SYNC: &str = r"
-local key = KEYS[1]
 local me = 'm:' .. ARGV[1]
+local ttl, hold, refresh = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local GROUPS, FINGERPRINTS, CAP = 16, 4, 1e300
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fields = redis.call('HGETALL', key)
--- The first write may be refused (OOM); once a script has written, Redis lets it
--- write on, so a refusal must come before any other write.
-redis.call('HSET', key, me, string.format('%d', now) .. ' ' .. ARGV[2])
-local i, e, r = nil, nil, nil
-local others = {}
-for k = 1, #fields, 2 do
-  local f, v = fields[k], fields[k + 1]
-  if f == 'i' then
-    i = tonumber(v)
-  elseif f == 'e' then
-    e = tonumber(v)
-  elseif f == 'r' then
-    r = tonumber(v)
-  elseif f ~= me and string.sub(f, 1, 2) == 'm:' then
-    local sp = string.find(v, ' ', 1, true)
-    if sp == nil or now - tonumber(string.sub(v, 1, sp - 1)) > tonumber(ARGV[6]) then
-      redis.call('HDEL', key, f)
-    else
-      others[#others + 1] = string.sub(v, sp + 1)
+local stamp = string.format('%d', now)
+local function num(x)
+  return string.format('%.17g', x)
+end
+-- Reads every entry of the lane, deletes those not seen within the member TTL, and
+-- writes the summary of the others (`summary.rs`).
+local function summarize(key)
+  local fields = redis.call('HGETALL', key)
+  local claims, used, seen_fps, dead, oldest = {}, 0, {}, {}, now
+  for k = 1, #fields, 2 do
+    if string.sub(fields[k], 1, 2) == 'm:' then
+      local seen, d, u, fp = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*)')
+      seen = tonumber(seen)
+      if seen == nil or now - seen > ttl then
+        dead[#dead + 1] = fields[k]
+      else
+        oldest = math.min(oldest, seen)
+        d = tonumber(d)
+        if d ~= nil then
+          u = tonumber(u) or 0
+          if u ~= u or u < 0 then u = 0 end
+          if d ~= d or d < 0 then d = 0 end
+          claims[#claims + 1] = math.min(d, 2 * u, CAP)
+          if u < math.huge then used = used + u end
+          if fp ~= '' then seen_fps[fp] = true end
+        end
+      end
     end
   end
-end
-if ARGV[3] ~= '' then
-  local pi, pe, from = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-  if i == nil or e == nil then
-    i, e = pi, pe
-  elseif from ~= nil then
-    if from == e and (r == nil or now - r >= tonumber(ARGV[8])) then
-      i = math.max(i, pi)
-      e = math.max(pe, e + 1)
-      redis.call('HSET', key, 'r', string.format('%d', now))
-    end
-  elseif pe == e then
-    i = math.min(i, pi)
+  for k = 1, #dead, 1000 do
+    redis.call('HDEL', key, unpack(dead, k, math.min(k + 999, #dead)))
   end
-  redis.call('HSET', key, 'i', string.format('%d', i), 'e', string.format('%d', e))
+  table.sort(claims)
+  local fps = {}
+  for fp in pairs(seen_fps) do fps[#fps + 1] = fp end
+  table.sort(fps)
+  local shown = {}
+  for k = 1, math.min(FINGERPRINTS, #fps) do shown[k] = fps[k] end
+  local expires = string.format('%d', oldest + ttl)
+  local parts = {stamp, expires, num(used), #shown > 0 and table.concat(shown, ',') or '-'}
+  local n = #claims
+  for g = 0, GROUPS - 1 do
+    local lo, hi = math.floor(g * n / GROUPS), math.floor((g + 1) * n / GROUPS)
+    if hi > lo then
+      local sum = 0
+      for k = lo + 1, hi do sum = sum + claims[k] end
+      parts[#parts + 1] = string.format('%d', hi - lo) .. ' ' .. num(sum) .. ' ' .. num(claims[hi])
+    end
+  end
+  local s = table.concat(parts, ' ')
+  redis.call('HSET', key, 's', s)
+  redis.call('HDEL', key, 'd')
+  -- Written again at least once a member TTL while anyone syncs: the key outlives
+  -- its last sync by up to the key TTL.
+  redis.call('PEXPIRE', key, ARGV[3])
+  return s
 end
-redis.call('PEXPIRE', key, ARGV[7])
-local out = {'', ''}
-if i ~= nil then
-  out[1] = string.format('%d', i)
-  out[2] = string.format('%d', e)
+local function sync(k)
+  local key, b = KEYS[k], 5 + (k - 1) * 5
+  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me)
+  if got.err then
+    return got
+  end
+  local i, e, r, s, dirty, old = tonumber(got[1]), tonumber(got[2]), tonumber(got[3]), got[4], got[5], got[6]
+  local entry = ARGV[b + 1]
+  local write = {me, stamp .. ' ' .. entry}
+  local was = nil
+  if old then
+    local sp = string.find(old, ' ', 1, true) or #old
+    was = string.sub(old, sp + 1)
+    old = tonumber(string.sub(old, 1, sp - 1)) or now
+  end
+  local changed = was ~= entry
+  if changed and not dirty then
+    write[#write + 1] = 'd'
+    write[#write + 1] = '1'
+  end
+  if ARGV[b + 3] ~= '' then
+    local pi, pe, from = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+    if i == nil or e == nil then
+      i, e = pi, pe
+    elseif from ~= nil then
+      if from == e and (r == nil or now - r >= hold) then
+        i = math.max(i, pi)
+        e = math.max(pe, e + 1)
+        write[#write + 1] = 'r'
+        write[#write + 1] = stamp
+      end
+    elseif pe == e then
+      i = math.min(i, pi)
+    end
+    write[#write + 1] = 'i'
+    write[#write + 1] = string.format('%d', i)
+    write[#write + 1] = 'e'
+    write[#write + 1] = string.format('%d', e)
+  end
+  -- The first write may be refused (OOM); once a script has written, Redis lets it
+  -- write on, so a refusal must come before any other write.
+  redis.call('HSET', key, unpack(write))
+  local at, expires = nil, nil
+  if s then
+    at, expires = string.match(s, '^(%d+) (%d+)')
+    at, expires = tonumber(at), tonumber(expires)
+  end
+  local counted = ''
+  if at == nil or expires == nil or now > expires or ((changed or dirty) and now - at >= refresh) then
+    s = summarize(key)
+    counted = entry
+  elseif was and (old < at or ARGV[b + 2] == string.format('%d', at)) then
+    counted = was
+  end
+  local out = {'', '', s, counted}
+  if i ~= nil then
+    out[1] = string.format('%d', i)
+    out[2] = string.format('%d', e)
+  end
+  return out
 end
-for k = 1, #others do
-  out[#out + 1] = others[k]
+local out = {}
+for k = 1, #KEYS do
+  out[k] = sync(k)
 end
 return out
 ";
@@ -106,20 +197,27 @@ pub struct Report<'a> {
     pub fingerprint: &'a str,
     /// What the member learned; `None` before it learned anything.
     pub proposal: Option<Proposal>,
+    /// When the summary that last counted this member's entry was written
+    /// ([`Answer::counted_in`]): an entry rewritten since still counts in it.
+    pub counted_in: u64,
 }
 
-/// One lane's answer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Answer {
-    /// The lane's state after the merge; `None` while no member has proposed any.
-    pub shared: Option<Shared>,
-    /// What the other live members' demands claim (`demand::claim`).
-    pub others: Vec<f64>,
-    /// The other live members' recent dispatch rates, in the same order.
-    pub others_used: Vec<f64>,
-    /// The other live members' fingerprints, in the same order (empty where none).
-    pub fingerprints: Vec<String>,
+/// The times a sync passes to the script.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    /// A member counts while it was seen within this.
+    pub member_ttl: Duration,
+    /// A lane's hash outlives its last sync by this.
+    pub key_ttl: Duration,
+    /// A raise this soon after the last one belongs to the same burst.
+    pub hold: Duration,
+    /// How old a lane's summary may grow while its entries change.
+    pub refresh: Duration,
 }
+
+/// Lanes per script call: enough that the call's own cost is spread thin, few enough
+/// that no call holds Redis (which runs one script at a time) for long.
+const BATCH: usize = 100;
 
 /// A connection to the fleet's Redis, with the script loaded.
 pub struct Store {
@@ -257,17 +355,15 @@ impl Store {
         self.conn = None;
     }
 
-    /// One round trip: the script once per lane, pipelined (in a cluster, each call
-    /// sent to its slot's node, all at once); each lane's answer or error on its own,
-    /// so one bad key fails only its lane. A script Redis lost (restarted, `SCRIPT
-    /// FLUSH`, a node new to the cluster) is loaded again.
+    /// One round trip: the script once per [`BATCH`] lanes, pipelined (in a cluster,
+    /// once per lane, each call sent to its slot's node, all at once); each lane's
+    /// answer or error on its own, so one bad key fails only its lane. A script Redis
+    /// lost (restarted, `SCRIPT FLUSH`, a node new to the cluster) is loaded again.
     pub async fn sync(
         &mut self,
         member: &str,
         lanes: &[Report<'_>],
-        member_ttl: Duration,
-        key_ttl: Duration,
-        hold: Duration,
+        timings: Timings,
     ) -> RedisResult<Vec<RedisResult<Answer>>> {
         if lanes.is_empty() {
             return Ok(Vec::new());
@@ -282,10 +378,9 @@ impl Store {
         let Some(link) = self.conn.as_mut() else {
             return Err(not_connected());
         };
-        let ttls = [member_ttl, key_ttl, hold].map(millis);
         let conn = match link {
             Link::Cluster(conn) => {
-                return Ok(sync_cluster(conn, &self.script, member, lanes, ttls).await);
+                return Ok(sync_cluster(conn, &self.script, member, lanes, timings).await);
             }
             Link::Node(conn) => conn,
         };
@@ -295,23 +390,33 @@ impl Store {
         }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for lane in lanes {
-            let call = pipe.cmd("EVALSHA").arg(self.script.get_hash()).arg(1);
-            for arg in &arguments(lane, member, ttls) {
+        for batch in lanes.chunks(BATCH) {
+            let call = pipe.cmd("EVALSHA").arg(self.script.get_hash());
+            let (keys, args) = arguments(batch, member, timings);
+            call.arg(keys.len()).arg(keys);
+            for arg in &args {
                 call.arg(arg.as_ref());
             }
         }
-        let raw: Vec<RedisResult<Vec<String>>> = pipe.query_async(conn).await?;
+        let raw: Vec<RedisResult<Vec<redis::Value>>> = pipe.query_async(conn).await?;
         let lost = |r: &RedisResult<_>| matches!(r, Err(e) if e.code() == Some("NOSCRIPT"));
         self.reload = raw.iter().any(lost);
-        Ok(raw
-            .into_iter()
-            .map(|fields| fields.map(|f| answer(&f)))
-            .collect())
+        let mut answers = Vec::with_capacity(lanes.len());
+        for (batch, result) in lanes.chunks(BATCH).zip(raw) {
+            match result {
+                Ok(values) if values.len() == batch.len() => {
+                    answers.extend(values.into_iter().map(lane_answer));
+                }
+                Ok(_) => answers.extend(batch.iter().map(|_| Err(unreadable()))),
+                Err(e) => answers.extend(batch.iter().map(|_| Err(e.clone()))),
+            }
+        }
+        Ok(answers)
     }
 
     /// Deletes this member's entries from `keys` at once (one pipelined round trip; in
-    /// a cluster, one call per key, all at once).
+    /// a cluster, one call per key, all at once), and their summaries, so the next
+    /// sync of each lane summarizes it without this member.
     pub async fn leave(&mut self, member: &str, keys: &[String]) -> RedisResult<()> {
         let Some(link) = self.conn.as_mut() else {
             return Err(not_connected());
@@ -324,7 +429,7 @@ impl Store {
                 }
                 let mut pipe = redis::pipe();
                 for key in keys {
-                    pipe.cmd("HDEL").arg(key).arg(&field).ignore();
+                    pipe.cmd("HDEL").arg(key).arg(&field).arg("s").ignore();
                 }
                 pipe.query_async::<()>(conn).await
             }
@@ -336,6 +441,7 @@ impl Store {
                         redis::cmd("HDEL")
                             .arg(key)
                             .arg(field)
+                            .arg("s")
                             .query_async::<()>(&mut conn)
                             .await
                     }
@@ -354,46 +460,51 @@ async fn sync_cluster(
     script: &Script,
     member: &str,
     lanes: &[Report<'_>],
-    ttls: [u64; 3],
+    timings: Timings,
 ) -> Vec<RedisResult<Answer>> {
     let calls = lanes.iter().map(|lane| {
         let mut conn = conn.clone();
         let mut invocation = script.prepare_invoke();
-        let mut args = arguments(lane, member, ttls).into_iter();
-        if let Some(key) = args.next() {
-            invocation.key(key.as_ref());
-        }
-        for arg in args {
+        let (keys, args) = arguments(std::slice::from_ref(lane), member, timings);
+        invocation.key(keys);
+        for arg in &args {
             invocation.arg(arg.as_ref());
         }
         async move {
-            let fields: Vec<String> = invocation.invoke_async(&mut conn).await?;
-            Ok(answer(&fields))
+            let mut values: Vec<redis::Value> = invocation.invoke_async(&mut conn).await?;
+            values.pop().map_or_else(|| Err(unreadable()), lane_answer)
         }
     });
     join_all(calls).await
 }
 
-/// One lane's script call: its key, then ARGV (see [`SYNC`]).
-fn arguments<'a>(lane: &Report<'a>, member: &'a str, ttls: [u64; 3]) -> [Cow<'a, str>; 9] {
-    let p = lane.proposal;
-    let [member_ttl, key_ttl, hold] = ttls.map(|t| Cow::Owned(t.to_string()));
+/// One script call's KEYS and ARGV for `lanes` (see [`SYNC`]).
+fn arguments<'a>(
+    lanes: &[Report<'a>],
+    member: &'a str,
+    timings: Timings,
+) -> (Vec<&'a str>, Vec<Cow<'a, str>>) {
+    let t = timings;
+    let mut args = vec![Cow::Borrowed(member)];
+    for d in [t.member_ttl, t.key_ttl, t.hold, t.refresh] {
+        args.push(Cow::Owned(millis(d).to_string()));
+    }
     let text = |v: Option<String>| v.map_or(Cow::Borrowed(""), Cow::Owned);
-    [
-        Cow::Borrowed(lane.key),
-        Cow::Borrowed(member),
-        Cow::Owned(super::demand::entry(
-            lane.demand,
-            lane.used,
-            lane.fingerprint,
-        )),
-        text(p.map(|p| p.interval.as_micros().to_string())),
-        text(p.map(|p| p.epoch.to_string())),
-        text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
-        member_ttl,
-        key_ttl,
-        hold,
-    ]
+    for lane in lanes {
+        let p = lane.proposal;
+        args.extend([
+            Cow::Owned(super::demand::entry(
+                lane.demand,
+                lane.used,
+                lane.fingerprint,
+            )),
+            Cow::Owned(lane.counted_in.to_string()),
+            text(p.map(|p| p.interval.as_micros().to_string())),
+            text(p.map(|p| p.epoch.to_string())),
+            text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
+        ]);
+    }
+    (lanes.iter().map(|l| l.key).collect(), args)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -513,29 +624,37 @@ fn not_connected() -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Io, "not connected"))
 }
 
-/// Reads the script's answer; unreadable parts count as absent.
+fn unreadable() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "the sync script's answer cannot be read",
+    ))
+}
+
+/// One lane's part of the script's answer: its error, or its fields.
+fn lane_answer(value: redis::Value) -> RedisResult<Answer> {
+    match value {
+        redis::Value::ServerError(e) => Err(e.into()),
+        value => {
+            let fields: Vec<String> = redis::from_redis_value(value)?;
+            Ok(answer(&fields))
+        }
+    }
+}
+
+/// Reads one lane's fields; unreadable parts count as absent.
 fn answer(fields: &[String]) -> Answer {
     let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
     let shared = number(0).zip(number(1)).map(|(micros, epoch)| Shared {
         interval: Duration::from_micros(micros),
         epoch,
     });
-    let (mut others, mut others_used, mut fingerprints) = (Vec::new(), Vec::new(), Vec::new());
-    for (claim, used, fingerprint) in fields
-        .iter()
-        .skip(2)
-        .filter_map(|d| super::demand::parse(d))
-    {
-        others.push(claim);
-        others_used.push(used);
-        fingerprints.push(fingerprint.to_string());
-    }
-    Answer {
-        shared,
-        others,
-        others_used,
-        fingerprints,
-    }
+    let summary = fields
+        .get(2)
+        .and_then(|s| Summary::parse(s))
+        .unwrap_or_default();
+    let counted = fields.get(3).map(String::as_str).filter(|c| !c.is_empty());
+    summary.answer(shared, counted)
 }
 
 #[cfg(test)]
@@ -547,31 +666,35 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_carries_the_state_and_the_other_demands() {
+    fn an_answer_carries_the_state_and_the_summary_less_this_member() {
+        let summary = "1700000000000 1700000005000 30 ab 1 2.5 2.5 1 12.5 12.5 1 1e300 1e300";
         assert_eq!(
-            answer(&strings(&["20000", "3", "12.5 10 ab", "inf inf", "1e9"])),
+            answer(&strings(&["20000", "3", summary, "12.5 10 ab"])),
             Answer {
                 shared: Some(Shared {
                     interval: Duration::from_millis(20),
                     epoch: 3
                 }),
-                others: vec![12.5, f64::INFINITY, 0.0],
-                others_used: vec![10.0, f64::INFINITY, 0.0],
-                fingerprints: strings(&["ab", "", ""]),
+                others: vec![2.5, 1e300],
+                others_used: vec![10.0, 10.0],
+                fingerprints: strings(&["ab"]),
+                counted_in: 1_700_000_000_000,
             }
         );
     }
 
     #[test]
-    fn an_answer_without_state_has_none() {
+    fn an_answer_without_state_has_none_and_an_uncounted_member_sees_every_entry() {
         assert_eq!(
-            answer(&strings(&["", "", "1 1"])),
+            answer(&strings(&["", "", "1 2 1 - 1 1 1", ""])),
             Answer {
                 shared: None,
                 others: vec![1.0],
                 others_used: vec![1.0],
-                fingerprints: strings(&[""]),
+                fingerprints: Vec::new(),
+                counted_in: 0,
             }
         );
+        assert_eq!(answer(&strings(&["", ""])), Answer::default());
     }
 }

@@ -1,0 +1,252 @@
+//! A lane's summary of its live members, kept in the lane's hash so that a sync reads
+//! a few numbers instead of every member's entry: the sum of their dispatch rates,
+//! their fingerprints (at most [`FINGERPRINTS`] distinct ones), and their claims sorted
+//! and cut into at most [`GROUPS`] groups of (almost) equal size, each a count, a sum
+//! and a maximum. Up to [`GROUPS`] members every claim is its own group, so the
+//! fleet's max-min shares are exact; past that, each member within a group counts at
+//! the group's mean claim, which moves the water level only where a group straddles it.
+//!
+//! The script in `store.rs` writes the summary (and `memory.rs` builds it for the
+//! simulator) when the first sync finds it older than the refresh time while entries
+//! changed, or the oldest entry it counted expired; every other sync only writes its
+//! own entry. A member's answer is the summary less its own entry, if the summary
+//! counted it, read into the lists `decide` and `unpaced_share` take: the others'
+//! claims (each group's members at its mean) and the others' dispatch rates (their sum
+//! in equal parts, all `unpaced_share` uses).
+
+use std::collections::BTreeSet;
+
+use super::demand;
+use super::learning::Shared;
+
+/// Groups of claims a summary keeps: members beyond this many share a group.
+pub const GROUPS: usize = 16;
+/// Distinct fingerprints a summary keeps: enough to see that some differ.
+pub const FINGERPRINTS: usize = 4;
+/// The largest claim a summary sums: a claim of "as much as there is" (infinite)
+/// counts as this, so that taking one member's claim out of a group's sum leaves the
+/// others' (an infinite sum less an infinite claim would not).
+pub const CLAIM_CAP: f64 = 1e300;
+
+/// One lane's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Answer {
+    /// The lane's state after the merge; `None` while no member has proposed any.
+    pub shared: Option<Shared>,
+    /// What the other live members' demands claim (`demand::claim`), one per member;
+    /// past `summary::GROUPS` members, each at its group's mean.
+    pub others: Vec<f64>,
+    /// The other live members' recent dispatch rates: their sum in equal parts, one
+    /// per member.
+    pub others_used: Vec<f64>,
+    /// The distinct fingerprints of the lane's live members, this one's included.
+    pub fingerprints: Vec<String>,
+    /// When the summary was written, by the store's clock, if it counted this
+    /// member's entry; 0 if it did not.
+    pub counted_in: u64,
+}
+
+/// One group of claims.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Group {
+    /// Members in the group.
+    pub count: u32,
+    /// Their claims' sum.
+    pub sum: f64,
+    /// The largest of their claims.
+    pub max: f64,
+}
+
+/// A lane's live members, summarized.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// When it was written, by the store's clock.
+    pub at: u64,
+    /// The members' dispatch rates summed (infinite ones left out).
+    pub used: f64,
+    /// The members' distinct non-empty fingerprints, sorted, at most [`FINGERPRINTS`].
+    pub fingerprints: Vec<String>,
+    /// The members' claims, ascending, in at most [`GROUPS`] groups.
+    pub groups: Vec<Group>,
+}
+
+/// What an entry's text after its last-seen time (`demand::entry`) counts for:
+/// its claim (capped at [`CLAIM_CAP`]), its dispatch rate (0 if infinite) and its
+/// fingerprint; `None` for an entry whose demand cannot be read.
+pub fn read(entry: &str) -> Option<(f64, f64, &str)> {
+    let (claim, used, fingerprint) = demand::parse(entry)?;
+    let used = if used.is_finite() { used } else { 0.0 };
+    Some((claim.min(CLAIM_CAP), used, fingerprint))
+}
+
+impl Summary {
+    /// The summary, written `at`, of the members whose entries are `entries` (each
+    /// the text after the last-seen time); unreadable ones are left out.
+    pub fn of<'a>(at: u64, entries: impl IntoIterator<Item = &'a str>) -> Summary {
+        let mut claims = Vec::new();
+        let mut used = 0.0;
+        let mut fingerprints = BTreeSet::new();
+        for (claim, dispatched, fingerprint) in entries.into_iter().filter_map(read) {
+            claims.push(claim);
+            used += dispatched;
+            if !fingerprint.is_empty() {
+                fingerprints.insert(fingerprint);
+            }
+        }
+        claims.sort_by(f64::total_cmp);
+        let n = claims.len();
+        let groups = (0..GROUPS)
+            .filter_map(|g| {
+                let (lo, hi) = (g * n / GROUPS, (g + 1) * n / GROUPS);
+                let part = claims.get(lo..hi).filter(|p| !p.is_empty())?;
+                Some(Group {
+                    count: u32::try_from(part.len()).unwrap_or(u32::MAX),
+                    sum: part.iter().fold(0.0, |sum, c| sum + c),
+                    max: part[part.len() - 1],
+                })
+            })
+            .collect();
+        Summary {
+            at,
+            used,
+            fingerprints: fingerprints
+                .into_iter()
+                .take(FINGERPRINTS)
+                .map(str::to_string)
+                .collect(),
+            groups,
+        }
+    }
+
+    /// Reads the summary the script writes: `<written ms> <expires ms> <used>
+    /// <fingerprints joined by commas, or -> <count> <sum> <max> ...`; `None` if it
+    /// is unreadable.
+    pub fn parse(text: &str) -> Option<Summary> {
+        let mut parts = text.split(' ');
+        let at = parts.next()?.parse::<u64>().ok()?;
+        parts.next()?;
+        let used = parts.next()?.parse::<f64>().ok()?;
+        let fingerprints = match parts.next()? {
+            "-" => Vec::new(),
+            listed => listed.split(',').map(str::to_string).collect(),
+        };
+        let mut groups = Vec::new();
+        while let Some(count) = parts.next() {
+            groups.push(Group {
+                count: count.parse().ok()?,
+                sum: parts.next()?.parse().ok()?,
+                max: parts.next()?.parse().ok()?,
+            });
+        }
+        Some(Summary {
+            at,
+            used,
+            fingerprints,
+            groups,
+        })
+    }
+
+    /// One member's answer: the lane's state `shared`, and the summary less `counted`,
+    /// the member's own entry if the summary counted it.
+    pub fn answer(&self, shared: Option<Shared>, counted: Option<&str>) -> Answer {
+        let mut groups = self.groups.clone();
+        let mut used = self.used;
+        if let Some((claim, mine, _)) = counted.and_then(read)
+            && let Some(g) = groups.iter_mut().find(|g| g.count > 0 && g.max >= claim)
+        {
+            g.count -= 1;
+            g.sum -= claim;
+            used -= mine;
+        }
+        let mut others = Vec::new();
+        for g in groups.iter().filter(|g| g.count > 0) {
+            let mean = (g.sum / f64::from(g.count)).max(0.0);
+            others.extend(std::iter::repeat_n(mean, g.count as usize));
+        }
+        let each = if others.is_empty() {
+            0.0
+        } else {
+            used.max(0.0) / others.len() as f64
+        };
+        Answer {
+            shared,
+            others_used: vec![each; others.len()],
+            others,
+            fingerprints: self.fingerprints.clone(),
+            counted_in: if counted.is_some() { self.at } else { 0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn up_to_sixteen_members_each_claim_is_its_own_group_and_is_given_back_exactly() {
+        let entries = ["5 10 ab", "inf inf", "1 0.5 cd", "3 100"];
+        let s = Summary::of(9, entries);
+        assert_eq!(s.groups.len(), 4);
+        assert_eq!(s.used, 110.5);
+        assert_eq!(s.fingerprints, vec!["ab", "cd"]);
+        // Member "3 100" asks: the others are 1 (0.5 x 2), 5 and the capped infinity.
+        let a = s.answer(None, Some("3 100"));
+        assert_eq!(a.others, vec![1.0, 5.0, CLAIM_CAP]);
+        assert_eq!(a.others_used, vec![10.5 / 3.0; 3]);
+        assert_eq!(a.counted_in, 9);
+        // A member the summary did not count yet sees every one of them.
+        assert_eq!(s.answer(None, None).others.len(), 4);
+    }
+
+    #[test]
+    fn past_sixteen_members_a_group_counts_at_its_mean() {
+        let entries: Vec<String> = (0..32).map(|i| format!("{i} 1000")).collect();
+        let s = Summary::of(9, entries.iter().map(String::as_str));
+        assert_eq!(s.groups.len(), GROUPS);
+        assert_eq!(
+            s.groups[0],
+            Group {
+                count: 2,
+                sum: 1.0,
+                max: 1.0
+            }
+        );
+        let a = s.answer(None, Some("31 1000"));
+        assert_eq!(a.others.len(), 31);
+        assert_eq!(a.others[0], 0.5);
+        assert_eq!(a.others[30], 30.0);
+        assert_eq!(a.others.iter().sum::<f64>(), (0..31).sum::<i32>() as f64);
+    }
+
+    #[test]
+    fn the_script_s_text_reads_back() {
+        let text = "1700000000000 1700000005000 12.5 ab,cd 1 3 3 2 9.5 7";
+        assert_eq!(
+            Summary::parse(text),
+            Some(Summary {
+                at: 1_700_000_000_000,
+                used: 12.5,
+                fingerprints: vec!["ab".to_string(), "cd".to_string()],
+                groups: vec![
+                    Group {
+                        count: 1,
+                        sum: 3.0,
+                        max: 3.0
+                    },
+                    Group {
+                        count: 2,
+                        sum: 9.5,
+                        max: 7.0
+                    }
+                ],
+            })
+        );
+        let empty = Summary {
+            at: 1,
+            ..Summary::default()
+        };
+        assert_eq!(Summary::parse("1 2 0 -"), Some(empty));
+        assert_eq!(Summary::parse("1 2 0 - 2 x 3"), None);
+        assert_eq!(Summary::parse(""), None);
+    }
+}
