@@ -167,6 +167,11 @@ impl Cubic {
         self.w_max = self.rate.clamp(rate, rate / self.beta);
         self.decrease_to(rate, now);
         self.from_start = false;
+        // The fleet's cut is measured (at most its rate that got through), not a
+        // guess of this member's: a throttle after it is a burst of its own, taken by
+        // `beta`. In a large fleet a member may see no success of its own between
+        // two raises, and halving at each would undershoot the capacity.
+        self.succeeded = true;
     }
 
     /// Multiplies the interval by `factor`, and so every remembered rate by its
@@ -344,6 +349,19 @@ mod tests {
         c.on_success(secs(0.03));
         c.on_throttle(Duration::ZERO, secs(0.04));
         assert_eq!(rate(&c), 101.25);
+    }
+
+    #[test]
+    fn a_throttle_right_after_an_adopted_raise_cuts_by_beta_not_by_half() {
+        let mut c = Cubic::new(&settings());
+        c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0)); // 90/s
+        c.on_success(secs(1.0));
+        // Another member's raise to 50/s, then this member's own throttle before any
+        // success of its own: the fleet measured the cut, so 45/s, not 25/s.
+        c.adopt(Duration::from_millis(20), true, secs(1.0));
+        assert_eq!(rate(&c), 50.0);
+        c.on_throttle(Duration::ZERO, secs(1.5));
+        assert_eq!(rate(&c), 45.0);
     }
 
     #[test]
