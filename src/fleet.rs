@@ -708,11 +708,7 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
         interval: if from == NONE || !paced {
             interval
         } else {
-            let members = sync.last.map_or(1, |d| d.members);
-            learning::cap_raise(
-                interval,
-                learning::fleet_used(used, sync.others_used, members),
-            )
+            learning::cap_raise(interval, used + sync.others_used)
         },
         epoch,
         raised_from: (from != NONE).then_some(from),
@@ -1127,10 +1123,6 @@ mod tests {
         sync.others_used = 96.0;
         let raise = proposal(&sync, 1_000, 3, 2, 4.0);
         assert_eq!(raise.interval, Duration::from_millis(10));
-        // Entries that say nothing yet: its own rate times the members, 16/s.
-        sync.others_used = 0.0;
-        let raise = proposal(&sync, 1_000, 3, 2, 4.0);
-        assert_eq!(raise.interval, Duration::from_micros(62_500));
         // No raise, no floor.
         assert_eq!(
             proposal(&sync, 1_000, 3, NONE, 4.0).interval,

@@ -83,18 +83,6 @@ pub fn cap_raise(interval: Duration, used: f64) -> Duration {
     interval.max(Duration::try_from_secs_f64(1.0 / used).unwrap_or(Duration::MAX))
 }
 
-/// The fleet's recent dispatch rate as a member reads it: its own rate `used` and the
-/// other members' (`others_used`, from their entries at its last sync), but at least
-/// its own times the `members`. When a fleet's load comes at once, the entries read
-/// at the first throttle were written before it, most still saying 0, and their sum
-/// would put the raise at this member's rate alone, many times the fleet's spacing;
-/// the members of a burst dispatch at about the same rate, so each one's rate stands
-/// for theirs until their entries tell. A larger estimate only lowers the floor.
-pub fn fleet_used(used: f64, others_used: f64, members: u32) -> f64 {
-    let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
-    (sane(used) + sane(others_used)).max(sane(used) * f64::from(members.max(1)))
-}
-
 /// Whether a member last seen `since_seen` ago still counts.
 pub fn live(since_seen: Duration, member_ttl: Duration) -> bool {
     since_seen <= member_ttl
@@ -203,16 +191,6 @@ mod tests {
         assert_eq!(cap_raise(ms(1), 0.0), ms(1));
         assert_eq!(cap_raise(ms(1), f64::NAN), ms(1));
         assert_eq!(cap_raise(ms(1), f64::INFINITY), ms(1));
-    }
-
-    #[test]
-    fn the_fleets_rate_is_at_least_this_members_times_the_members() {
-        // Entries written before the load came say nothing yet: 4/s here, 64 members.
-        assert_eq!(fleet_used(4.0, 0.0, 64), 256.0);
-        // Entries that cover it: their sum.
-        assert_eq!(fleet_used(4.0, 300.0, 64), 304.0);
-        assert_eq!(fleet_used(f64::NAN, 10.0, 0), 10.0);
-        assert_eq!(fleet_used(2.0, f64::INFINITY, 3), 6.0);
     }
 
     #[test]
