@@ -1080,6 +1080,29 @@ mod tests {
         assert!(!fleet.outraised);
     }
 
+    /// What a member's entry says it dispatched leaves out what was shed or
+    /// throttled: while the fleet throttles, the entries sum to what got through.
+    #[test]
+    fn the_others_read_a_members_dispatches_less_what_was_refused() {
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let (mut memory, members, _, mut now) = three_sharing(&settings);
+        let (busy, _) = &members[1];
+        for _ in 0..100 {
+            members[1].1.arrived();
+        }
+        for _ in 0..75 {
+            members[1].1.refused();
+        }
+        members[1].1.waiting(1000);
+        now += sync;
+        busy.sync_in(&mut memory, now, sync);
+        members[0].0.sync_in(&mut memory, now, sync);
+        // 25 got through in a quarter second; the third member dispatched nothing.
+        let others = lock(&members[0].1.cell.sync).others_used;
+        assert!((others - 100.0).abs() < 1e-9, "{others}");
+    }
+
     #[test]
     fn a_raise_that_landed_as_proposed_is_not_taken_as_another_ones() {
         let raise = Proposal {
