@@ -98,11 +98,20 @@ impl<R: Random> Controller<R> {
     /// raise some other member made: the interval and epoch move, so results dispatched
     /// before it no longer count. Within this epoch the fleet's interval is taken too,
     /// lower (a member that grew first) or higher (this member's own raise lost the
-    /// compare-and-set to another member's from the same burst). Returns whether the
-    /// interval changed.
-    pub fn adopt(&mut self, interval: Duration, epoch: u64, now: Duration) -> bool {
+    /// compare-and-set to another member's from the same burst: `outraised`, taken as
+    /// a raise). Returns whether the interval changed.
+    pub fn adopt(
+        &mut self,
+        interval: Duration,
+        epoch: u64,
+        outraised: bool,
+        now: Duration,
+    ) -> bool {
         let before = self.sleeper.interval();
-        if epoch != self.epoch {
+        if outraised {
+            self.sleeper.adopt(interval, true, now);
+            self.epoch = epoch;
+        } else if epoch != self.epoch {
             self.sleeper.adopt(interval, epoch > self.epoch, now);
             self.epoch = epoch;
         } else if interval != before {
@@ -350,7 +359,7 @@ mod tests {
     fn adopting_a_later_epoch_moves_the_interval_and_drops_older_results() {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
         c.on_throttle(0, None, Duration::ZERO);
-        assert!(c.adopt(Duration::from_millis(40), 4, Duration::ZERO));
+        assert!(c.adopt(Duration::from_millis(40), 4, false, Duration::ZERO));
         assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(40), 4));
         assert_eq!(c.on_throttle(3, None, Duration::ZERO), None);
         assert_eq!(c.on_throttle(4, None, Duration::ZERO), Some(Step::Up));
@@ -361,11 +370,37 @@ mod tests {
     fn within_an_epoch_the_fleet_interval_is_adopted_either_way() {
         let mut c = Controller::new(&fixed(10), Script::new(&[0.5]));
         c.on_throttle(0, None, Duration::ZERO);
-        assert!(c.adopt(Duration::from_millis(12), 1, Duration::ZERO));
+        assert!(c.adopt(Duration::from_millis(12), 1, false, Duration::ZERO));
         assert_eq!(c.interval(), Duration::from_millis(12));
-        assert!(c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
+        assert!(c.adopt(Duration::from_millis(8), 1, false, Duration::ZERO));
         assert_eq!((c.interval(), c.epoch()), (Duration::from_millis(8), 1));
-        assert!(!c.adopt(Duration::from_millis(8), 1, Duration::ZERO));
+        assert!(!c.adopt(Duration::from_millis(8), 1, false, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_raise_that_outraised_this_members_own_restarts_its_curve_there() {
+        // 100/s learned; this member raised to 90/s (epoch 2), another member's raise
+        // to 50/s landed for the same burst, in the same epoch number.
+        let mut c = cubic_at_100();
+        c.on_success(1, Duration::from_secs(1));
+        c.on_throttle(1, None, Duration::from_secs(1));
+        assert_eq!(c.epoch(), 2);
+        let mut lost = cubic_at_100();
+        lost.on_success(1, Duration::from_secs(1));
+        lost.on_throttle(1, None, Duration::from_secs(1));
+        // Taken as a step within the epoch, its curve climbs back to its own rate in
+        // its recovery; taken as the raise it is, to at most 50/s / beta.
+        c.adopt(Duration::from_millis(20), 2, false, Duration::from_secs(1));
+        lost.adopt(Duration::from_millis(20), 2, true, Duration::from_secs(1));
+        assert_eq!(
+            (lost.interval(), lost.epoch()),
+            (Duration::from_millis(20), 2)
+        );
+        c.on_success(2, Duration::from_secs(3));
+        lost.on_success(2, Duration::from_secs(3));
+        let rate = |c: &Controller<Script>| 1.0 / c.interval().as_secs_f64();
+        assert!(rate(&c) > 90.0, "{}", rate(&c));
+        assert!(rate(&lost) <= 50.0 / 0.9 + 1e-6, "{}", rate(&lost));
     }
 
     /// `cubic` with a 2 s recovery, raised from 0 to 100/s (9 ms observed, / beta).
@@ -385,7 +420,7 @@ mod tests {
     fn cubic_rescaled_keeps_its_curve_in_the_new_units() {
         // 100/s, then a quarter of it: the curve returns to 25/s, not 100/s.
         let mut c = cubic_at_100();
-        c.adopt(Duration::from_nanos(11_111_111), 2, Duration::ZERO);
+        c.adopt(Duration::from_nanos(11_111_111), 2, false, Duration::ZERO);
         c.rescale(4.0);
         assert_eq!(c.interval(), Duration::from_nanos(44_444_444));
         c.on_success(2, Duration::from_secs(2));
@@ -397,7 +432,12 @@ mod tests {
     fn cubic_takes_an_adopted_raise_as_a_throttle_and_climbs_back_in_recovery() {
         // 100/s learned here, then another member's raise to 90/s at t = 10 s.
         let mut c = cubic_at_100();
-        c.adopt(Duration::from_nanos(11_111_111), 2, Duration::from_secs(10));
+        c.adopt(
+            Duration::from_nanos(11_111_111),
+            2,
+            false,
+            Duration::from_secs(10),
+        );
         assert_eq!(c.interval(), Duration::from_nanos(11_111_111));
         // Back at the rate in force before the raise (100/s) after `recovery`.
         c.on_success(2, Duration::from_secs(12));

@@ -94,6 +94,10 @@ pub struct Decision {
     /// `1 / share` when it goes on alone (its interval becomes its own), the share it
     /// had then when it returns to the fleet, 1 otherwise.
     pub rescale: f64,
+    /// This member raised in the burst the fleet's interval comes from, and the raise
+    /// that landed is not its own: it takes the fleet's as a raise, though the epoch
+    /// is the one its own raise reached.
+    pub outraised: bool,
 }
 
 impl Decision {
@@ -137,6 +141,8 @@ struct LaneCell {
     /// Where the lane's refresh age lies (`due::spread`).
     spread: f64,
     arrivals: AtomicU64,
+    /// Attempts shed or throttled since the last sync.
+    refused: AtomicU64,
     waiting: AtomicUsize,
     /// The controller's interval in microseconds, [`NONE`] before the first report.
     interval: AtomicU64,
@@ -195,6 +201,12 @@ impl LaneLink {
     #[inline]
     pub fn arrived(&self) {
         self.cell.arrivals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt of the lane was shed or throttled: it left the queue without
+    /// getting through, so it does not count in the dispatch rate the fleet reads.
+    pub fn refused(&self) {
+        self.cell.refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Requests waiting in the lane's queue now.
@@ -365,6 +377,7 @@ impl Fleet {
                 .cloned()
                 .unwrap_or_default(),
             arrivals: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             interval: AtomicU64::new(NONE),
             epoch: AtomicU64::new(0),
@@ -638,7 +651,8 @@ fn prepare<'a>(
             None => lane.waiting.load(Ordering::Relaxed),
         };
         let demand = sync.demand.update(arrivals, waiting, elapsed);
-        let used = sync.used.update(arrivals, waiting, elapsed);
+        let refused = lane.refused.swap(0, Ordering::Relaxed);
+        let used = sync.used.update(arrivals, refused, waiting, elapsed);
         sync.since = sync.since.saturating_add(elapsed);
         let micros = lane.interval.load(Ordering::Relaxed);
         let epoch = lane.epoch.load(Ordering::Relaxed);
@@ -691,8 +705,11 @@ fn prepare<'a>(
 fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> Proposal {
     let scale = sync.scale.unwrap_or(1.0);
     let interval = Duration::from_micros((micros as f64 * scale) as u64);
+    // The entries read at a raise from an unpaced fleet were written before its load
+    // came (a cold start): the floor waits for the next raise, whose entries tell.
+    let paced = sync.last.is_some_and(|d| !d.interval.is_zero());
     Proposal {
-        interval: if from == NONE {
+        interval: if from == NONE || !paced {
             interval
         } else {
             learning::cap_raise(interval, used + sync.others_used)
@@ -736,7 +753,9 @@ fn conclude(
                     sync.since = Duration::ZERO;
                     sync.counted_in = answer.counted_in;
                 }
-                apply(lane, &answer, round.demands[i], round.used[i], rejoin);
+                let proposal = round.reports[i].proposal;
+                let (demand, used) = (round.demands[i], round.used[i]);
+                apply(lane, &answer, (demand, used, proposal), rejoin);
             }
             Err(error) => {
                 lane.raised_from
@@ -800,11 +819,17 @@ fn rejoin_syncs(sync_interval: Duration) -> u32 {
 
 /// Turns one lane's answer into its decision and hands it to the lane; a lane back
 /// from going on alone holds its share down for `rejoin` syncs (see [`rejoined`]).
-fn apply(lane: &LaneCell, answer: &Answer, demand: f64, used: f64, rejoin: u32) {
+fn apply(
+    lane: &LaneCell,
+    answer: &Answer,
+    (demand, used, proposal): (f64, f64, Option<Proposal>),
+    rejoin: u32,
+) {
     let Some(shared) = answer.shared else {
         return;
     };
     let mut decision = decide(shared, demand, &answer.others);
+    decision.outraised = proposal.is_some_and(|p| outraised(&p, shared));
     if shared.interval.is_zero() {
         decision.share = unpaced_share(used, &answer.others_used);
     }
@@ -835,15 +860,23 @@ fn apply(lane: &LaneCell, answer: &Answer, demand: f64, used: f64, rejoin: u32) 
     lane.share
         .store(decision.share.to_bits(), Ordering::Relaxed);
     (lane.on_sync)(&decision);
-    // What the lane proposes next is relative to what it just adopted: a proposal
-    // from another epoch (or from its time alone) would only be ignored.
-    if lane.epoch.load(Ordering::Relaxed) != shared.epoch
-        || lane.interval.load(Ordering::Relaxed) == NONE
-    {
-        lane.epoch.store(shared.epoch, Ordering::Relaxed);
-        let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
-        lane.interval.store(micros, Ordering::Relaxed);
-    }
+    // What the lane proposes next is relative to what it just adopted, even in the
+    // same epoch: members whose own raises from one burst lost to another's hold the
+    // same epoch number with their own intervals, and one reported again would read
+    // as growth and undo the raise that landed.
+    lane.epoch.store(shared.epoch, Ordering::Relaxed);
+    let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
+    lane.interval.store(micros, Ordering::Relaxed);
+}
+
+/// Whether a member that proposed `proposal` takes `shared` as another member's
+/// raise: it raised, and the fleet holds another interval or epoch than its raise.
+/// Members raise from the same epoch to the same next one, each at its own interval
+/// and on its own curve; one whose raise lost would otherwise keep its own curve and
+/// climb from its own cut, and its next step would undo the raise that landed.
+fn outraised(proposal: &Proposal, shared: Shared) -> bool {
+    proposal.raised_from.is_some()
+        && (proposal.interval != shared.interval || proposal.epoch != shared.epoch)
 }
 
 /// A lane back from going on alone whose decision counts fewer members than it shared
@@ -904,6 +937,7 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         },
         local: false,
         rescale: 1.0,
+        outraised: false,
     }
 }
 
@@ -950,6 +984,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
             },
             local: true,
             rescale: 1.0 / last.share,
+            outraised: false,
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);
@@ -1009,6 +1044,118 @@ mod tests {
         let local = lock(&seen).last().copied().unwrap();
         assert!(local.local);
         assert_eq!(local.interval, Duration::from_millis(30), "{local:?}");
+    }
+
+    /// Two members of a paced fleet (10 ms, epoch 1) raise from one burst, each to
+    /// epoch 2 at its own interval; the first one's raise lands. The second takes it
+    /// as a raise and reports it from then on: its own 13 ms, in the same epoch
+    /// number, read as growth, would have undone the raise.
+    #[test]
+    fn a_member_whose_raise_lost_reports_the_raise_that_landed() {
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let (mut memory, members, _, mut now) = three_sharing(&settings);
+        members[0].1.learned(Duration::from_millis(20), 2, Some(1));
+        members[1].1.learned(Duration::from_millis(13), 2, Some(1));
+        now += sync;
+        members[0].0.sync_in(&mut memory, now, sync);
+        members[1].0.sync_in(&mut memory, now, sync);
+        let second = &members[1].1;
+        let decision = second.last().unwrap();
+        assert_eq!(
+            (decision.interval, decision.epoch),
+            (Duration::from_millis(20), 2)
+        );
+        assert!(decision.outraised);
+        assert!(!members[0].1.last().unwrap().outraised);
+        let cell = &second.cell;
+        assert_eq!(cell.interval.load(Ordering::Relaxed), 20_000);
+        assert_eq!(cell.epoch.load(Ordering::Relaxed), 2);
+        for _ in 0..2 {
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        let fleet = second.last().unwrap();
+        assert_eq!(
+            (fleet.interval, fleet.epoch),
+            (Duration::from_millis(20), 2)
+        );
+        assert!(!fleet.outraised);
+    }
+
+    /// What a member's entry says it dispatched leaves out what was shed or
+    /// throttled: while the fleet throttles, the entries sum to what got through.
+    #[test]
+    fn the_others_read_a_members_dispatches_less_what_was_refused() {
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let (mut memory, members, _, mut now) = three_sharing(&settings);
+        let (busy, _) = &members[1];
+        for _ in 0..100 {
+            members[1].1.arrived();
+        }
+        for _ in 0..75 {
+            members[1].1.refused();
+        }
+        members[1].1.waiting(1000);
+        now += sync;
+        busy.sync_in(&mut memory, now, sync);
+        members[0].0.sync_in(&mut memory, now, sync);
+        // 25 got through in a quarter second; the third member dispatched nothing.
+        let others = lock(&members[0].1.cell.sync).others_used;
+        assert!((others - 100.0).abs() < 1e-9, "{others}");
+    }
+
+    #[test]
+    fn a_raise_that_landed_as_proposed_is_not_taken_as_another_ones() {
+        let raise = Proposal {
+            interval: Duration::from_millis(20),
+            epoch: 2,
+            raised_from: Some(1),
+        };
+        assert!(!outraised(&raise, shared(20)));
+        assert!(outraised(&raise, shared(25)));
+        let raise_to_3 = Proposal { epoch: 3, ..raise };
+        assert!(outraised(&raise_to_3, shared(20)));
+        let step = Proposal {
+            raised_from: None,
+            ..raise
+        };
+        assert!(!outraised(&step, shared(25)));
+    }
+
+    /// The floor a raise takes from the members' dispatch rates applies in a paced
+    /// fleet only: an unpaced fleet's entries were written before its load came.
+    #[test]
+    fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
+        let mut sync = LaneSync {
+            others_used: 0.0,
+            ..LaneSync::default()
+        };
+        let unpaced = decide(
+            Shared {
+                interval: Duration::ZERO,
+                epoch: 0,
+            },
+            0.0,
+            &[0.0; 3],
+        );
+        sync.last = Some(unpaced);
+        // 1 ms proposed at 4/s of its own: kept, not floored at 250 ms.
+        let raise = proposal(&sync, 1_000, 1, 0, 4.0);
+        assert_eq!(raise.interval, Duration::from_millis(1));
+        // Paced, with the others' entries saying 96/s: floored at 1/100 s.
+        sync.last = Some(decide(shared(1), 0.0, &[0.0; 3]));
+        sync.others_used = 96.0;
+        let raise = proposal(&sync, 1_000, 3, 2, 4.0);
+        assert_eq!(raise.interval, Duration::from_millis(10));
+        // No raise, no floor.
+        assert_eq!(
+            proposal(&sync, 1_000, 3, NONE, 4.0).interval,
+            Duration::from_millis(1)
+        );
     }
 
     /// Three members of one lane in memory, synced until each counts three; the first

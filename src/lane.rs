@@ -195,8 +195,8 @@ impl Lane {
         if decision.rescale != 1.0 {
             controller.rescale(decision.rescale);
         }
-        let raised = decision.epoch > controller.epoch();
-        controller.adopt(decision.interval, decision.epoch, now);
+        let raised = decision.epoch > controller.epoch() || decision.outraised;
+        controller.adopt(decision.interval, decision.epoch, decision.outraised, now);
         let spacing = self.pace(&controller);
         if raised && !spacing.is_zero() {
             // Out of the step the members dispatched in when the burst came.
@@ -346,6 +346,9 @@ impl Lane {
                 ..slot
             },
             Err(shed) => {
+                if let Some(link) = self.fleet() {
+                    link.refused();
+                }
                 let now = clock.now();
                 let spacing = self.pacer.spacing();
                 return Err(Shed {
@@ -405,6 +408,9 @@ impl Lane {
             Some(Verdict::Throttle(signal)) => {
                 self.metrics.throttle(signal).inc();
                 self.throttled(signal.as_str(), None, clock.wall());
+                if let Some(link) = self.fleet.get() {
+                    link.refused();
+                }
                 let now = clock.now();
                 if let Some((asked, header)) = pause {
                     let delay = self.cap(asked, header, now);

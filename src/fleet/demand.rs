@@ -57,7 +57,10 @@ pub fn parse(entry: &str) -> Option<(f64, f64, &str)> {
     Some((claim(demand, used), used, parts.next().unwrap_or("")))
 }
 
-/// A lane's recent dispatch rate, from arrivals and the change in its queue.
+/// A lane's recent dispatch rate, from arrivals, the change in its queue and the
+/// attempts shed or throttled: what got through. While a fleet throttles, the
+/// sum of the members' rates is about the capacity (what the upstream let through),
+/// where their dispatches may be many times it.
 #[derive(Clone, Debug, Default)]
 pub struct Used {
     rate: f64,
@@ -65,13 +68,21 @@ pub struct Used {
 }
 
 impl Used {
-    /// The dispatch rate after `arrivals` in `elapsed` with `waiting` queued now:
-    /// what arrived and did not stay queued left the queue (dispatched, or given up).
-    pub fn update(&mut self, arrivals: u64, waiting: usize, elapsed: Duration) -> f64 {
+    /// The dispatch rate after `arrivals` in `elapsed` with `waiting` queued now and
+    /// `refused` attempts shed or throttled: what arrived and did not stay queued left
+    /// the queue (dispatched, or given up), and what was refused did not get through.
+    pub fn update(
+        &mut self,
+        arrivals: u64,
+        refused: u64,
+        waiting: usize,
+        elapsed: Duration,
+    ) -> f64 {
         let queued = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let left = arrivals
             .saturating_add(queued(self.waiting))
-            .saturating_sub(queued(waiting));
+            .saturating_sub(queued(waiting))
+            .saturating_sub(refused);
         self.waiting = waiting;
         self.rate = follow(self.rate, left, elapsed);
         self.rate
@@ -161,15 +172,25 @@ mod tests {
     fn the_dispatch_rate_counts_what_left_the_queue() {
         let mut u = Used::default();
         // 25 arrive, 5 stay queued: 20 left in a quarter second.
-        assert_eq!(u.update(25, 5, SYNC), 80.0);
+        assert_eq!(u.update(25, 0, 5, SYNC), 80.0);
         // None arrive, the queue empties: 5 left.
-        let after = u.update(0, 0, SYNC);
+        let after = u.update(0, 0, 0, SYNC);
         let keep = (-0.125f64).exp();
         assert!((after - (80.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
         // A queue that only grows dispatched nothing.
         let mut stuck = Used::default();
-        assert_eq!(stuck.update(25, 25, SYNC), 0.0);
-        assert_eq!(stuck.update(25, 50, SYNC), 0.0);
+        assert_eq!(stuck.update(25, 0, 25, SYNC), 0.0);
+        assert_eq!(stuck.update(25, 0, 50, SYNC), 0.0);
+    }
+
+    #[test]
+    fn shed_or_throttled_attempts_do_not_count_as_dispatched() {
+        let mut u = Used::default();
+        // 100 attempts in a quarter second, 75 shed or throttled: 25 got through.
+        assert_eq!(u.update(100, 75, 0, SYNC), 100.0);
+        // More refusals than arrivals (answers to earlier attempts): none.
+        let mut storm = Used::default();
+        assert_eq!(storm.update(10, 40, 0, SYNC), 0.0);
     }
 
     #[test]

@@ -70,6 +70,9 @@ pub struct Cubic {
     from_start: bool,
     /// Seconds per doubling while `from_start`.
     doubling: f64,
+    /// The interval is a fleet's (it was adopted once): a throttle cuts by `beta`
+    /// whether or not this member saw a success since the last decrease.
+    shared: bool,
     interval: Duration,
 }
 
@@ -93,6 +96,7 @@ impl Cubic {
             base: 0.0,
             from_start: false,
             doubling: recovery / START_DOUBLINGS,
+            shared: false,
             interval: Duration::ZERO,
         }
     }
@@ -119,7 +123,14 @@ impl Cubic {
         // on the way up; the curve returns to halfway between the decrease and `w`
         // (CUBIC's fast convergence, taken every time), and probes past it from there.
         self.w_max = w * (1.0 + self.beta) / 2.0;
-        let factor = if self.succeeded { self.beta } else { OVERSHOOT };
+        // In a fleet a member may see no success of its own between two raises, and
+        // halving at each would undershoot the capacity; the fleet's cut of a rate
+        // far past it comes from the members' dispatch rates instead.
+        let factor = if self.succeeded || self.shared {
+            self.beta
+        } else {
+            OVERSHOOT
+        };
         self.decrease_to(w * factor, now);
         Step::Up
     }
@@ -154,6 +165,7 @@ impl Cubic {
     /// only the rate moves and the curve keeps its origin, so growth stays a function
     /// of the time since the last throttle, whoever saw it.
     pub fn adopt(&mut self, interval: Duration, raised: bool, now: Duration) {
+        self.shared = true;
         if interval.is_zero() {
             self.rate = 0.0;
             self.interval = Duration::ZERO;
@@ -344,6 +356,21 @@ mod tests {
         c.on_success(secs(0.03));
         c.on_throttle(Duration::ZERO, secs(0.04));
         assert_eq!(rate(&c), 101.25);
+    }
+
+    #[test]
+    fn a_fleet_members_throttles_cut_by_beta_even_with_no_success_between() {
+        let mut c = Cubic::new(&settings());
+        c.on_throttle(Duration::from_nanos(11_111_111), secs(0.0)); // 90/s
+        c.on_success(secs(1.0));
+        // Another member's raise to 50/s, then this member's own throttles before any
+        // success of its own: 45/s and 40.5/s, not 25/s and 12.5/s.
+        c.adopt(Duration::from_millis(20), true, secs(1.0));
+        assert_eq!(rate(&c), 50.0);
+        c.on_throttle(Duration::ZERO, secs(1.5));
+        assert_eq!(rate(&c), 45.0);
+        c.on_throttle(Duration::ZERO, secs(2.0));
+        assert_eq!(rate(&c), 40.5);
     }
 
     #[test]
