@@ -79,11 +79,7 @@ fn capacity(
     let Some((operation, access)) = operation else {
         return ONE;
     };
-    let costs = body.and_then(|body| dynamodb::estimate(operation, body));
-    let units = costs.and_then(|costs| match table {
-        Some(table) => costs.iter().find(|c| c.table == table).map(|c| c.units),
-        None => Some(costs.iter().map(|c| c.units).sum()),
-    });
+    let units = body.and_then(|body| dynamodb::estimate_units(operation, body, table));
     match units {
         Some(units) => thousandths(units),
         None if access == crate::route::dynamodb::Access::Write => {

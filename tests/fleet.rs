@@ -312,10 +312,12 @@ async fn four_members_raising_for_one_burst_raise_the_fleet_once() {
     for (m, interval) in members.iter().zip([15, 14, 16, 15]) {
         m.link.learned(ms(interval), 2, Some(1));
     }
-    wait_for("every member to adopt one raise", || {
+    // A lane's summary counts a member that joined since it was written at its next
+    // rewrite (within two syncs), so the count may lag the raise.
+    wait_for("every member to adopt one raise and count four", || {
         members
             .iter()
-            .all(|m| m.last().is_some_and(|d| d.epoch == 2))
+            .all(|m| m.last().is_some_and(|d| d.epoch == 2 && d.members == 4))
     })
     .await;
     let interval = members[0].last().unwrap().interval;
@@ -323,7 +325,6 @@ async fn four_members_raising_for_one_burst_raise_the_fleet_once() {
     assert_eq!(redis.field(KEY, "e").as_deref(), Some("2"));
     for m in &members {
         assert_eq!(m.last().unwrap().interval, interval);
-        assert_eq!(m.last().unwrap().members, 4);
     }
 }
 

@@ -5,6 +5,8 @@
 //! a transaction twice. Estimated from a request body, settled from an answer's
 //! `ConsumedCapacity`.
 
+mod single;
+
 use serde_json::{Map, Value};
 
 /// One table's share of a request's cost, in capacity units.
@@ -59,8 +61,16 @@ fn value_size(value: &Value) -> u64 {
 /// trailing zeros, sign, point and exponent do not count.
 fn number_size(text: &str) -> u64 {
     let mantissa = text.split(['e', 'E']).next().unwrap_or("");
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let significant = digits.trim_start_matches('0').trim_end_matches('0').len() as u64;
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit);
+    // The digits from the first non-zero one to the last.
+    let (mut first, mut last) = (None, 0);
+    for (i, digit) in digits.enumerate() {
+        if digit != b'0' {
+            first.get_or_insert(i);
+            last = i;
+        }
+    }
+    let significant = first.map_or(0, |first| last - first + 1) as u64;
     significant.div_ceil(2) + 1
 }
 
@@ -73,6 +83,20 @@ fn base64_len(text: &str) -> u64 {
 /// Units for `size` bytes at `unit` bytes a unit, rounded up, at least one.
 fn units(size: u64, unit: u64) -> f64 {
     size.div_ceil(unit).max(1) as f64
+}
+
+/// What a request costs `table` (every table it touches, if `None`), in capacity
+/// units, as [`estimate`] reckons it; single-item operations are read without
+/// building a JSON tree.
+pub fn estimate_units(operation: &str, body: &[u8], table: Option<&str>) -> Option<f64> {
+    if let Some(units) = single::units(operation, body) {
+        return Some(units);
+    }
+    let costs = estimate(operation, body)?;
+    match table {
+        Some(table) => costs.iter().find(|c| c.table == table).map(|c| c.units),
+        None => Some(costs.iter().map(|c| c.units).sum()),
+    }
 }
 
 /// What a request costs each table it touches, as far as its body tells before it is

@@ -160,3 +160,68 @@ fn consumed_capacity_is_read_as_one_object_or_a_list() {
     assert!(consumed(br#"{"ConsumedCapacity":{"TableName":"t","CapacityUnits":-1}}"#).is_empty());
     assert!(consumed(b"<html>").is_empty());
 }
+
+#[test]
+fn single_item_requests_read_without_a_tree_cost_what_the_tree_says() {
+    let item = json!({
+        "pk": {"S": "customer#1234"}, "e": {"S": "h\u{e9}llo \"q\""},
+        "n": {"N": "-0.00012300"}, "b": {"B": "aGVsbG8="}, "t": {"BOOL": true},
+        "z": {"NULL": true}, "ss": {"SS": ["ab", "cde"]}, "ns": {"NS": ["1", "12345"]},
+        "bs": {"BS": ["aGk="]}, "l": {"L": [{"S": "ab"}, {"M": {"k": {"N": "7"}}}]},
+        "m": {"M": {"k": {"S": "v"}, "deep": {"L": []}}},
+        "s": {"S": "x".repeat(1500)},
+    });
+    let cases = [
+        ("PutItem", json!({"TableName": "t", "Item": item.clone()})),
+        (
+            "PutItem",
+            json!({"Item": padded(1020), "TableName": "t", "Other": [1, {"a": null}]}),
+        ),
+        ("PutItem", json!({"TableName": "t", "Item": padded(1021)})),
+        (
+            "UpdateItem",
+            json!({"TableName": "t", "Key": {"pk": {"S": "k"}},
+            "ExpressionAttributeValues": {":v": {"S": "x".repeat(2000)}}}),
+        ),
+        (
+            "DeleteItem",
+            json!({"TableName": "t", "Key": {"pk": {"S": "k"}}}),
+        ),
+        ("GetItem", json!({"TableName": "t", "Key": item.clone()})),
+        ("GetItem", json!({"TableName": "t", "ConsistentRead": true})),
+        ("Query", json!({"TableName": "t", "ConsistentRead": "yes"})),
+        ("Scan", json!({"TableName": "t", "ConsistentRead": false})),
+    ];
+    for (operation, body) in cases {
+        let text = body.to_string();
+        let tree: f64 = estimate(operation, text.as_bytes())
+            .unwrap()
+            .iter()
+            .map(|t| t.units)
+            .sum();
+        assert_eq!(
+            single::units(operation, text.as_bytes()),
+            Some(tree),
+            "{operation} {text}"
+        );
+    }
+    // 1,500 bytes of `s` and the rest: two units, by both readers.
+    let put = json!({"TableName": "t", "Item": item}).to_string();
+    assert_eq!(single::units("PutItem", put.as_bytes()), Some(2.0));
+}
+
+#[test]
+fn what_the_reader_without_a_tree_does_not_take_goes_to_the_general_path() {
+    // A value of the wrong type, trailing text, another operation, not JSON.
+    let odd = json!({"TableName": "t", "Item": {"a": {"S": 5}, "s": {"S": "x".repeat(2000)}}});
+    let odd = odd.to_string();
+    assert_eq!(single::units("PutItem", odd.as_bytes()), None);
+    assert_eq!(
+        estimate_units("PutItem", odd.as_bytes(), Some("t")),
+        Some(2.0)
+    );
+    assert_eq!(single::units("PutItem", br#"{"Item": {}} x"#), None);
+    assert_eq!(single::units("BatchWriteItem", b"{}"), None);
+    assert_eq!(single::units("PutItem", b"not json"), None);
+    assert_eq!(estimate_units("PutItem", b"not json", None), None);
+}
