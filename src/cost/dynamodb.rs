@@ -207,9 +207,6 @@ fn transact(body: &Map<String, Value>, unit: u64) -> Vec<TableCost> {
     out
 }
 
-/// What an answer says was consumed, per table: its `ConsumedCapacity` (an object, or a
-/// list for batches and transactions), present when the client asked for it. Empty when
-/// absent.
 /// [`consumed`] of a `ConsumedCapacity` value (one object or a list) at the start of
 /// `value`, what follows it left alone.
 pub fn consumed_value(value: &[u8]) -> Vec<TableCost> {
@@ -222,6 +219,9 @@ pub fn consumed_value(value: &[u8]) -> Vec<TableCost> {
     serde_json::to_vec(&answer).map_or_else(|_| Vec::new(), |body| consumed(&body))
 }
 
+/// What an answer says was consumed, per table: its `ConsumedCapacity` (an object, or a
+/// list for batches and transactions), present when the client asked for it. Empty when
+/// absent.
 pub fn consumed(body: &[u8]) -> Vec<TableCost> {
     #[derive(serde::Deserialize)]
     struct Answer {
