@@ -65,6 +65,17 @@ pub fn reserve(unit: Unit, headers: &HeaderMap, body: Option<&[u8]>, table: Opti
     }
 }
 
+/// Whether the answer to a request can say what it cost, so is worth reading: an LLM
+/// call's `usage`; a DynamoDB request's `ConsumedCapacity` only when the request asked
+/// for it (or its body was not read to tell).
+pub fn settles(unit: Unit, body: Option<&[u8]>) -> bool {
+    match unit {
+        Unit::Requests => false,
+        Unit::Tokens => true,
+        Unit::Capacity => body.is_none_or(crate::route::dynamodb::asks_consumed_capacity),
+    }
+}
+
 /// A DynamoDB request's capacity units (thousandths) by the developer guide's rules;
 /// one unit per KiB of its length for a write that cannot be read, one for the rest.
 fn capacity(

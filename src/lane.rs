@@ -925,6 +925,8 @@ pub struct Route {
     /// What it is reserved at in each of `more`, where that differs (a batch's other
     /// tables); a lane past the end takes `cost`.
     pub more_costs: Vec<u64>,
+    /// Whether the answer can say what the request cost ([`cost::settles`]).
+    pub settles: bool,
 }
 
 /// Where a single-item DynamoDB request's partition key is: read and hashed only when
@@ -948,6 +950,7 @@ impl Route {
             batch: false,
             cost: ONE,
             more_costs: Vec::new(),
+            settles: false,
         }
     }
 
@@ -1111,18 +1114,11 @@ impl Lanes {
         if unit != Unit::Requests {
             let body = body.map(|b| &b[..]);
             let by_table = unit == Unit::Capacity && *self.rule() == Rule::DynamoDb;
-            let table = |lane: &Arc<Lane>| -> Option<String> {
-                let (table, _) = lane.name().split_once(':').filter(|_| by_table)?;
-                Some(table.to_owned())
-            };
-            let first = table(&route.first);
-            route.cost = cost::reserve(unit, &head.headers, body, first.as_deref());
+            route.cost = reserve_in(&route.first, by_table, unit, &head.headers, body);
+            route.settles = cost::settles(unit, body);
             if !route.more.is_empty() && by_table {
                 route.more_costs = (route.more.iter())
-                    .map(|lane| {
-                        let table = table(lane);
-                        cost::reserve(unit, &head.headers, body, table.as_deref())
-                    })
+                    .map(|lane| reserve_in(lane, by_table, unit, &head.headers, body))
                     .collect();
             }
         }
@@ -1383,6 +1379,19 @@ impl Lanes {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, LaneMap> {
         self.others.write().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// What a request is reserved at in `lane`: for the table the lane's name starts with
+/// (`by_table`, a DynamoDB lane `<table>:<access>`), else for all it touches.
+fn reserve_in(
+    lane: &Lane,
+    by_table: bool,
+    unit: Unit,
+    headers: &http::HeaderMap,
+    body: Option<&[u8]>,
+) -> u64 {
+    let table = lane.name().split_once(':').filter(|_| by_table);
+    cost::reserve(unit, headers, body, table.map(|(table, _)| table))
 }
 
 /// Whether lane `name` may be made beside `others` with `max_lanes` in all: `default`

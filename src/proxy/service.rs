@@ -393,7 +393,8 @@ impl<'a> Ctx<'a> {
             matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
         upstream.reached(Some(status), limited);
         let Verdict::Throttle(signal) = verdict else {
-            let (body, settled) = self.watch(pass, verdict, &parts.headers, body);
+            let settles = route.settles;
+            let (body, settled) = self.watch(pass, verdict, settles, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
             self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body), settled);
@@ -612,11 +613,12 @@ impl<'a> Ctx<'a> {
         &self,
         pass: Pass,
         verdict: Verdict,
+        settles: bool,
         headers: &HeaderMap,
         body: ProxyBody,
     ) -> (ProxyBody, Settled) {
         let unit = pass.lane().unit();
-        let cost = (verdict == Verdict::Success && unit != Unit::Requests)
+        let cost = (verdict == Verdict::Success && settles && unit != Unit::Requests)
             .then(|| AnswerCost::new(unit, is_event_stream(headers)));
         let ProxyBody::Stream(inner) = body else {
             if let (Some(mut cost), Some(held)) = (cost, body.held()) {

@@ -291,6 +291,13 @@ fn scan_tables<'a>(operation: &str, body: &'a [u8]) -> (Tables<'a>, usize) {
     (tables, cursor.consumed())
 }
 
+/// Whether a request asks DynamoDB to answer with its `ConsumedCapacity`
+/// (`ReturnConsumedCapacity` other than `NONE`); without it the answer cannot say what
+/// the request cost.
+pub fn asks_consumed_capacity(body: &[u8]) -> bool {
+    json::top_level_string(body, "ReturnConsumedCapacity").is_some_and(|v| v != "NONE")
+}
+
 /// The table name of a body that starts `{"TableName":"NAME"`, and where it ends:
 /// the start of most requests, whose SDK writes members in the API model's order or
 /// in the caller's (who puts `TableName` first). `None` for any other start, which
