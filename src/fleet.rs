@@ -98,6 +98,9 @@ pub struct Decision {
     /// that landed is not its own: it takes the fleet's as a raise, though the epoch
     /// is the one its own raise reached.
     pub outraised: bool,
+    /// The fleet's first raise since it was unpaced: an estimate from one burst, as
+    /// a sidecar's own raise from 0 is, so the lane keeps growing from it as from one.
+    pub first: bool,
 }
 
 impl Decision {
@@ -610,6 +613,9 @@ struct Round<'a> {
     used: Vec<f64>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
     raised: Vec<u64>,
+    /// Per lane, the interval its controller was at, before any floor (see
+    /// [`outraised`]).
+    own: Vec<Duration>,
 }
 
 /// The times a sync passes to the store: a lane's summary is refreshed once a sync
@@ -641,6 +647,7 @@ fn prepare<'a>(
         demands: Vec::new(),
         used: Vec::new(),
         raised: Vec::new(),
+        own: Vec::new(),
     };
     let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
@@ -678,6 +685,7 @@ fn prepare<'a>(
             spare -= 1;
         }
         let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
+        round.own.push(scaled(&sync, micros));
         round.reports.push(Report {
             key: &lane.key,
             demand,
@@ -697,14 +705,8 @@ fn prepare<'a>(
 
 /// What a lane at `micros` and `epoch` proposes, with the earliest epoch it raised
 /// from since the last sync (`from`, [`NONE`] if none) and its dispatch rate `used`.
-#[allow(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "float to integer `as` saturates, as wanted here"
-)]
 fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> Proposal {
-    let scale = sync.scale.unwrap_or(1.0);
-    let interval = Duration::from_micros((micros as f64 * scale) as u64);
+    let interval = scaled(sync, micros);
     // The entries read at a raise from an unpaced fleet were written before its load
     // came (a cold start): the floor waits for the next raise, whose entries tell.
     let paced = sync.last.is_some_and(|d| !d.interval.is_zero());
@@ -717,6 +719,21 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
         epoch,
         raised_from: (from != NONE).then_some(from),
     }
+}
+
+/// A lane's controller interval of `micros` in the fleet's terms: while it is on its
+/// own, scaled back by the share it last had.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
+fn scaled(sync: &LaneSync, micros: u64) -> Duration {
+    if micros == NONE {
+        return Duration::ZERO;
+    }
+    let scale = sync.scale.unwrap_or(1.0);
+    Duration::from_micros((micros as f64 * scale) as u64)
 }
 
 /// Hands each lane its decision from the store's `answers`; a lane without one keeps
@@ -753,7 +770,12 @@ fn conclude(
                     sync.since = Duration::ZERO;
                     sync.counted_in = answer.counted_in;
                 }
-                let proposal = round.reports[i].proposal;
+                // Compared with what the controller was at: a raise the floor lifted
+                // is another's interval for it.
+                let proposal = round.reports[i].proposal.map(|p| Proposal {
+                    interval: round.own[i],
+                    ..p
+                });
                 let (demand, used) = (round.demands[i], round.used[i]);
                 apply(lane, &answer, (demand, used, proposal), rejoin);
             }
@@ -846,6 +868,8 @@ fn apply(
         }
         sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
         rejoined(&mut sync, &mut decision);
+        decision.first = !shared.interval.is_zero()
+            && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
         sync.last = Some(decision);
         sync.peak_age += 1;
         if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
@@ -873,7 +897,9 @@ fn apply(
 /// raise: it raised, and the fleet holds another interval or epoch than its raise.
 /// Members raise from the same epoch to the same next one, each at its own interval
 /// and on its own curve; one whose raise lost would otherwise keep its own curve and
-/// climb from its own cut, and its next step would undo the raise that landed.
+/// climb from its own cut, and its next step would undo the raise that landed. So
+/// would a member whose own raise landed lifted by the fleet's dispatch rate
+/// (`learning::cap_raise`): `proposal` holds the interval its controller was at.
 fn outraised(proposal: &Proposal, shared: Shared) -> bool {
     proposal.raised_from.is_some()
         && (proposal.interval != shared.interval || proposal.epoch != shared.epoch)
@@ -938,6 +964,7 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         local: false,
         rescale: 1.0,
         outraised: false,
+        first: false,
     }
 }
 
@@ -985,6 +1012,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
             local: true,
             rescale: 1.0 / last.share,
             outraised: false,
+            first: false,
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);
@@ -1124,6 +1152,88 @@ mod tests {
             ..raise
         };
         assert!(!outraised(&step, shared(25)));
+    }
+
+    /// A member's raise lands lifted by the floor (the others got 96/s through a
+    /// fleet paced at 1 ms, so the raise to 2 ms goes to 10 ms): the member takes the
+    /// lifted interval as a raise, so its controller's curve starts from it and does
+    /// not climb back to where its own cut left it.
+    #[test]
+    fn a_member_whose_raise_the_floor_lifted_takes_the_lifted_interval_as_a_raise() {
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let (mut memory, members, _, mut now) = three_sharing(&settings);
+        // The fleet paced at 1 ms in epoch 1.
+        members[0].1.learned(Duration::from_millis(1), 1, None);
+        now += sync;
+        members[0].0.sync_in(&mut memory, now, sync);
+        // Another gets 96/s through, in the summary within a few syncs.
+        for _ in 0..3 {
+            for _ in 0..24 {
+                members[1].1.arrived();
+            }
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        let (raiser, link) = &members[0];
+        assert_eq!(link.last().unwrap().interval, Duration::from_millis(1));
+        link.learned(Duration::from_millis(2), 2, Some(1));
+        now += sync;
+        raiser.sync_in(&mut memory, now, sync);
+        let decision = link.last().unwrap();
+        assert_eq!(
+            (decision.interval, decision.epoch),
+            (Duration::from_nanos(10_416_667), 2)
+        );
+        assert!(decision.outraised);
+    }
+
+    /// The fleet's first raise after it was unpaced is marked as the estimate it is,
+    /// for the members that shared the unpaced fleet, once; a member that joins the
+    /// paced fleet later takes its interval as measured.
+    #[test]
+    fn only_the_first_raise_of_an_unpaced_fleet_is_marked_an_estimate() {
+        let metrics = Metrics::new().unwrap();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let mut memory = Memory::new();
+        let join = |name: &str| {
+            let fleet = Fleet::driven(settings.clone(), &metrics, name.to_string());
+            let link = fleet.join("up", "default", true, Box::new(|_: &Decision| {}));
+            link.learned(Duration::ZERO, 0, None);
+            // Busy, so it syncs every round.
+            link.waiting(1);
+            (fleet, link)
+        };
+        let members = [join("a"), join("b")];
+        let mut now = Duration::ZERO;
+        for _ in 0..2 {
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        assert_eq!(members[1].1.last().unwrap().interval, Duration::ZERO);
+        members[0].1.learned(Duration::from_millis(20), 1, Some(0));
+        now += sync;
+        for (fleet, _) in &members {
+            fleet.sync_in(&mut memory, now, sync);
+        }
+        for (_, link) in &members {
+            let first = link.last().unwrap();
+            assert_eq!(first.interval, Duration::from_millis(20));
+            assert!(first.first, "{first:?}");
+        }
+        let joiner = join("c");
+        now += sync;
+        for (fleet, _) in members.iter().chain([&joiner]) {
+            fleet.sync_in(&mut memory, now, sync);
+        }
+        for (_, link) in members.iter().chain([&joiner]) {
+            assert!(!link.last().unwrap().first);
+        }
     }
 
     /// The floor a raise takes from the members' dispatch rates applies in a paced
