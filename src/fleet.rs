@@ -613,9 +613,6 @@ struct Round<'a> {
     used: Vec<f64>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
     raised: Vec<u64>,
-    /// Per lane, the interval its controller was at, before any floor (see
-    /// [`outraised`]).
-    own: Vec<Duration>,
 }
 
 /// The times a sync passes to the store: a lane's summary is refreshed once a sync
@@ -647,7 +644,6 @@ fn prepare<'a>(
         demands: Vec::new(),
         used: Vec::new(),
         raised: Vec::new(),
-        own: Vec::new(),
     };
     let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
@@ -685,7 +681,6 @@ fn prepare<'a>(
             spare -= 1;
         }
         let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
-        round.own.push(scaled(&sync, micros));
         round.reports.push(Report {
             key: &lane.key,
             demand,
@@ -705,8 +700,14 @@ fn prepare<'a>(
 
 /// What a lane at `micros` and `epoch` proposes, with the earliest epoch it raised
 /// from since the last sync (`from`, [`NONE`] if none) and its dispatch rate `used`.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float to integer `as` saturates, as wanted here"
+)]
 fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> Proposal {
-    let interval = scaled(sync, micros);
+    let scale = sync.scale.unwrap_or(1.0);
+    let interval = Duration::from_micros((micros as f64 * scale) as u64);
     // The entries read at a raise from an unpaced fleet were written before its load
     // came (a cold start): the floor waits for the next raise, whose entries tell.
     let paced = sync.last.is_some_and(|d| !d.interval.is_zero());
@@ -719,21 +720,6 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
         epoch,
         raised_from: (from != NONE).then_some(from),
     }
-}
-
-/// A lane's controller interval of `micros` in the fleet's terms: while it is on its
-/// own, scaled back by the share it last had.
-#[allow(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "float to integer `as` saturates, as wanted here"
-)]
-fn scaled(sync: &LaneSync, micros: u64) -> Duration {
-    if micros == NONE {
-        return Duration::ZERO;
-    }
-    let scale = sync.scale.unwrap_or(1.0);
-    Duration::from_micros((micros as f64 * scale) as u64)
 }
 
 /// Hands each lane its decision from the store's `answers`; a lane without one keeps
@@ -770,12 +756,7 @@ fn conclude(
                     sync.since = Duration::ZERO;
                     sync.counted_in = answer.counted_in;
                 }
-                // Compared with what the controller was at: a raise the floor lifted
-                // is another's interval for it.
-                let proposal = round.reports[i].proposal.map(|p| Proposal {
-                    interval: round.own[i],
-                    ..p
-                });
+                let proposal = round.reports[i].proposal;
                 let (demand, used) = (round.demands[i], round.used[i]);
                 apply(lane, &answer, (demand, used, proposal), rejoin);
             }
@@ -897,9 +878,7 @@ fn apply(
 /// raise: it raised, and the fleet holds another interval or epoch than its raise.
 /// Members raise from the same epoch to the same next one, each at its own interval
 /// and on its own curve; one whose raise lost would otherwise keep its own curve and
-/// climb from its own cut, and its next step would undo the raise that landed. So
-/// would a member whose own raise landed lifted by the fleet's dispatch rate
-/// (`learning::cap_raise`): `proposal` holds the interval its controller was at.
+/// climb from its own cut, and its next step would undo the raise that landed.
 fn outraised(proposal: &Proposal, shared: Shared) -> bool {
     proposal.raised_from.is_some()
         && (proposal.interval != shared.interval || proposal.epoch != shared.epoch)
@@ -1152,42 +1131,6 @@ mod tests {
             ..raise
         };
         assert!(!outraised(&step, shared(25)));
-    }
-
-    /// A member's raise lands lifted by the floor (the others got 96/s through a
-    /// fleet paced at 1 ms, so the raise to 2 ms goes to 10 ms): the member takes the
-    /// lifted interval as a raise, so its controller's curve starts from it and does
-    /// not climb back to where its own cut left it.
-    #[test]
-    fn a_member_whose_raise_the_floor_lifted_takes_the_lifted_interval_as_a_raise() {
-        let settings = FleetSettings::default();
-        let sync = settings.sync_interval;
-        let (mut memory, members, _, mut now) = three_sharing(&settings);
-        // The fleet paced at 1 ms in epoch 1.
-        members[0].1.learned(Duration::from_millis(1), 1, None);
-        now += sync;
-        members[0].0.sync_in(&mut memory, now, sync);
-        // Another gets 96/s through, in the summary within a few syncs.
-        for _ in 0..3 {
-            for _ in 0..24 {
-                members[1].1.arrived();
-            }
-            now += sync;
-            for (fleet, _) in &members {
-                fleet.sync_in(&mut memory, now, sync);
-            }
-        }
-        let (raiser, link) = &members[0];
-        assert_eq!(link.last().unwrap().interval, Duration::from_millis(1));
-        link.learned(Duration::from_millis(2), 2, Some(1));
-        now += sync;
-        raiser.sync_in(&mut memory, now, sync);
-        let decision = link.last().unwrap();
-        assert_eq!(
-            (decision.interval, decision.epoch),
-            (Duration::from_nanos(10_416_667), 2)
-        );
-        assert!(decision.outraised);
     }
 
     /// The fleet's first raise after it was unpaced is marked as the estimate it is,
