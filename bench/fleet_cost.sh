@@ -3,18 +3,28 @@
 # (in-process fleets, each with its own connection and sync task, as many sidecars
 # would have) sync LANES lanes every SYNC_MS against a fresh redis-server; prints
 # Redis's commands/s (script calls and the commands inside them, from INFO), its CPU
-# (% of a core), its CPU per member·lane·sync, the syncs done against those due, the
-# mean sync and the sync errors. BUSY is the percentage of each member's lanes that
-# carry demand (a request always waiting); the others are idle. Runs RUNS times per
-# member count.
+# (% of a core, from INFO's used_cpu_sys + used_cpu_user), its CPU per
+# member·lane·sync, the syncs done against those due, the mean sync, the sync errors
+# and what Redis spent per command (INFO commandstats). BUSY is the percentage of
+# each member's lanes that carry demand (a request always waiting); the others are
+# idle. Runs RUNS times per member count.
 #
 #   bench/fleet_cost.sh [--members "10 100 1000"] [--lanes 50] [--sync-ms 250]
 #                       [--seconds 10] [--runs 3] [--busy 100]
+#                       [--redis-cpus 0] [--member-cpus 1] [--against BINARY]
 #
-# Needs redis-server. Builds tests/fleet_cost.rs in release.
+# --redis-cpus and --member-cpus pin redis-server and the members' process to those
+# CPUs (taskset lists; "" for no pinning), so that on a small machine the members do
+# not take Redis's core and make its load come in bursts. --against runs another build
+# of tests/fleet_cost.rs (say, of main: build it there and copy the executable) in
+# the same invocation, alternated run by run with this tree's, labelled "against"
+# and "this".
+#
+# Needs redis-server and taskset. Builds tests/fleet_cost.rs in release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 members="10 100 1000" lanes=50 sync_ms=250 seconds=10 runs=3 busy=100
+redis_cpus=0 member_cpus=1 against=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members="$2"; shift 2 ;;
@@ -23,15 +33,29 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
     --busy) busy="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --redis-cpus) redis_cpus="$2"; shift 2 ;;
+    --member-cpus) member_cpus="$2"; shift 2 ;;
+    --against) against="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-cargo test --release --test fleet_cost --no-run >/dev/null 2>&1
+this=$(cargo test --release --test fleet_cost --no-run 2>&1 |
+  sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
+[ -x "$this" ] || { echo "could not build tests/fleet_cost.rs" >&2; exit 1; }
+builds=("this=$this")
+[ -n "$against" ] && builds=("against=$against" "this=$this")
+pin=()
+[ -n "$member_cpus" ] && pin=(taskset -c "$member_cpus")
+echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); redis cpus '${redis_cpus}', member cpus '${member_cpus}'"
 for m in $members; do
   for _ in $(seq "$runs"); do
-    EASEOFF_COST_MEMBERS="$m" EASEOFF_COST_LANES="$lanes" EASEOFF_COST_SYNC_MS="$sync_ms" \
-      EASEOFF_COST_SECONDS="$seconds" EASEOFF_COST_BUSY="$busy" \
-      cargo test --release --test fleet_cost -- --ignored --nocapture 2>/dev/null | grep '^members'
+    for build in "${builds[@]}"; do
+      EASEOFF_COST_MEMBERS="$m" EASEOFF_COST_LANES="$lanes" EASEOFF_COST_SYNC_MS="$sync_ms" \
+        EASEOFF_COST_SECONDS="$seconds" EASEOFF_COST_BUSY="$busy" \
+        EASEOFF_COST_REDIS_CPUS="$redis_cpus" \
+        ${pin[@]+"${pin[@]}"} "${build#*=}" --ignored --nocapture 2>/dev/null |
+        grep '^members' | sed "s/^/${build%%=*}: /"
+    done
   done
 done

@@ -5,11 +5,14 @@
 //!
 //! `EASEOFF_COST_BUSY` is the percentage of each member's lanes that carry demand
 //! (a request always waiting); the others are idle, as most of a member's many
-//! lanes are at any moment.
+//! lanes are at any moment. `EASEOFF_COST_REDIS_CPUS` (a `taskset` CPU list) pins
+//! redis-server to those CPUs, so that on a small machine the members (pinned
+//! elsewhere by the caller) do not take its core and make its load come in bursts.
 //!
 //!   EASEOFF_COST_MEMBERS=100 EASEOFF_COST_LANES=50 EASEOFF_COST_SECONDS=10 \
 //!     EASEOFF_COST_BUSY=10 cargo test --release --test fleet_cost -- --ignored --nocapture
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,14 +38,49 @@ fn info(conn: &mut redis::Connection, field: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// How often Redis ran one command (`INFO commandstats`), scripts' calls included.
-fn calls(conn: &mut redis::Connection, command: &str) -> f64 {
+/// How often Redis ran each command and the microseconds it spent in them (`INFO
+/// commandstats`; a script's own count includes the commands it ran).
+fn commandstats(conn: &mut redis::Connection) -> BTreeMap<String, (f64, f64)> {
     let text: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|v| v.split(',').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+    let mut stats = BTreeMap::new();
+    for line in text.lines() {
+        let Some((name, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let field = |key: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        stats.insert(name.to_string(), (field("calls"), field("usec")));
+    }
+    stats
+}
+
+/// Commands run between two [`commandstats`], per second and their mean time.
+fn breakdown(
+    before: &BTreeMap<String, (f64, f64)>,
+    after: &BTreeMap<String, (f64, f64)>,
+    elapsed: f64,
+) -> String {
+    let mut parts = Vec::new();
+    for (name, (calls, usec)) in after {
+        let (calls0, usec0) = before.get(name).copied().unwrap_or((0.0, 0.0));
+        let n = calls - calls0;
+        if n > 0.0 && name != "info" {
+            parts.push(format!(
+                "{name} {:.0}/s {:.1}us",
+                n / elapsed,
+                (usec - usec0) / n
+            ));
+        }
+    }
+    parts.join(", ")
 }
 
 /// The sum and count of one histogram in the metrics text.
@@ -68,7 +106,15 @@ async fn redis_cost_per_member_lane_sync() {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
-    let mut server = Command::new("redis-server")
+    let mut server = match std::env::var("EASEOFF_COST_REDIS_CPUS") {
+        Ok(cpus) if !cpus.is_empty() => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpus, "redis-server"]);
+            c
+        }
+        _ => Command::new("redis-server"),
+    };
+    let mut server = server
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--maxclients", "20000"])
         .stdout(Stdio::null())
@@ -113,7 +159,7 @@ async fn redis_cost_per_member_lane_sync() {
     let (sum0, count0) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds0 = info(&mut conn, "total_commands_processed");
     // The script reads each lane it syncs with one HMGET: lanes synced.
-    let synced0 = calls(&mut conn, "hmget");
+    let stats0 = commandstats(&mut conn);
     let cpu0 = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user");
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -121,7 +167,11 @@ async fn redis_cost_per_member_lane_sync() {
     let text = metrics.render().unwrap();
     let (sum1, count1) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds = info(&mut conn, "total_commands_processed") - cmds0;
-    let synced = calls(&mut conn, "hmget") - synced0;
+    let stats = commandstats(&mut conn);
+    let calls =
+        |name: &str| stats.get(name).map_or(0.0, |s| s.0) - stats0.get(name).map_or(0.0, |s| s.0);
+    let synced = calls("hmget");
+    let clients = info(&mut conn, "connected_clients");
     let cpu = info(&mut conn, "used_cpu_sys") + info(&mut conn, "used_cpu_user") - cpu0;
     let syncs = count1 - count0;
     let lane_syncs = syncs * lanes as f64;
@@ -130,7 +180,8 @@ async fn redis_cost_per_member_lane_sync() {
         "members {members} lanes {lanes} busy {busy}% sync {sync_ms}ms: {:.0} commands/s, redis cpu {:.1} % of a core, \
          {:.2} us redis cpu per member-lane-sync, {:.2} commands per member-lane-sync, \
          syncs {:.0}/s (expected {:.0}/s), mean sync {:.1} ms, sync errors {errors}, \
-         lanes synced {:.0}/s, {:.2} us redis cpu per lane synced",
+         lanes synced {:.0}/s, {:.2} us redis cpu per lane synced, script calls {:.0}/s, \
+         clients {clients}; {}",
         cmds / elapsed,
         100.0 * cpu / elapsed,
         1e6 * cpu / lane_syncs,
@@ -140,6 +191,8 @@ async fn redis_cost_per_member_lane_sync() {
         1000.0 * (sum1 - sum0) / syncs,
         synced / elapsed,
         1e6 * cpu / synced,
+        calls("evalsha") / elapsed,
+        breakdown(&stats0, &stats, elapsed),
     );
     drop(links);
     drop(fleets);
