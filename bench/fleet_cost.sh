@@ -11,11 +11,14 @@
 #
 #   bench/fleet_cost.sh [--members "10 100 1000"] [--lanes 50] [--sync-ms 250]
 #                       [--seconds 10] [--runs 3] [--busy 100]
-#                       [--redis-cpus 0] [--member-cpus 1] [--against BINARY]
+#                       [--redis-cpus 0] [--member-cpus 1] [--redis-nice -10]
+#                       [--against BINARY]
 #
 # --redis-cpus and --member-cpus pin redis-server and the members' process to those
-# CPUs (taskset lists; "" for no pinning), so that on a small machine the members do
-# not take Redis's core and make its load come in bursts. --against runs another build
+# CPUs (taskset lists; "" for no pinning), and --redis-nice runs redis-server at that
+# niceness (negative: before other work; "" to leave it), so that on a small shared
+# machine the members and other work do not keep Redis waiting for a core (its CPU,
+# read from INFO, is what it used, not what it waited). --against runs another build
 # of tests/fleet_cost.rs (say, of main: build it there and copy the executable) in
 # the same invocation, alternated run by run with this tree's, labelled "against"
 # and "this".
@@ -24,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 members="10 100 1000" lanes=50 sync_ms=250 seconds=10 runs=3 busy=100
-redis_cpus=0 member_cpus=1 against=""
+redis_cpus=0 member_cpus=1 redis_nice=-10 against=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members="$2"; shift 2 ;;
@@ -35,8 +38,9 @@ while [ $# -gt 0 ]; do
     --busy) busy="$2"; shift 2 ;;
     --redis-cpus) redis_cpus="$2"; shift 2 ;;
     --member-cpus) member_cpus="$2"; shift 2 ;;
+    --redis-nice) redis_nice="$2"; shift 2 ;;
     --against) against="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -47,15 +51,18 @@ builds=("this=$this")
 [ -n "$against" ] && builds=("against=$against" "this=$this")
 pin=()
 [ -n "$member_cpus" ] && pin=(taskset -c "$member_cpus")
-echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); redis cpus '${redis_cpus}', member cpus '${member_cpus}'"
+redis_prefix=""
+[ -n "$redis_nice" ] && redis_prefix="nice -n $redis_nice"
+[ -n "$redis_cpus" ] && redis_prefix="$redis_prefix taskset -c $redis_cpus"
+echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); redis under '${redis_prefix}', members under '${pin[*]-}'"
 for m in $members; do
   for _ in $(seq "$runs"); do
     for build in "${builds[@]}"; do
       EASEOFF_COST_MEMBERS="$m" EASEOFF_COST_LANES="$lanes" EASEOFF_COST_SYNC_MS="$sync_ms" \
         EASEOFF_COST_SECONDS="$seconds" EASEOFF_COST_BUSY="$busy" \
-        EASEOFF_COST_REDIS_CPUS="$redis_cpus" \
+        EASEOFF_COST_REDIS_PREFIX="$redis_prefix" \
         ${pin[@]+"${pin[@]}"} "${build#*=}" --ignored --nocapture 2>/dev/null |
-        grep '^members' | sed "s/^/${build%%=*}: /"
+        grep -o 'members .*' | sed "s/^/${build%%=*}: /"
     done
   done
 done

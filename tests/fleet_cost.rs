@@ -5,9 +5,10 @@
 //!
 //! `EASEOFF_COST_BUSY` is the percentage of each member's lanes that carry demand
 //! (a request always waiting); the others are idle, as most of a member's many
-//! lanes are at any moment. `EASEOFF_COST_REDIS_CPUS` (a `taskset` CPU list) pins
-//! redis-server to those CPUs, so that on a small machine the members (pinned
-//! elsewhere by the caller) do not take its core and make its load come in bursts.
+//! lanes are at any moment. `EASEOFF_COST_REDIS_PREFIX` runs redis-server under a
+//! command (`taskset -c 0`, `nice -n -10`), so that on a small shared machine the
+//! members (pinned elsewhere by the caller) and other work do not keep Redis waiting
+//! for a core and make its load come in bursts.
 //!
 //!   EASEOFF_COST_MEMBERS=100 EASEOFF_COST_LANES=50 EASEOFF_COST_SECONDS=10 \
 //!     EASEOFF_COST_BUSY=10 cargo test --release --test fleet_cost -- --ignored --nocapture
@@ -94,9 +95,21 @@ fn histogram(text: &str, name: &str) -> (f64, f64) {
     (value("sum"), value("count"))
 }
 
-#[tokio::test(flavor = "multi_thread")]
+/// The members run on `EASEOFF_COST_THREADS` worker threads (default: one per CPU the
+/// process may use), so that pinned to one CPU they do not contend with themselves.
+#[test]
 #[ignore = "a benchmark: bench/fleet_cost.sh"]
-async fn redis_cost_per_member_lane_sync() {
+fn redis_cost_per_member_lane_sync() {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::try_from(env("EASEOFF_COST_THREADS", threads as u64)).unwrap())
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(cost());
+}
+
+async fn cost() {
     let members = env("EASEOFF_COST_MEMBERS", 10);
     let lanes = env("EASEOFF_COST_LANES", 50);
     let seconds = env("EASEOFF_COST_SECONDS", 10);
@@ -106,14 +119,13 @@ async fn redis_cost_per_member_lane_sync() {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
-    let mut server = match std::env::var("EASEOFF_COST_REDIS_CPUS") {
-        Ok(cpus) if !cpus.is_empty() => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", &cpus, "redis-server"]);
-            c
-        }
-        _ => Command::new("redis-server"),
-    };
+    // The words of `EASEOFF_COST_REDIS_PREFIX` (say `nice -n -10 taskset -c 0`) run
+    // redis-server.
+    let prefix = std::env::var("EASEOFF_COST_REDIS_PREFIX").unwrap_or_default();
+    let mut words: Vec<&str> = prefix.split_whitespace().collect();
+    words.push("redis-server");
+    let mut server = Command::new(words[0]);
+    server.args(&words[1..]);
     let mut server = server
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--maxclients", "20000"])
@@ -154,7 +166,7 @@ async fn redis_cost_per_member_lane_sync() {
         fleets.push(fleet);
     }
     // A few syncs to connect and load the script, then the measured window.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(env("EASEOFF_COST_WARMUP", 3))).await;
     let text = metrics.render().unwrap();
     let (sum0, count0) = histogram(&text, "easeoff_fleet_sync_seconds");
     let cmds0 = info(&mut conn, "total_commands_processed");
