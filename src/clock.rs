@@ -88,15 +88,10 @@ impl Clock {
 
     /// Ticks every `period` on this clock, the first at once.
     pub fn interval(&self, period: Duration) -> Interval {
-        self.interval_at(self.now(), period)
-    }
-
-    /// Ticks every `period` on this clock, the first at `first`.
-    pub fn interval_at(&self, first: Instant, period: Duration) -> Interval {
         Interval {
             clock: self.clone(),
             period,
-            next: first,
+            next: self.now(),
         }
     }
 }
@@ -347,23 +342,6 @@ mod tests {
             ticks
         });
         assert_eq!(ticks, [Duration::ZERO, 10 * MS, 23 * MS, 48 * MS, 58 * MS]);
-    }
-
-    #[test]
-    fn an_interval_may_start_later_and_keeps_its_period_from_there() {
-        let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
-        let runtime = manual.runtime().unwrap();
-        let t0 = clock.now();
-        let ticks = runtime.block_on(async {
-            let mut interval = clock.interval_at(t0 + 7 * MS, 10 * MS);
-            let mut ticks = Vec::new();
-            for _ in 0..3 {
-                interval.tick().await;
-                ticks.push(clock.now() - t0);
-            }
-            ticks
-        });
-        assert_eq!(ticks, [7 * MS, 17 * MS, 27 * MS]);
     }
 
     #[test]

@@ -455,20 +455,10 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     let mut room = usize::MAX;
     let mut last_round = clock.now();
     metrics.connected.set(0);
-    let mut phased = false;
     loop {
         tokio::select! {
             () = tick.tick() => {}
             _ = stopped.changed() => break,
-        }
-        if !phased {
-            // Sidecars started together (a Deployment's pods) would otherwise sync in
-            // step for as long as they run, and Redis would take all their calls in
-            // the same few milliseconds of each interval and answer the last ones
-            // late: after the first round, each keeps a phase of its own.
-            phased = true;
-            let phase = settings.sync_interval.mul_f64(rng.f64());
-            tick = clock.interval_at(clock.now() + phase, settings.sync_interval);
         }
         if !store.is_connected() {
             if let Admission::Closed(_) = backoff.admit(clock.now()) {
