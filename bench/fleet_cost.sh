@@ -11,11 +11,15 @@
 #
 #   bench/fleet_cost.sh [--members "10 100 1000"] [--lanes 50] [--sync-ms 250]
 #                       [--seconds 10] [--runs 3] [--busy 100]
-#                       [--redis-cpus 0] [--member-cpus 1] [--redis-nice -10]
-#                       [--against BINARY]
+#                       [--redis-cpus LIST] [--member-cpus LIST] [--redis-nice -10]
+#                       [--in-step] [--against BINARY]
 #
+# The members start spread over one sync interval, so each syncs at a phase of its
+# own as sidecars started at different times do; --in-step starts them all at once,
+# so they sync together (Redis then answers many calls per wake-up, for less CPU).
 # --redis-cpus and --member-cpus pin redis-server and the members' process to those
-# CPUs (taskset lists; "" for no pinning), and --redis-nice runs redis-server at that
+# CPUs (taskset lists; none by default: one core left to 1,000 members starves them
+# on a 2-core machine), and --redis-nice runs redis-server at that
 # niceness (negative: before other work; "" to leave it), so that on a small shared
 # machine the members and other work do not keep Redis waiting for a core (its CPU,
 # read from INFO, is what it used, not what it waited). --against runs another build
@@ -27,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 members="10 100 1000" lanes=50 sync_ms=250 seconds=10 runs=3 busy=100
-redis_cpus=0 member_cpus=1 redis_nice=-10 against=""
+redis_cpus="" member_cpus="" redis_nice=-10 spread=1 against=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members="$2"; shift 2 ;;
@@ -39,8 +43,9 @@ while [ $# -gt 0 ]; do
     --redis-cpus) redis_cpus="$2"; shift 2 ;;
     --member-cpus) member_cpus="$2"; shift 2 ;;
     --redis-nice) redis_nice="$2"; shift 2 ;;
+    --in-step) spread=0; shift ;;
     --against) against="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -54,13 +59,13 @@ pin=()
 redis_prefix=""
 [ -n "$redis_nice" ] && redis_prefix="nice -n $redis_nice"
 [ -n "$redis_cpus" ] && redis_prefix="$redis_prefix taskset -c $redis_cpus"
-echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); redis under '${redis_prefix}', members under '${pin[*]-}'"
+echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); redis under '${redis_prefix}', members under '${pin[*]-}', spread $spread"
 for m in $members; do
   for _ in $(seq "$runs"); do
     for build in "${builds[@]}"; do
       EASEOFF_COST_MEMBERS="$m" EASEOFF_COST_LANES="$lanes" EASEOFF_COST_SYNC_MS="$sync_ms" \
         EASEOFF_COST_SECONDS="$seconds" EASEOFF_COST_BUSY="$busy" \
-        EASEOFF_COST_REDIS_PREFIX="$redis_prefix" \
+        EASEOFF_COST_REDIS_PREFIX="$redis_prefix" EASEOFF_COST_SPREAD="$spread" \
         ${pin[@]+"${pin[@]}"} "${build#*=}" --ignored --nocapture 2>/dev/null |
         grep -o 'members .*' | sed "s/^/${build%%=*}: /"
     done

@@ -5,7 +5,9 @@
 //!
 //! `EASEOFF_COST_BUSY` is the percentage of each member's lanes that carry demand
 //! (a request always waiting); the others are idle, as most of a member's many
-//! lanes are at any moment. `EASEOFF_COST_REDIS_PREFIX` runs redis-server under a
+//! lanes are at any moment. The members start spread over one sync interval, as
+//! sidecars started at different times sync at phases of their own
+//! (`EASEOFF_COST_SPREAD=0`: all at once, in step). `EASEOFF_COST_REDIS_PREFIX` runs redis-server under a
 //! command (`taskset -c 0`, `nice -n -10`), so that on a small shared machine the
 //! members (pinned elsewhere by the caller) and other work do not keep Redis waiting
 //! for a core and make its load come in bursts.
@@ -152,7 +154,16 @@ async fn cost() {
     let metrics = Metrics::new().unwrap();
     let mut fleets = Vec::new();
     let mut links = Vec::new();
-    for _ in 0..members {
+    // Sidecars that started at different times sync at phases of their own, and Redis
+    // then takes their calls one wake-up each; started together (`EASEOFF_COST_SPREAD=0`)
+    // they sync in step, and Redis answers many calls a wake-up, for less CPU.
+    let spread = env("EASEOFF_COST_SPREAD", 1) == 1;
+    let begun = tokio::time::Instant::now();
+    for member in 0..members {
+        if spread {
+            let phase = Duration::from_millis(sync_ms) * u32::try_from(member).unwrap();
+            tokio::time::sleep_until(begun + phase / u32::try_from(members).unwrap()).await;
+        }
         let fleet = Fleet::start(settings.clone(), &metrics, Clock::Tokio);
         for lane in 0..lanes {
             let link = fleet.join("up", &format!("t{lane}"), false, Box::new(|_| {}));
