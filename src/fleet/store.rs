@@ -468,14 +468,7 @@ async fn sync_cluster(
     lanes: &[Report<'_>],
     timings: Timings,
 ) -> Vec<RedisResult<Answer>> {
-    let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
-    for (i, lane) in lanes.iter().enumerate() {
-        by_slot.entry(Slot::for_key(lane.key)).or_default().push(i);
-    }
-    let batches: Vec<&[usize]> = by_slot
-        .values()
-        .flat_map(|lanes| lanes.chunks(BATCH))
-        .collect();
+    let batches = slot_batches(lanes.iter().map(|lane| lane.key));
     let calls = batches.iter().map(|batch| {
         let mut conn = conn.clone();
         let mut invocation = script.prepare_invoke();
@@ -497,6 +490,24 @@ async fn sync_cluster(
         }
     }
     answers
+}
+
+/// The positions of `keys` grouped by their slot, in the order each slot first comes,
+/// up to [`BATCH`] a group: one script call each.
+fn slot_batches<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut by_slot: HashMap<Slot, usize> = HashMap::new();
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    for (i, key) in keys.enumerate() {
+        let slot = Slot::for_key(key);
+        match by_slot.get(&slot) {
+            Some(&b) if batches[b].len() < BATCH => batches[b].push(i),
+            _ => {
+                by_slot.insert(slot, batches.len());
+                batches.push(vec![i]);
+            }
+        }
+    }
+    batches
 }
 
 /// Each of `lanes` lanes' answer from one script call's `result`: its own part, or the
@@ -694,6 +705,18 @@ mod tests {
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn in_a_cluster_lanes_of_one_slot_share_a_call_of_at_most_a_batch() {
+        let mut keys = vec!["a{x}1".to_string(), "b{y}".to_string(), "c{x}2".to_string()];
+        keys.extend((0..150).map(|i| format!("{{z}}{i}")));
+        let batches = slot_batches(keys.iter().map(String::as_str));
+        assert_eq!(batches.len(), 4);
+        assert_eq!(batches[0], [0, 2]);
+        assert_eq!(batches[1], [1]);
+        assert_eq!(batches[2], (3..103).collect::<Vec<_>>());
+        assert_eq!(batches[3], (103..153).collect::<Vec<_>>());
     }
 
     #[test]
