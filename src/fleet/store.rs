@@ -21,6 +21,7 @@
 //! their answers.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, IntoConnectionInfo, RedisResult, Script,
@@ -148,10 +150,16 @@ local function sync(k)
     elseif pe == e then
       i = math.min(i, pi)
     end
-    write[#write + 1] = 'i'
-    write[#write + 1] = string.format('%d', i)
-    write[#write + 1] = 'e'
-    write[#write + 1] = string.format('%d', e)
+    -- An unchanged state is neither written again nor formatted for the answer.
+    if i == tonumber(got[1]) and e == tonumber(got[2]) then
+      i, e = got[1], got[2]
+    else
+      i, e = string.format('%d', i), string.format('%d', e)
+      write[#write + 1] = 'i'
+      write[#write + 1] = i
+      write[#write + 1] = 'e'
+      write[#write + 1] = e
+    end
   end
   -- The first write may be refused (OOM); once a script has written, Redis lets it
   -- write on, so a refusal must come before any other write.
@@ -168,12 +176,12 @@ local function sync(k)
   elseif was and (old < at or ARGV[b + 2] == string.format('%d', at)) then
     counted = was
   end
-  local out = {'', '', s, counted}
-  if i ~= nil then
-    out[1] = string.format('%d', i)
-    out[2] = string.format('%d', e)
+  if i == nil or e == nil then
+    return {'', '', s, counted}
   end
-  return out
+  if i ~= got[1] then i = string.format('%d', i) end
+  if e ~= got[2] then e = string.format('%d', e) end
+  return {i, e, s, counted}
 end
 local out = {}
 for k = 1, #KEYS do
@@ -356,9 +364,10 @@ impl Store {
     }
 
     /// One round trip: the script once per [`BATCH`] lanes, pipelined (in a cluster,
-    /// once per lane, each call sent to its slot's node, all at once); each lane's
-    /// answer or error on its own, so one bad key fails only its lane. A script Redis
-    /// lost (restarted, `SCRIPT FLUSH`, a node new to the cluster) is loaded again.
+    /// once per slot and [`BATCH`] lanes, each call sent to its slot's node, all at
+    /// once); each lane's answer or error on its own, so one bad key fails only its
+    /// lane. A script Redis lost (restarted, `SCRIPT FLUSH`, a node new to the
+    /// cluster) is loaded again.
     pub async fn sync(
         &mut self,
         member: &str,
@@ -403,13 +412,7 @@ impl Store {
         self.reload = raw.iter().any(lost);
         let mut answers = Vec::with_capacity(lanes.len());
         for (batch, result) in lanes.chunks(BATCH).zip(raw) {
-            match result {
-                Ok(values) if values.len() == batch.len() => {
-                    answers.extend(values.into_iter().map(lane_answer));
-                }
-                Ok(_) => answers.extend(batch.iter().map(|_| Err(unreadable()))),
-                Err(e) => answers.extend(batch.iter().map(|_| Err(e.clone()))),
-            }
+            answers.extend(batch_answers(batch.len(), result));
         }
         Ok(answers)
     }
@@ -452,9 +455,12 @@ impl Store {
     }
 }
 
-/// Every lane's script call on its own, all in flight at once: a cluster takes no
-/// pipeline across slots, and a call on its own is what it redirects after a slot
-/// moved (`MOVED`, `ASK`) and loads the script for on a node that lacks it.
+/// The lanes grouped by their key's slot, up to [`BATCH`] a script call, every call in
+/// flight at once: a script in a cluster may touch keys of one slot only, and a cluster
+/// takes no pipeline across slots; a call of one slot is what the cluster connection
+/// redirects after the slot moved (`MOVED`, `ASK`) and loads the script for on a node
+/// that lacks it. Lanes whose keys share a slot (many lanes a member, or keys whose
+/// hash tags collide) so share a call, as in single mode.
 async fn sync_cluster(
     conn: &ClusterConnection,
     script: &Script,
@@ -462,20 +468,56 @@ async fn sync_cluster(
     lanes: &[Report<'_>],
     timings: Timings,
 ) -> Vec<RedisResult<Answer>> {
-    let calls = lanes.iter().map(|lane| {
+    let batches = slot_batches(lanes.iter().map(|lane| lane.key));
+    let calls = batches.iter().map(|batch| {
         let mut conn = conn.clone();
         let mut invocation = script.prepare_invoke();
-        let (keys, args) = arguments(std::slice::from_ref(lane), member, timings);
+        let reports: Vec<Report<'_>> = batch.iter().map(|&i| lanes[i].clone()).collect();
+        let (keys, args) = arguments(&reports, member, timings);
         invocation.key(keys);
         for arg in &args {
             invocation.arg(arg.as_ref());
         }
         async move {
-            let mut values: Vec<redis::Value> = invocation.invoke_async(&mut conn).await?;
-            values.pop().map_or_else(|| Err(unreadable()), lane_answer)
+            let result = invocation.invoke_async(&mut conn).await;
+            batch_answers(batch.len(), result)
         }
     });
-    join_all(calls).await
+    let mut answers: Vec<RedisResult<Answer>> = lanes.iter().map(|_| Err(unreadable())).collect();
+    for (batch, results) in batches.iter().zip(join_all(calls).await) {
+        for (&i, answer) in batch.iter().zip(results) {
+            answers[i] = answer;
+        }
+    }
+    answers
+}
+
+/// The positions of `keys` grouped by their slot, in the order each slot first comes,
+/// up to [`BATCH`] a group: one script call each.
+fn slot_batches<'a>(keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut by_slot: HashMap<Slot, usize> = HashMap::new();
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    for (i, key) in keys.enumerate() {
+        let slot = Slot::for_key(key);
+        match by_slot.get(&slot) {
+            Some(&b) if batches[b].len() < BATCH => batches[b].push(i),
+            _ => {
+                by_slot.insert(slot, batches.len());
+                batches.push(vec![i]);
+            }
+        }
+    }
+    batches
+}
+
+/// Each of `lanes` lanes' answer from one script call's `result`: its own part, or the
+/// call's error for all of them.
+fn batch_answers(lanes: usize, result: RedisResult<Vec<redis::Value>>) -> Vec<RedisResult<Answer>> {
+    match result {
+        Ok(values) if values.len() == lanes => values.into_iter().map(lane_answer).collect(),
+        Ok(_) => (0..lanes).map(|_| Err(unreadable())).collect(),
+        Err(e) => (0..lanes).map(|_| Err(e.clone())).collect(),
+    }
 }
 
 /// One script call's KEYS and ARGV for `lanes` (see [`SYNC`]).
@@ -663,6 +705,18 @@ mod tests {
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn in_a_cluster_lanes_of_one_slot_share_a_call_of_at_most_a_batch() {
+        let mut keys = vec!["a{x}1".to_string(), "b{y}".to_string(), "c{x}2".to_string()];
+        keys.extend((0..150).map(|i| format!("{{z}}{i}")));
+        let batches = slot_batches(keys.iter().map(String::as_str));
+        assert_eq!(batches.len(), 4);
+        assert_eq!(batches[0], [0, 2]);
+        assert_eq!(batches[1], [1]);
+        assert_eq!(batches[2], (3..103).collect::<Vec<_>>());
+        assert_eq!(batches[3], (103..153).collect::<Vec<_>>());
     }
 
     #[test]
