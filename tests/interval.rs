@@ -195,7 +195,10 @@ async fn with_a_fixed_interval_dispatches_are_spaced_and_in_arrival_order() {
     for (i, at) in dispatched.iter().enumerate() {
         let slot = Duration::from_millis(50) * u32::try_from(i).unwrap();
         let since = *at - dispatched[0];
-        assert!(since + Duration::from_millis(1) >= slot, "dispatch {i} after {since:?}");
+        assert!(
+            since + Duration::from_millis(1) >= slot,
+            "dispatch {i} after {since:?}"
+        );
     }
     for pair in dispatched.windows(2) {
         let gap = pair[1] - pair[0];

@@ -272,7 +272,10 @@ async fn with_quota_smooth_a_window_is_spread_over_its_reset() {
     for (i, at) in dispatched.iter().enumerate() {
         let slot = Duration::from_millis(500) * u32::try_from(i).unwrap();
         let since = *at - dispatched[0];
-        assert!(since + Duration::from_millis(1) >= slot, "dispatch {i} after {since:?}");
+        assert!(
+            since + Duration::from_millis(1) >= slot,
+            "dispatch {i} after {since:?}"
+        );
     }
     for pair in dispatched.windows(2) {
         let gap = pair[1] - pair[0];
