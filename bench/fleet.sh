@@ -25,10 +25,11 @@
 # redis running but out of memory instead (`CONFIG SET maxmemory 1`: it answers and
 # refuses every write) from KILL to RESTART, and counts each member's fleet log lines.
 # --warmup 0 measures from the writers' first request (a cold start) and, as --series 1
-# does for any run, prints the table's accepted/throttled count of each second, when the
-# first throttle came, how long after it the table reached 0.95 of capacity for good
-# (bench/fleet_series.py), and each member's first pacing interval beside an equal
-# share's spacing. --idle S starts the writers S seconds after the members are ready.
+# does for any run, prints the table's accepted/throttled count of each second (the
+# accepted ones as the writers timed their answers, unless --light), member 1's pacing
+# interval at the end of each second, when the first throttle came, how long after it
+# the table reached 0.95 of capacity for good (bench/fleet_series.py), and each
+# member's first pacing interval beside an equal share's spacing. --idle S starts the writers S seconds after the members are ready.
 # --roll S replaces one member in turn every S seconds of the measured window, as a
 # rollout does (its writers end, it gets SIGTERM, a new member and writers take its
 # place). The cold-start runs:
@@ -189,15 +190,18 @@ rounds() {
   done
 }
 # Four times a second until killed: seconds since $1, then the mock's accepted and
-# throttled counts so far, to $2 (bench/fleet_series.py reads it).
+# throttled counts so far and member 1's pacing interval (ms), to $2
+# (bench/fleet_series.py reads it).
 sample_mock() {
-  local page
+  local page now interval
   while :; do
     page=$(curl -fs "http://127.0.0.1:$mock_admin/metrics" || true)
-    awk -v t0="$1" -v now="$(date +%s.%N)" '
+    now=$(date +%s.%N)
+    interval=$(sample "http://127.0.0.1:${admins[0]}/metrics" 'easeoff_upstream_interval_seconds{upstream="mock"}' || true)
+    awk -v t0="$1" -v now="$now" -v interval="${interval:-0}" '
       $1 == "mock_requests_total{result=\"ok\"}" { ok = $2 }
       $1 == "mock_requests_total{result=\"throttled\"}" { th = $2 }
-      END { printf "%.3f %d %d\n", now - t0, ok, th }' <<<"$page" >>"$2"
+      END { printf "%.3f %d %d %.3f\n", now - t0, ok, th, 1000 * interval }' <<<"$page" >>"$2"
     sleep 0.25
   done
 }
@@ -420,7 +424,10 @@ group = \"bench\""
         done
       fi
       if [ "$series" = 1 ] || [ "$warmup" = 0 ]; then
-        python3 bench/fleet_series.py "$work/mock-series.txt" "$rate" "$((warmup + seconds))"
+        timed=()
+        # With every member's writers timing their requests, they time the series.
+        [ "$light" -gt 0 ] || timed=("$writers_at" "$work"/latency-*.txt)
+        python3 bench/fleet_series.py "$work/mock-series.txt" "$rate" "$((warmup + seconds))" "${timed[@]}"
         first_pacing
       fi
       stop_all

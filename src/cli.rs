@@ -200,6 +200,9 @@ pub struct SimulateArgs {
     /// easeoff instances sharing the upstream [default: 2 for shared, 16 for fleet, else 1].
     #[arg(long)]
     pub sidecars: Option<usize>,
+    /// How long the sidecars sit idle before their clients start (counted in the run).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub idle: Duration,
     /// Auto-scaling: raise the capacity after this much sustained throttling.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub scale_after: Duration,

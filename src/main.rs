@@ -383,6 +383,7 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
             Scenario::Fleet => args.sidecars.unwrap_or(16),
             _ => args.sidecars.unwrap_or(1),
         },
+        idle: args.idle,
         scale_after: args.scale_after,
         scale_factor: args.scale_factor,
     };

@@ -91,6 +91,9 @@ pub struct SimOptions {
     /// easeoff instances, each with its own controller, pacer and clients, sharing
     /// one upstream.
     pub sidecars: usize,
+    /// How long the sidecars wait, ready, before their clients' first requests (a
+    /// pod whose writers start after its sidecar).
+    pub idle: Duration,
     /// Auto-scaling: sustained throttling for this long raises the capacity ...
     pub scale_after: Duration,
     /// ... by this factor.
@@ -351,7 +354,7 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
         for _ in 0..options.clients {
             // Clients start spread over one latency, so no sidecar wins every tie of
             // the first instant by the order its tasks were spawned in.
-            let first = ready + options.latency.mul_f64(rng.f64());
+            let first = ready + options.idle + options.latency.mul_f64(rng.f64());
             tokio::spawn(client(
                 Arc::clone(&upstream),
                 (sidecar, route.clone()),

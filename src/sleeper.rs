@@ -59,7 +59,7 @@ crate::spelled::spelled! {
     /// Where the interval is applied (config `sleeper.mode`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Mode {
-        /// Dispatches to the upstream are spaced at least the interval apart, in order.
+        /// Dispatches to the upstream are spaced the interval apart, in order.
         Pace = "pace",
         /// Every request waits the interval on its own (AutoSleeper's per-call sleep).
         Delay = "delay",

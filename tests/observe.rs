@@ -103,6 +103,7 @@ fn learned(sleeper: &str) -> (f64, bool) {
         clients: 16,
         latency,
         sidecars: 1,
+        idle: Duration::ZERO,
         scale_after: Duration::from_secs(60),
         scale_factor: 1.5,
     };

@@ -266,10 +266,20 @@ async fn with_quota_smooth_a_window_is_spread_over_its_reset() {
     assert_eq!(up.count(), 3);
     // Measured at dispatch, where easeoff keeps the spacing: upstream arrival times
     // also carry however late a loaded host delivered each request.
+    // No dispatch before its slot, 500 ms apart; none less than half of it after the
+    // one before (a late release's successor).
     let dispatched = dispatches.wait_for(3).await;
+    for (i, at) in dispatched.iter().enumerate() {
+        let slot = Duration::from_millis(500) * u32::try_from(i).unwrap();
+        let since = *at - dispatched[0];
+        assert!(
+            since + Duration::from_millis(1) >= slot,
+            "dispatch {i} after {since:?}"
+        );
+    }
     for pair in dispatched.windows(2) {
         let gap = pair[1] - pair[0];
-        assert!(gap >= Duration::from_millis(499), "gap {gap:?}");
+        assert!(gap >= Duration::from_millis(250), "gap {gap:?}");
     }
 }
 

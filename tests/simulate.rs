@@ -35,6 +35,7 @@ fn options(scenario: Scenario, seed: u64, duration: Duration) -> SimOptions {
         clients: 16,
         latency: Duration::from_millis(10),
         sidecars: if scenario == Scenario::Shared { 2 } else { 1 },
+        idle: Duration::ZERO,
         scale_after: Duration::from_secs(60),
         scale_factor: 1.5,
     }
@@ -345,6 +346,43 @@ fn the_dynamodb_preset_meets_the_control_targets() {
             _ => {}
         }
     }
+}
+
+/// A lone sidecar ready and idle for 3 s, then 16 writers at once against a 100/s
+/// table: the first throttle sets an interval within 2x of the right spacing (10 ms),
+/// and each whole second from 5 s after that throttle carries at least 0.95 of the
+/// capacity.
+#[test]
+fn a_lone_sidecar_idle_then_sixteen_writers_paces_right_at_once() {
+    let idle = Duration::from_secs(3);
+    let options = SimOptions {
+        idle,
+        latency: Duration::from_millis(2),
+        ..options(Scenario::Steady, 1, Duration::from_secs(30))
+    };
+    let trace = simulate::run(&options).unwrap();
+    let first = trace.attempts.iter().find(|a| a.throttled).unwrap();
+    assert!(first.at >= idle, "throttled at {:?}", first.at);
+    let paced = trace
+        .attempts
+        .iter()
+        .find(|a| !a.interval.is_zero())
+        .unwrap();
+    let right = Duration::from_millis(10);
+    assert!(
+        paced.interval >= right / 2 && paced.interval <= right * 2,
+        "first interval {:?}",
+        paced.interval
+    );
+    let second = |at: Duration| usize::try_from(at.as_secs()).unwrap();
+    let mut seconds = [0u32; 30];
+    for a in trace.attempts.iter().filter(|a| !a.throttled) {
+        seconds[second(a.at)] += 1;
+    }
+    let from = second(first.at) + 5;
+    let low = seconds[from..].iter().min().unwrap();
+    assert!(*low >= 95, "from {from} s: {:?}", &seconds[from..]);
+    assert_eq!(client_errors(&trace), 0);
 }
 
 #[test]

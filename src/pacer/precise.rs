@@ -1,8 +1,8 @@
 //! Sleeps that end on time. tokio's timer fires on millisecond ticks, up to a tick
 //! and a bit late, so a pacer at 5 ms would be spaced 5–6.5 ms apart and run slow. On
 //! Linux a timerfd registered with the reactor wakes it within tens of microseconds.
-//! The pacer never lets a release catch up on a late one (the next slot counts from
-//! the actual release), so those microseconds would still slow it: the timerfd is
+//! The pacer lets the next release take back at most half a spacing of a late one,
+//! so those microseconds, spent by every release, would still jitter it: the timerfd is
 //! armed early by about as much as its wake-ups have lately come late, and the last
 //! few microseconds are waited out by yielding. tokio's own sleep always runs
 //! alongside: it is the fallback where a timerfd cannot be had (other systems) and it

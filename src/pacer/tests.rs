@@ -69,29 +69,68 @@ async fn dispatches_are_spaced_by_the_interval_in_arrival_order() {
     );
 }
 
-/// A timer that wakes the release task late lets that release go late, and the next
-/// one still waits the whole interval after it: two dispatches closer than the
-/// interval would be throttled by an upstream's token bucket at the paced rate.
+/// A release task woken late lets that release go late; the next slot counts from
+/// where it was due, so a busy host keeps the rate, but never comes less than half the
+/// interval after the late one.
 #[test]
-fn a_late_release_keeps_the_next_a_whole_interval_after_it() {
-    let (clock, manual) = Clock::manual(std::time::SystemTime::UNIX_EPOCH);
-    let runtime = manual.runtime().unwrap();
-    runtime.block_on(async {
-        let pacer = Pacer::with_clock(Mode::Pace, OPEN, clock);
-        pacer.set_interval(100 * MS, 1);
-        let (t0, grants) = (manual.now(), Grants::default());
-        let mut handles = Vec::new();
-        for i in 0..3 {
-            handles.push(start(&pacer, i, t0, &grants).await);
-        }
-        // The release task sleeps toward 100 ms and is woken 3 ms after it.
-        manual.advance(103 * MS);
-        finish(handles).await;
-        assert_eq!(
-            grants_of(&grants),
-            [(0, Duration::ZERO), (1, 103 * MS), (2, 203 * MS)]
-        );
-    });
+fn a_late_release_gives_the_next_back_up_to_half_the_interval() {
+    for (late, expected) in [
+        (
+            3 * MS,
+            [
+                (0, Duration::ZERO),
+                (1, 103 * MS),
+                (2, 200 * MS),
+                (3, 300 * MS),
+            ],
+        ),
+        (
+            70 * MS,
+            [
+                (0, Duration::ZERO),
+                (1, 170 * MS),
+                (2, 220 * MS),
+                (3, 320 * MS),
+            ],
+        ),
+    ] {
+        let (clock, manual) = Clock::manual(std::time::SystemTime::UNIX_EPOCH);
+        let runtime = manual.runtime().unwrap();
+        runtime.block_on(async {
+            let pacer = Pacer::with_clock(Mode::Pace, OPEN, clock);
+            pacer.set_interval(100 * MS, 1);
+            let (t0, grants) = (manual.now(), Grants::default());
+            let mut handles = Vec::new();
+            for i in 0..4 {
+                handles.push(start(&pacer, i, t0, &grants).await);
+            }
+            // The release task sleeps toward 100 ms and is woken `late` after it.
+            manual.advance(100 * MS + late);
+            finish(handles).await;
+            assert_eq!(grants_of(&grants), expected, "{late:?} late");
+        });
+    }
+}
+
+/// A request that comes after its slot goes at once, and the next waits the whole
+/// interval after it: the time nobody waited is not given back.
+#[tokio::test(start_paused = true)]
+async fn a_slot_nobody_waited_for_is_not_given_back() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let first = start(&pacer, 0, t0, &grants).await;
+    tokio::time::sleep(250 * MS).await;
+    let handles = vec![
+        first,
+        start(&pacer, 1, t0, &grants).await,
+        start(&pacer, 2, t0, &grants).await,
+    ];
+    finish(handles).await;
+    assert_eq!(
+        grants_of(&grants),
+        [(0, Duration::ZERO), (1, 250 * MS), (2, 350 * MS)]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -263,6 +263,13 @@ fn header_lines(out: &mut String, options: &SimOptions) {
         },
         options.burst
     );
+    if !options.idle.is_zero() {
+        let _ = writeln!(
+            out,
+            "  the clients start after {} s idle",
+            options.idle.as_secs_f64()
+        );
+    }
 }
 
 /// Goodput, attempts and client requests over the whole run.
