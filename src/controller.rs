@@ -120,6 +120,12 @@ impl<R: Random> Controller<R> {
         self.sleeper.interval() != before
     }
 
+    /// The interval just adopted is the fleet's first raise: an estimate from one
+    /// burst, as a raise from 0 is (see [`Sleeper::estimated`]).
+    pub fn estimated(&mut self) {
+        self.sleeper.estimated();
+    }
+
     /// A number in `[0, 1)` from the controller's random source.
     pub fn unit(&mut self) -> f64 {
         self.rng.unit()
@@ -443,6 +449,40 @@ mod tests {
         c.on_success(2, Duration::from_secs(12));
         let rate = 1.0 / c.interval().as_secs_f64();
         assert!((rate - 100.0).abs() < 0.1, "{rate}");
+    }
+
+    /// A fleet's first raise, adopted from 0 at 50/s: taken as the estimate it is, the
+    /// rate doubles every `recovery / 3` as after a raise from 0 of the member's own;
+    /// taken as a measured rate (a joiner's), the curve only probes slowly past it.
+    #[test]
+    fn a_fleets_first_raise_marked_an_estimate_grows_as_a_raise_from_zero() {
+        let settings = Settings {
+            strategy: crate::sleeper::Strategy::Cubic,
+            recovery: Duration::from_secs(2),
+            ..Settings::seed_defaults()
+        };
+        let rate = |c: &Controller<Script>| 1.0 / c.interval().as_secs_f64();
+        let mut estimate = Controller::new(&settings, Script::new(&[0.5]));
+        let mut measured = Controller::new(&settings, Script::new(&[0.5]));
+        for c in [&mut estimate, &mut measured] {
+            assert!(c.adopt(Duration::from_millis(20), 1, false, Duration::ZERO));
+        }
+        estimate.estimated();
+        for c in [&mut estimate, &mut measured] {
+            c.on_success(1, Duration::from_secs(2));
+        }
+        // Three doublings in 2 s; the cubic alone stays near 50/s.
+        assert!((rate(&estimate) - 400.0).abs() < 1.0, "{}", rate(&estimate));
+        assert!(rate(&measured) < 55.0, "{}", rate(&measured));
+        // The next throttle ends the doubling, as after a raise from 0.
+        estimate.on_throttle(1, None, Duration::from_secs(2));
+        let cut = rate(&estimate);
+        estimate.on_success(2, Duration::from_secs(3));
+        assert!(
+            rate(&estimate) < cut * 1.2,
+            "{} after {cut}",
+            rate(&estimate)
+        );
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct Decision {
     /// that landed is not its own: it takes the fleet's as a raise, though the epoch
     /// is the one its own raise reached.
     pub outraised: bool,
+    /// The fleet's first raise since it was unpaced: an estimate from one burst, as
+    /// a sidecar's own raise from 0 is, so the lane keeps growing from it as from one.
+    pub first: bool,
 }
 
 impl Decision {
@@ -846,6 +849,8 @@ fn apply(
         }
         sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
         rejoined(&mut sync, &mut decision);
+        decision.first = !shared.interval.is_zero()
+            && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
         sync.last = Some(decision);
         sync.peak_age += 1;
         if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
@@ -938,6 +943,7 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         local: false,
         rescale: 1.0,
         outraised: false,
+        first: false,
     }
 }
 
@@ -985,6 +991,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
             local: true,
             rescale: 1.0 / last.share,
             outraised: false,
+            first: false,
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);
@@ -1124,6 +1131,52 @@ mod tests {
             ..raise
         };
         assert!(!outraised(&step, shared(25)));
+    }
+
+    /// The fleet's first raise after it was unpaced is marked as the estimate it is,
+    /// for the members that shared the unpaced fleet, once; a member that joins the
+    /// paced fleet later takes its interval as measured.
+    #[test]
+    fn only_the_first_raise_of_an_unpaced_fleet_is_marked_an_estimate() {
+        let metrics = Metrics::new().unwrap();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let mut memory = Memory::new();
+        let join = |name: &str| {
+            let fleet = Fleet::driven(settings.clone(), &metrics, name.to_string());
+            let link = fleet.join("up", "default", true, Box::new(|_: &Decision| {}));
+            link.learned(Duration::ZERO, 0, None);
+            // Busy, so it syncs every round.
+            link.waiting(1);
+            (fleet, link)
+        };
+        let members = [join("a"), join("b")];
+        let mut now = Duration::ZERO;
+        for _ in 0..2 {
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        assert_eq!(members[1].1.last().unwrap().interval, Duration::ZERO);
+        members[0].1.learned(Duration::from_millis(20), 1, Some(0));
+        now += sync;
+        for (fleet, _) in &members {
+            fleet.sync_in(&mut memory, now, sync);
+        }
+        for (_, link) in &members {
+            let first = link.last().unwrap();
+            assert_eq!(first.interval, Duration::from_millis(20));
+            assert!(first.first, "{first:?}");
+        }
+        let joiner = join("c");
+        now += sync;
+        for (fleet, _) in members.iter().chain([&joiner]) {
+            fleet.sync_in(&mut memory, now, sync);
+        }
+        for (_, link) in members.iter().chain([&joiner]) {
+            assert!(!link.last().unwrap().first);
+        }
     }
 
     /// The floor a raise takes from the members' dispatch rates applies in a paced

@@ -197,6 +197,9 @@ impl Lane {
         }
         let raised = decision.epoch > controller.epoch() || decision.outraised;
         controller.adopt(decision.interval, decision.epoch, decision.outraised, now);
+        if decision.first {
+            controller.estimated();
+        }
         let spacing = self.pace(&controller);
         if raised && !spacing.is_zero() {
             // Out of the step the members dispatched in when the burst came.

@@ -236,6 +236,15 @@ impl Sleeper {
         }
     }
 
+    /// The interval just adopted is an estimate from one burst (a fleet's first raise),
+    /// as a raise from 0 is: `cubic` keeps growing from it as after its own raise from
+    /// 0; the other strategies step alike either way.
+    pub fn estimated(&mut self) {
+        if let Sleeper::Cubic(s) = self {
+            s.estimated();
+        }
+    }
+
     /// Multiplies every interval the strategy holds or remembers by `factor` (rates
     /// by its inverse): the same learning in other units, as when a fleet member's
     /// interval turns from the fleet's into its own and back.

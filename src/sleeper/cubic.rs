@@ -181,6 +181,17 @@ impl Cubic {
         self.from_start = false;
     }
 
+    /// The rate in force is an estimate from one burst (a fleet's first raise, taken
+    /// from 0 or after this member's own raise from 0): as after a raise from 0, it
+    /// also doubles every `recovery / 3` until the next throttle, so a fleet whose first
+    /// cut went far below the capacity is back at it in seconds.
+    pub fn estimated(&mut self) {
+        if self.rate > 0.0 {
+            self.from_start = true;
+            self.w_max = self.w_max.max(self.rate);
+        }
+    }
+
     /// Multiplies the interval by `factor`, and so every remembered rate by its
     /// inverse; the curve's shape and origin stay.
     pub fn rescale(&mut self, factor: f64) {
