@@ -120,6 +120,12 @@ impl<R: Random> Controller<R> {
         self.sleeper.interval() != before
     }
 
+    /// Takes a fleet's cold-start `interval` (epoch 0, nothing learned yet), which
+    /// grew by `growth` at its last step (see [`Sleeper::cold`]).
+    pub fn cold(&mut self, interval: Duration, growth: f64, now: Duration) {
+        self.sleeper.cold(interval, growth, now);
+    }
+
     /// The interval just adopted is the fleet's first raise: an estimate from one
     /// burst, as a raise from 0 is (see [`Sleeper::estimated`]).
     pub fn estimated(&mut self) {

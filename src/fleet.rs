@@ -74,6 +74,19 @@ const PEAK_SYNCS: u32 = 240;
 /// longer than `member_ttl`, and they come back within one reconnection wait of it.
 const REJOIN_HOLD: Duration = Duration::from_secs(4);
 
+/// The fleet rate, per second, a lane that starts cold begins at (see
+/// [`LaneLink::start_cold`]): low enough that a fleet of any size starting together
+/// does not throttle a small table, and a few doublings from most tables' capacity.
+pub const COLD_RATE: f64 = 10.0;
+/// How much a cold lane's rate grows at each sync while its member uses its share,
+/// as TCP's slow start grows every round trip; less than doubling, so the step that
+/// meets the first throttle overshoots the capacity by at most half.
+pub const COLD_GROWTH: f64 = 1.5;
+/// The share a cold lane paces at until the summary counts its member: below most
+/// fleets' equal share, so that its first slot lies out until the share is known, and
+/// its first spacing (20 s at [`COLD_RATE`]) short of `queue.max_wait`'s default.
+const COLD_HOLD_SHARE: f64 = 1.0 / 200.0;
+
 /// What the fleet decided for one lane at a sync.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Decision {
@@ -101,6 +114,9 @@ pub struct Decision {
     /// The fleet's first raise since it was unpaced: an estimate from one burst, as
     /// a sidecar's own raise from 0 is, so the lane keeps growing from it as from one.
     pub first: bool,
+    /// The lane starts cold: the fleet has learned nothing yet, and the interval is
+    /// the start's (see [`LaneLink::start_cold`]).
+    pub cold: bool,
 }
 
 impl Decision {
@@ -158,6 +174,8 @@ struct LaneCell {
     on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
     /// Reads the lane's queue at each sync, if the lane gave a way to.
     queue: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
+    /// The shortest interval a cold start grows to, if the lane starts cold.
+    cold: OnceLock<Duration>,
     metrics: FleetLaneMetrics,
     /// Whether the lane has series of its own (else it shares [`OTHER_SERIES`]'s).
     named: bool,
@@ -192,6 +210,9 @@ struct LaneSync {
     /// When the lane's summary that last counted this member was written
     /// (`Answer::counted_in`).
     counted_in: u64,
+    /// The cold start is over without a throttle (it grew past its shortest
+    /// interval, or the fleet went unpaced): the lane does not start cold again.
+    warm: bool,
 }
 
 /// A lane's membership; dropping it takes the lane out of the fleet.
@@ -220,6 +241,19 @@ impl LaneLink {
     /// The latest decision for this lane, if any.
     pub fn last(&self) -> Option<Decision> {
         lock(&self.cell.sync).last
+    }
+
+    /// Starts the lane cold: while the fleet has learned nothing for it (never
+    /// throttled, unpaced), the member paces at its share of [`COLD_RATE`] instead of
+    /// going unpaced, with its first request at a random point of its first spacing,
+    /// and the rate doubles at each sync in which it used its share, until the first
+    /// throttle (the fleet then takes half the rate in force, a rate that went
+    /// through, and grows on from it as from an estimate) or until the interval
+    /// would fall below `floor` (the lane goes unpaced). Members that start together
+    /// therefore reach the capacity together from below, in a few syncs, instead of
+    /// each sending unpaced into a throttle storm.
+    pub fn start_cold(&self, floor: Duration) {
+        let _ = self.cell.cold.set(floor);
     }
 
     /// Lets the sync task read the queue itself, instead of [`LaneLink::waiting`].
@@ -389,6 +423,7 @@ impl Fleet {
             share: AtomicU64::new(1f64.to_bits()),
             on_sync,
             queue: OnceLock::new(),
+            cold: OnceLock::new(),
             metrics: self
                 .inner
                 .metrics
@@ -711,11 +746,16 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
     // The entries read at a raise from an unpaced fleet were written before its load
     // came (a cold start): the floor waits for the next raise, whose entries tell.
     let paced = sync.last.is_some_and(|d| !d.interval.is_zero());
+    let cold = sync.last.filter(|d| d.cold);
     Proposal {
-        interval: if from == NONE || !paced {
-            interval
-        } else {
-            learning::cap_raise(interval, used + sync.others_used)
+        interval: match cold {
+            _ if from == NONE => interval,
+            // The cold start's previous rate went through and this one throttled: the
+            // capacity lies between, and the dispatch rates the floor reads lag the
+            // doubling by a sync or two.
+            Some(last) => interval.max(last.interval.mul_f64(COLD_GROWTH)),
+            None if paced => learning::cap_raise(interval, used + sync.others_used),
+            None => interval,
         },
         epoch,
         raised_from: (from != NONE).then_some(from),
@@ -828,16 +868,26 @@ fn apply(
     (demand, used, proposal): (f64, f64, Option<Proposal>),
     rejoin: u32,
 ) {
-    let Some(shared) = answer.shared else {
+    let mut sync = lock(&lane.sync);
+    let cold = cold_interval(lane.cold.get().copied(), &mut sync, answer.shared, demand);
+    let cold_state = cold.map(|interval| Shared { interval, epoch: 0 });
+    let Some(shared) = cold_state.or(answer.shared) else {
         return;
     };
     let mut decision = decide(shared, demand, &answer.others);
+    decision.cold = !shared.interval.is_zero() && cold.is_some();
+    if decision.cold && answer.counted_in == 0 {
+        // The summary does not count this member yet, nor maybe the others that
+        // started with it: each would take a share of one and send at once. It holds
+        // its first request until the summary counts it (the pacer keeps the first
+        // slot's place in the spacing as the share grows).
+        decision.share = COLD_HOLD_SHARE;
+    }
     decision.outraised = proposal.is_some_and(|p| outraised(&p, shared));
-    if shared.interval.is_zero() {
+    if decision.interval.is_zero() {
         decision.share = unpaced_share(used, &answer.others_used);
     }
     {
-        let mut sync = lock(&lane.sync);
         let differs = fingerprint::differs(&lane.fingerprint, &answer.fingerprints);
         if differs != sync.differs {
             sync.differs = differs;
@@ -850,7 +900,10 @@ fn apply(
         sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
         rejoined(&mut sync, &mut decision);
         decision.first = !shared.interval.is_zero()
-            && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
+            && !decision.cold
+            && sync
+                .last
+                .is_some_and(|d| (d.interval.is_zero() || d.cold) && !d.local);
         sync.last = Some(decision);
         sync.peak_age += 1;
         if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
@@ -858,6 +911,7 @@ fn apply(
             sync.peak_age = 0;
         }
     }
+    drop(sync);
     let m = &lane.metrics;
     m.members.set(f64::from(decision.members));
     m.share.set(decision.share);
@@ -872,6 +926,44 @@ fn apply(
     lane.epoch.store(shared.epoch, Ordering::Relaxed);
     let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
     lane.interval.store(micros, Ordering::Relaxed);
+}
+
+/// The fleet interval of a lane that starts cold (`cold` its shortest, if it does;
+/// see [`LaneLink::start_cold`]), from the lane's state `shared`: the start's for a
+/// lane the fleet holds nothing for, the state's while the fleet starts (epoch 0, an
+/// interval), and 0 once the start grew past `cold` (the lane goes unpaced, and the
+/// state of 0 it proposes tells the others); `None` once the fleet learned (a raise)
+/// or went unpaced. The member proposes the interval it returns, so the fleet goes
+/// as fast as its fastest member: it halves the interval when the member's `claim`
+/// reached what the last decision allotted it (while the members' demands are met,
+/// a faster start would only throttle an unmet burst harder).
+fn cold_interval(
+    cold: Option<Duration>,
+    sync: &mut LaneSync,
+    shared: Option<Shared>,
+    claim: f64,
+) -> Option<Duration> {
+    let floor = cold?;
+    let interval = match shared {
+        _ if sync.warm => return None,
+        None => Duration::from_secs_f64(1.0 / COLD_RATE),
+        Some(shared) if shared.epoch != 0 => return None,
+        Some(shared) if shared.interval.is_zero() => {
+            sync.warm = true;
+            return None;
+        }
+        Some(shared) => match sync.last {
+            Some(last) if last.cold && claim >= last.share * last.rate => {
+                shared.interval.div_f64(COLD_GROWTH)
+            }
+            _ => shared.interval,
+        },
+    };
+    if interval < floor {
+        sync.warm = true;
+        return Some(Duration::ZERO);
+    }
+    Some(interval)
 }
 
 /// Whether a member that proposed `proposal` takes `shared` as another member's
@@ -944,6 +1036,7 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         rescale: 1.0,
         outraised: false,
         first: false,
+        cold: false,
     }
 }
 
@@ -992,6 +1085,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
             rescale: 1.0 / last.share,
             outraised: false,
             first: false,
+            cold: false,
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);

@@ -19,7 +19,7 @@ use crate::clock::{Clock, Instant};
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::cost::{self, Unit};
-use crate::fleet::{Decision, Fleet, LaneLink};
+use crate::fleet::{COLD_GROWTH, Decision, Fleet, LaneLink};
 use crate::hints::{self, Hint, Quota, Reading};
 use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
 use crate::observe::Goodput;
@@ -196,11 +196,18 @@ impl Lane {
             controller.rescale(decision.rescale);
         }
         let raised = decision.epoch > controller.epoch() || decision.outraised;
-        controller.adopt(decision.interval, decision.epoch, decision.outraised, now);
+        if decision.cold {
+            controller.cold(decision.interval, COLD_GROWTH, now);
+        } else {
+            controller.adopt(decision.interval, decision.epoch, decision.outraised, now);
+        }
         if decision.first {
             controller.estimated();
         }
         let spacing = self.pace(&controller);
+        if decision.cold {
+            self.pacer.phase_first(controller.unit());
+        }
         if raised && !spacing.is_zero() {
             // Out of the step the members dispatched in when the burst came.
             self.pacer.stagger(controller.unit() - 0.5);
@@ -1094,8 +1101,20 @@ impl Lanes {
             weak.upgrade().map_or(0, |lane| lane.pacer.waiting())
         }));
         {
+            // A lane that learns (starts at 0) and paces in requests or capacity units
+            // starts cold, and proposes nothing until its start does; a token lane's
+            // rate is thousands of units a second, and observe mode never holds a
+            // request.
             let controller = lane.lock();
-            link.learned(controller.interval(), controller.epoch(), None);
+            let sleeper = &self.settings.sleeper;
+            if controller.interval().is_zero()
+                && sleeper.mode == Mode::Pace
+                && self.settings.lanes.cost != Unit::Tokens
+            {
+                link.start_cold(sleeper.floor());
+            } else {
+                link.learned(controller.interval(), controller.epoch(), None);
+            }
         }
         let _ = lane.fleet.set(link);
     }

@@ -165,6 +165,12 @@ struct Shared {
 /// `last_dispatch_ns` before the first dispatch.
 const NEVER: u64 = u64::MAX;
 
+/// What the times kept in nanoseconds count from, before the pacer was made (about
+/// 68 minutes, a whole number of seconds so that the rate window's buckets keep their
+/// bounds): [`Pacer::phase_first`] places a first slot as if the last dispatch
+/// had gone up to a spacing before now, which may lie before the pacer was made.
+const LEAD_NS: u64 = 4_096_000_000_000;
+
 struct Waiter {
     arrived: Instant,
     deadline: Instant,
@@ -315,7 +321,11 @@ impl Pacer {
     /// Applies a new interval from the controller; waiting requests see it at once.
     pub fn set_interval(&self, interval: Duration, epoch: u64) {
         let s = &*self.shared;
-        s.interval_ns.store(nanos(interval), Ordering::Relaxed);
+        let new = nanos(interval);
+        let old = s.interval_ns.swap(new, Ordering::Relaxed);
+        if new < old && new > 0 {
+            s.keep_progress(old, new);
+        }
         if s.epoch.load(Ordering::Relaxed) != epoch {
             s.epoch_since_ns
                 .store(s.ns(s.clock.now()), Ordering::Relaxed);
@@ -345,6 +355,29 @@ impl Pacer {
                 let from = last.min(now) as f64 + shift;
                 (last != NEVER).then_some(from.max(0.0) as u64)
             });
+        s.changed.notify_one();
+    }
+
+    /// Before the first dispatch, puts the first slot `phase` (in [0, 1]) of the
+    /// spacing from now, as if the last dispatch had gone a spacing before that:
+    /// members of a fleet that start together at a low rate would otherwise all send
+    /// their first request at once. Does nothing once a request went.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "float to integer `as` saturates, and the value is at least 0"
+    )]
+    pub fn phase_first(&self, phase: f64) {
+        let s = &*self.shared;
+        let now = s.clock.now();
+        let gap = nanos(s.gap(now, ONE)) as f64;
+        let back = ((1.0 - phase.clamp(0.0, 1.0)) * gap) as u64;
+        let _ = s.last_dispatch_ns.compare_exchange(
+            NEVER,
+            s.ns(now).saturating_sub(back),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         s.changed.notify_one();
     }
 
@@ -497,11 +530,11 @@ impl Pacer {
 
 impl Shared {
     fn ns(&self, t: Instant) -> u64 {
-        nanos(t.saturating_duration_since(self.origin))
+        nanos(t.saturating_duration_since(self.origin)).saturating_add(LEAD_NS)
     }
 
     fn at(&self, ns: u64) -> Instant {
-        self.origin + Duration::from_nanos(ns)
+        self.origin + Duration::from_nanos(ns.saturating_sub(LEAD_NS))
     }
 
     /// Why a slot past `deadline` (as the request gave it) is shed: the drain, when
@@ -571,6 +604,26 @@ impl Shared {
             would: None,
             cost,
         }
+    }
+
+    /// A shorter interval (`old` to `new` nanoseconds) shortens what is left of the
+    /// gap after the last dispatch in proportion, instead of counting the new gap
+    /// from that dispatch: with the new gap counted from it, every pacer whose last
+    /// dispatch lies further back than the new gap would dispatch at once, and a fleet
+    /// whose members grow together (or see their shares move) would send a burst of
+    /// a fraction of its members at one instant, however low each one's rate.
+    fn keep_progress(&self, old: u64, new: u64) {
+        let now = self.ns(self.clock.now());
+        let cost = u64::try_from(self.gap_cost.load(Ordering::Relaxed)).unwrap_or(0);
+        let gap = |interval: u64| nanos(scale(Duration::from_nanos(interval), cost, ONE));
+        let _ = self
+            .last_dispatch_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                let due = last.checked_add(gap(old)).filter(|due| *due > now)?;
+                let left = u128::from(due - now) * u128::from(new) / u128::from(old);
+                let left = u64::try_from(left).unwrap_or(u64::MAX);
+                Some(now.saturating_add(left).saturating_sub(gap(new)))
+            });
     }
 
     /// How much of a late release's lateness (`now` past `due`: its slot, or its
@@ -696,7 +749,7 @@ impl Shared {
         } else {
             // Settling may have taken the gap below 0: it is over, no credit.
             let cost = u64::try_from(self.gap_cost.load(Ordering::Relaxed)).unwrap_or(0);
-            self.at(last) + self.gap(now, cost)
+            self.at(last.saturating_add(nanos(self.gap(now, cost))))
         };
         match self.pause_end(now) {
             Some(end) => spaced.max(end),

@@ -236,6 +236,16 @@ impl Sleeper {
         }
     }
 
+    /// Takes a fleet's cold-start `interval`, which grew by `growth` at its last step:
+    /// `cubic` takes a throttle of its own back by that step at once, and a raise
+    /// that ends the start as the throttle it is; the other strategies adopt it.
+    pub fn cold(&mut self, interval: Duration, growth: f64, now: Duration) {
+        match self {
+            Sleeper::Cubic(s) => s.cold(interval, growth),
+            other => other.adopt(interval, false, now),
+        }
+    }
+
     /// The interval just adopted is an estimate from one burst (a fleet's first raise),
     /// as a raise from 0 is: `cubic` keeps growing from it as after its own raise from
     /// 0; the other strategies step alike either way.

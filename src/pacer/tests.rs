@@ -681,3 +681,40 @@ async fn a_request_floor_spaces_cheap_requests_the_unit_spacing_would_let_throug
         [(0, Duration::ZERO), (1, 50 * MS), (2, 130 * MS)]
     );
 }
+
+/// A shorter interval shortens what is left of the gap in proportion: halfway
+/// through a 100 ms gap, 50 ms become 25 at half the interval, not 0 (a gap of 50
+/// counted from the last dispatch would be over at once).
+#[tokio::test(start_paused = true)]
+async fn a_shorter_interval_shortens_the_rest_of_the_gap_in_proportion() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    tokio::time::advance(50 * MS).await;
+    pacer.set_interval(50 * MS, 1);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 75 * MS);
+    // A longer one still counts the whole new gap from the last dispatch.
+    pacer.set_interval(100 * MS, 2);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 175 * MS);
+}
+
+/// Before the first dispatch a phase places the first slot within the spacing, and
+/// the place holds as the spacing shrinks: a tenth of the way into a 1000 s spacing
+/// is a tenth of the way into a 10 s one.
+#[tokio::test(start_paused = true)]
+async fn a_first_slot_phased_into_the_spacing_keeps_its_place_as_it_shrinks() {
+    let pacer = pacer(Mode::Pace);
+    let t0 = Instant::now();
+    pacer.set_interval(1_000_000 * MS, 1);
+    pacer.phase_first(0.1);
+    pacer.set_interval(10_000 * MS, 1);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 1_000 * MS);
+    // Once a request went, a phase changes nothing.
+    pacer.phase_first(0.9);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 11_000 * MS);
+}

@@ -73,6 +73,9 @@ pub struct Cubic {
     /// The interval is a fleet's (it was adopted once): a throttle cuts by `beta`
     /// whether or not this member saw a success since the last decrease.
     shared: bool,
+    /// The interval is a fleet's cold start (see [`Cubic::cold`]), which grew by this
+    /// factor at its last step.
+    cold: Option<f64>,
     interval: Duration,
 }
 
@@ -97,6 +100,7 @@ impl Cubic {
             from_start: false,
             doubling: recovery / START_DOUBLINGS,
             shared: false,
+            cold: None,
             interval: Duration::ZERO,
         }
     }
@@ -118,6 +122,14 @@ impl Cubic {
         }
         self.from_start = false;
         let w = self.rate;
+        if let Some(growth) = self.cold.take() {
+            // The start's last step throttled and the one before went through: the
+            // capacity lies between. Back to the one before at once, and return
+            // toward the one that throttled as after any throttle.
+            self.w_max = w * (1.0 + self.beta) / 2.0;
+            self.decrease_to(w / growth, now);
+            return Step::Up;
+        }
         // A throttle comes late: the upstream's burst hides the overshoot until it is
         // spent, so `w` lies above the capacity. Returning to `w` would throttle again
         // on the way up; the curve returns to halfway between the decrease and `w`
@@ -166,6 +178,7 @@ impl Cubic {
     /// of the time since the last throttle, whoever saw it.
     pub fn adopt(&mut self, interval: Duration, raised: bool, now: Duration) {
         self.shared = true;
+        let cold = self.cold.take();
         if interval.is_zero() {
             self.rate = 0.0;
             self.interval = Duration::ZERO;
@@ -176,7 +189,14 @@ impl Cubic {
             self.set_rate(rate);
             return;
         }
-        self.w_max = self.rate.clamp(rate, rate / self.beta);
+        // A raise that ends a cold start cut by the start's last step, not from a
+        // storm: the curve returns toward the rate that throttled, as after a
+        // throttle of this member's own.
+        let top = match cold {
+            Some(_) => self.rate * (1.0 + self.beta) / 2.0,
+            None => rate / self.beta,
+        };
+        self.w_max = self.rate.clamp(rate, top.max(rate));
         self.decrease_to(rate, now);
         self.from_start = false;
     }
@@ -190,6 +210,17 @@ impl Cubic {
             self.from_start = true;
             self.w_max = self.w_max.max(self.rate);
         }
+    }
+
+    /// Takes a fleet's cold-start `interval`, which grew by `growth` at its last step
+    /// (see `fleet.rs`): the fleet, not the curve, grows it; a throttle of this
+    /// member's own takes the rate back by that step at once.
+    pub fn cold(&mut self, interval: Duration, growth: f64) {
+        self.shared = true;
+        self.from_start = false;
+        self.cold = Some(growth.max(1.0));
+        self.w_max = 0.0;
+        self.set_rate(1.0 / interval.min(self.max).as_secs_f64().max(1e-9));
     }
 
     /// Multiplies the interval by `factor`, and so every remembered rate by its
