@@ -210,6 +210,8 @@ struct LaneSync {
     /// When the lane's summary that last counted this member was written
     /// (`Answer::counted_in`).
     counted_in: u64,
+    /// The fleet's interval as the last cold decision read it, before its own step.
+    cold_read: Duration,
     /// The cold start is over without a throttle (it grew past its shortest
     /// interval, or the fleet went unpaced): the lane does not start cold again.
     warm: bool,
@@ -644,6 +646,8 @@ struct Round<'a> {
     /// Per lane, what its entry says once this sync is answered.
     entries: Vec<due::Entry>,
     demands: Vec<f64>,
+    /// What each lane's demand asks for, unbounded by its dispatch rate.
+    wanted: Vec<f64>,
     /// Per lane, this member's recent dispatch rate.
     used: Vec<f64>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
@@ -677,6 +681,7 @@ fn prepare<'a>(
         reports: Vec::new(),
         entries: Vec::new(),
         demands: Vec::new(),
+        wanted: Vec::new(),
         used: Vec::new(),
         raised: Vec::new(),
     };
@@ -727,6 +732,7 @@ fn prepare<'a>(
         round.lanes.push(lane);
         round.entries.push(entry);
         round.demands.push(demand::claim(demand, used));
+        round.wanted.push(demand);
         round.used.push(used);
         round.raised.push(from);
     }
@@ -750,10 +756,10 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
     Proposal {
         interval: match cold {
             _ if from == NONE => interval,
-            // The cold start's previous rate went through and this one throttled: the
-            // capacity lies between, and the dispatch rates the floor reads lag the
-            // doubling by a sync or two.
-            Some(last) => interval.max(last.interval.mul_f64(COLD_GROWTH)),
+            // The cold start's last step throttled: back to the fleet's interval
+            // before it, which went through; the capacity lies between, and the
+            // dispatch rates the floor reads lag the growth by a sync or two.
+            Some(_) => interval.max(sync.cold_read),
             None if paced => learning::cap_raise(interval, used + sync.others_used),
             None => interval,
         },
@@ -797,8 +803,8 @@ fn conclude(
                     sync.counted_in = answer.counted_in;
                 }
                 let proposal = round.reports[i].proposal;
-                let (demand, used) = (round.demands[i], round.used[i]);
-                apply(lane, &answer, (demand, used, proposal), rejoin);
+                let demand = (round.demands[i], round.wanted[i]);
+                apply(lane, &answer, (demand, round.used[i], proposal), rejoin);
             }
             Err(error) => {
                 lane.raised_from
@@ -865,11 +871,11 @@ fn rejoin_syncs(sync_interval: Duration) -> u32 {
 fn apply(
     lane: &LaneCell,
     answer: &Answer,
-    (demand, used, proposal): (f64, f64, Option<Proposal>),
+    ((demand, wanted), used, proposal): ((f64, f64), f64, Option<Proposal>),
     rejoin: u32,
 ) {
     let mut sync = lock(&lane.sync);
-    let cold = cold_interval(lane.cold.get().copied(), &mut sync, answer.shared, demand);
+    let cold = cold_interval(lane.cold.get().copied(), &mut sync, answer.shared, wanted);
     let cold_state = cold.map(|interval| Shared { interval, epoch: 0 });
     let Some(shared) = cold_state.or(answer.shared) else {
         return;
@@ -878,7 +884,7 @@ fn apply(
     decision.cold = !shared.interval.is_zero() && cold.is_some();
     if decision.cold && answer.counted_in == 0 {
         // The summary does not count this member yet, nor maybe the others that
-        // started with it: each would take a share of one and send at once. It holds
+        // start with it: each would take a share of one and send at once. It holds
         // its first request until the summary counts it (the pacer keeps the first
         // slot's place in the spacing as the share grows).
         decision.share = COLD_HOLD_SHARE;
@@ -899,11 +905,9 @@ fn apply(
         }
         sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
         rejoined(&mut sync, &mut decision);
+        // A cold start's end is no estimate: the step before went through.
         decision.first = !shared.interval.is_zero()
-            && !decision.cold
-            && sync
-                .last
-                .is_some_and(|d| (d.interval.is_zero() || d.cold) && !d.local);
+            && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
         sync.last = Some(decision);
         sync.peak_age += 1;
         if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
@@ -934,30 +938,37 @@ fn apply(
 /// interval), and 0 once the start grew past `cold` (the lane goes unpaced, and the
 /// state of 0 it proposes tells the others); `None` once the fleet learned (a raise)
 /// or went unpaced. The member proposes the interval it returns, so the fleet goes
-/// as fast as its fastest member: it halves the interval when the member's `claim`
-/// reached what the last decision allotted it (while the members' demands are met,
-/// a faster start would only throttle an unmet burst harder).
+/// as fast as its fastest member: it grows the rate when the member's demand
+/// (`wanted`, its arrivals and queue, whether or not they went) reached what the
+/// last decision allotted it (while the members' demands are met, a faster start
+/// would only throttle an unmet burst harder).
 fn cold_interval(
     cold: Option<Duration>,
     sync: &mut LaneSync,
     shared: Option<Shared>,
-    claim: f64,
+    wanted: f64,
 ) -> Option<Duration> {
     let floor = cold?;
     let interval = match shared {
         _ if sync.warm => return None,
-        None => Duration::from_secs_f64(1.0 / COLD_RATE),
+        None => {
+            sync.cold_read = Duration::from_secs_f64(1.0 / COLD_RATE);
+            sync.cold_read
+        }
         Some(shared) if shared.epoch != 0 => return None,
         Some(shared) if shared.interval.is_zero() => {
             sync.warm = true;
             return None;
         }
-        Some(shared) => match sync.last {
-            Some(last) if last.cold && claim >= last.share * last.rate => {
-                shared.interval.div_f64(COLD_GROWTH)
+        Some(shared) => {
+            sync.cold_read = shared.interval;
+            match sync.last {
+                Some(last) if last.cold && wanted >= last.share * last.rate => {
+                    shared.interval.div_f64(COLD_GROWTH)
+                }
+                _ => shared.interval,
             }
-            _ => shared.interval,
-        },
+        }
     };
     if interval < floor {
         sync.warm = true;
@@ -1271,6 +1282,134 @@ mod tests {
         for (_, link) in members.iter().chain([&joiner]) {
             assert!(!link.last().unwrap().first);
         }
+    }
+
+    /// A lane that starts cold: the start's interval while the fleet holds nothing,
+    /// the state's while it starts, 1.5 times the rate at a sync in which the member
+    /// used what it was allotted, unpaced past the shortest interval, and nothing
+    /// once the fleet raised.
+    #[test]
+    fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
+        let floor = Duration::from_millis(1);
+        let ms = Duration::from_millis;
+        let cold = |state: Option<Shared>| Shared {
+            interval: state.map_or(ms(100), |s| s.interval),
+            epoch: 0,
+        };
+        let mut sync = LaneSync::default();
+        assert_eq!(cold_interval(None, &mut sync, None, 5.0), None);
+        assert_eq!(
+            cold_interval(Some(floor), &mut sync, None, 5.0),
+            Some(ms(100))
+        );
+        // A member that used its allotment (a tenth of 10/s) grows the fleet's 100 ms.
+        let mut last = decide(cold(None), 1.0, &[1.0; 9]);
+        last.cold = true;
+        sync.last = Some(last);
+        assert_eq!(last.share * last.rate, 1.0);
+        let state = Some(cold(None));
+        let grown = cold_interval(Some(floor), &mut sync, state, 1.0);
+        assert_eq!(grown, Some(ms(100).div_f64(COLD_GROWTH)));
+        assert_eq!(sync.cold_read, ms(100));
+        // One that did not keeps it.
+        assert_eq!(
+            cold_interval(Some(floor), &mut sync, state, 0.5),
+            Some(ms(100))
+        );
+        // Past the shortest interval: unpaced, for good.
+        let fast = Some(Shared {
+            interval: Duration::from_micros(1_400),
+            epoch: 0,
+        });
+        assert_eq!(
+            cold_interval(Some(floor), &mut sync, fast, 9.0),
+            Some(ms(0))
+        );
+        assert_eq!(cold_interval(Some(floor), &mut sync, state, 9.0), None);
+        // A raise ends the start; so does a fleet gone unpaced.
+        let mut fresh = LaneSync::default();
+        assert_eq!(
+            cold_interval(Some(floor), &mut fresh, Some(shared(20)), 9.0),
+            None
+        );
+        let unpaced = Some(Shared {
+            interval: Duration::ZERO,
+            epoch: 0,
+        });
+        assert_eq!(cold_interval(Some(floor), &mut fresh, unpaced, 9.0), None);
+        assert_eq!(cold_interval(Some(floor), &mut fresh, None, 9.0), None);
+    }
+
+    /// The throttle that ends a cold start takes the fleet back to the interval the
+    /// member last read, the step before its own growth, whatever its own raise.
+    #[test]
+    fn the_raise_that_ends_a_cold_start_goes_back_to_the_interval_read_before_the_step() {
+        let mut sync = LaneSync {
+            cold_read: Duration::from_millis(15),
+            others_used: 1e6,
+            ..LaneSync::default()
+        };
+        let mut last = decide(shared(10), 0.0, &[0.0; 3]);
+        last.cold = true;
+        sync.last = Some(last);
+        // Its own raise, 11 ms, and a floor the dispatch rates would put at 1 µs.
+        let raise = proposal(&sync, 11_000, 1, 0, 0.0);
+        assert_eq!(raise.interval, Duration::from_millis(15));
+        assert_eq!(raise.raised_from, Some(0));
+        // A raise already beyond it stays.
+        assert_eq!(
+            proposal(&sync, 30_000, 1, 0, 0.0).interval,
+            Duration::from_millis(30)
+        );
+        // Steps are proposed as they are.
+        assert_eq!(
+            proposal(&sync, 7_000, 0, NONE, 0.0).interval,
+            Duration::from_millis(7)
+        );
+    }
+
+    /// Before the summary counts it, a member of a cold lane holds its first
+    /// requests: a share of 1/200 of the start's 10/s, a 20 s spacing. The first
+    /// member's sync wrote the summary; the second's, just after, is not in it.
+    #[test]
+    fn a_cold_member_holds_until_the_summary_counts_it() {
+        let metrics = Metrics::new().unwrap();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let mut memory = Memory::new();
+        let members: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let fleet = Fleet::driven(settings.clone(), &metrics, name.to_string());
+                let link = fleet.join("up", "default", true, Box::new(|_: &Decision| {}));
+                link.start_cold(Duration::from_millis(1));
+                link.waiting(1);
+                (fleet, link)
+            })
+            .collect();
+        let mut now = sync;
+        for (fleet, _) in &members {
+            fleet.sync_in(&mut memory, now, sync);
+            now += Duration::from_millis(1);
+        }
+        let first = members[1].1.last().unwrap();
+        assert!(first.cold, "{first:?}");
+        assert_eq!(first.interval, Duration::from_millis(100));
+        assert_eq!(first.member_interval(), Duration::from_secs(20));
+        // Counted a few syncs on, it takes its half of the start's rate.
+        for _ in 0..4 {
+            now += sync;
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, sync);
+            }
+        }
+        let counted = members[1].1.last().unwrap();
+        assert!(counted.cold, "{counted:?}");
+        assert_eq!(counted.members, 2);
+        assert!(
+            counted.member_interval() < Duration::from_secs(1),
+            "{counted:?}"
+        );
     }
 
     /// The floor a raise takes from the members' dispatch rates applies in a paced

@@ -167,11 +167,17 @@ impl Lane {
     /// spacing the pacer keeps. With a fleet the controller's interval is the fleet's,
     /// and this member keeps it over its share.
     fn pace(&self, controller: &Controller<fastrand::Rng>) -> Duration {
+        self.pace_keeping(controller, false)
+    }
+
+    /// [`Lane::pace`]; `longer_too` as [`Pacer::set_interval_keeping`] takes it.
+    fn pace_keeping(&self, controller: &Controller<fastrand::Rng>, longer_too: bool) -> Duration {
         let interval = match self.fleet.get() {
             Some(link) => link.pacing(controller.interval()),
             None => controller.interval(),
         };
-        self.pacer.set_interval(interval, controller.epoch());
+        self.pacer
+            .set_interval_keeping(interval, controller.epoch(), longer_too);
         if self.named {
             self.metrics.interval.set(interval.as_secs_f64());
         }
@@ -204,7 +210,9 @@ impl Lane {
         if decision.first {
             controller.estimated();
         }
-        let spacing = self.pace(&controller);
+        // A cold start's spacing moves with the share as the fleet is counted, not
+        // with a throttle: the first slot keeps its place in it either way.
+        let spacing = self.pace_keeping(&controller, decision.cold);
         if decision.cold {
             self.pacer.phase_first(controller.unit());
         }

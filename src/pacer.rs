@@ -320,10 +320,16 @@ impl Pacer {
 
     /// Applies a new interval from the controller; waiting requests see it at once.
     pub fn set_interval(&self, interval: Duration, epoch: u64) {
+        self.set_interval_keeping(interval, epoch, false);
+    }
+
+    /// [`Pacer::set_interval`]; with `longer_too`, a longer interval also stretches
+    /// only what is left of the gap (a share that is not yet known, not a throttle).
+    pub fn set_interval_keeping(&self, interval: Duration, epoch: u64, longer_too: bool) {
         let s = &*self.shared;
         let new = nanos(interval);
         let old = s.interval_ns.swap(new, Ordering::Relaxed);
-        if new < old && new > 0 {
+        if (new < old || longer_too) && new > 0 && old > 0 {
             s.keep_progress(old, new);
         }
         if s.epoch.load(Ordering::Relaxed) != epoch {
@@ -607,7 +613,8 @@ impl Shared {
     }
 
     /// A shorter interval (`old` to `new` nanoseconds) shortens what is left of the
-    /// gap after the last dispatch in proportion, instead of counting the new gap
+    /// gap after the last dispatch in proportion (a longer one, asked to, stretches
+    /// it alike), instead of counting the new gap
     /// from that dispatch: with the new gap counted from it, every pacer whose last
     /// dispatch lies further back than the new gap would dispatch at once, and a fleet
     /// whose members grow together (or see their shares move) would send a burst of

@@ -70,6 +70,8 @@ pub struct Cubic {
     from_start: bool,
     /// Seconds per doubling while `from_start`.
     doubling: f64,
+    /// `recovery`'s share of it after a raise from 0 or an estimate.
+    doublings: f64,
     /// The interval is a fleet's (it was adopted once): a throttle cuts by `beta`
     /// whether or not this member saw a success since the last decrease.
     shared: bool,
@@ -99,6 +101,7 @@ impl Cubic {
             base: 0.0,
             from_start: false,
             doubling: recovery / START_DOUBLINGS,
+            doublings: recovery / START_DOUBLINGS,
             shared: false,
             cold: None,
             interval: Duration::ZERO,
@@ -118,6 +121,7 @@ impl Cubic {
             self.w_max = rate / self.beta;
             self.decrease_to(rate, now);
             self.from_start = true;
+            self.doubling = self.doublings;
             return Step::Up;
         }
         self.from_start = false;
@@ -125,9 +129,11 @@ impl Cubic {
         if let Some(growth) = self.cold.take() {
             // The start's last step throttled and the one before went through: the
             // capacity lies between. Back to the one before at once, and return
-            // toward the one that throttled as after any throttle.
-            self.w_max = w * (1.0 + self.beta) / 2.0;
+            // toward halfway between the two.
+            self.w_max = w * (1.0 + growth) / (2.0 * growth);
             self.decrease_to(w / growth, now);
+            self.from_start = true;
+            self.doubling = self.recovery;
             return Step::Up;
         }
         // A throttle comes late: the upstream's burst hides the overshoot until it is
@@ -189,16 +195,21 @@ impl Cubic {
             self.set_rate(rate);
             return;
         }
-        // A raise that ends a cold start cut by the start's last step, not from a
-        // storm: the curve returns toward the rate that throttled, as after a
-        // throttle of this member's own.
-        let top = match cold {
-            Some(_) => self.rate * (1.0 + self.beta) / 2.0,
-            None => rate / self.beta,
+        // A raise that ends a cold start takes the fleet back by the start's last step
+        // (see `fleet.rs`): the capacity lies between the two rates, and the curve
+        // returns toward halfway between them (members that grew once more since do
+        // not count their own step).
+        self.w_max = match cold {
+            Some(growth) => rate * (1.0 + growth) / 2.0,
+            None => self.rate.clamp(rate, rate / self.beta),
         };
-        self.w_max = self.rate.clamp(rate, top.max(rate));
         self.decrease_to(rate, now);
-        self.from_start = false;
+        // The fleet's rate in force when it throttled may have been above the one
+        // it reads (members whose shares were about to shrink): the rate also
+        // doubles every `recovery` until the next throttle, a third as fast as after
+        // a raise from 0, so an end that cut too deep is back in a few seconds.
+        self.from_start = cold.is_some();
+        self.doubling = self.recovery;
     }
 
     /// The rate in force is an estimate from one burst (a fleet's first raise, taken
@@ -208,6 +219,7 @@ impl Cubic {
     pub fn estimated(&mut self) {
         if self.rate > 0.0 {
             self.from_start = true;
+            self.doubling = self.doublings;
             self.w_max = self.w_max.max(self.rate);
         }
     }
@@ -437,5 +449,45 @@ mod tests {
             Step::Up
         );
         assert_eq!(c.interval(), Duration::from_millis(10));
+    }
+
+    /// A fleet's cold start: the curve does not grow it; a throttle of the member's
+    /// own takes it back by the start's step at once, and the curve returns toward
+    /// halfway between the two rates, also doubling every `recovery` (2 s here).
+    #[test]
+    fn a_throttle_in_a_cold_start_goes_back_one_step_and_returns_halfway() {
+        let mut c = Cubic::new(&settings());
+        c.cold(Duration::from_millis(10), 1.5);
+        assert_eq!(c.on_success(secs(1.0)), Step::Unchanged);
+        assert_eq!(rate(&c), 100.0);
+        assert_eq!(c.on_throttle(Duration::ZERO, secs(1.0)), Step::Up);
+        assert_eq!(rate(&c), 66.667);
+        assert!((c.w_max - 250.0 / 3.0).abs() < 1e-9);
+        // Two seconds on: the curve is near its top, the doubling at twice the start.
+        c.on_success(secs(3.0));
+        assert_eq!(rate(&c), 133.333);
+        // The next throttle is a plain one.
+        c.on_throttle(Duration::ZERO, secs(3.0));
+        assert_eq!(rate(&c), 120.0);
+    }
+
+    /// A raise that ends a cold start, adopted: the curve returns toward halfway
+    /// between the raise and the rate one step above it, doubling every `recovery`;
+    /// adopted outside a cold start, no further than `1 / beta` above it.
+    #[test]
+    fn a_raise_that_ends_a_cold_start_is_adopted_with_the_step_it_took() {
+        let mut c = Cubic::new(&settings());
+        c.cold(Duration::from_millis(5), 1.5);
+        c.adopt(Duration::from_millis(10), true, secs(1.0));
+        assert_eq!(rate(&c), 100.0);
+        assert!((c.w_max - 125.0).abs() < 1e-9);
+        assert!(c.from_start);
+        c.on_success(secs(3.0));
+        assert_eq!(rate(&c), 200.0);
+        let mut warm = Cubic::new(&settings());
+        warm.adopt(Duration::from_millis(5), false, secs(0.0));
+        warm.adopt(Duration::from_millis(10), true, secs(1.0));
+        assert!((warm.w_max - 100.0 / 0.9).abs() < 1e-9);
+        assert!(!warm.from_start);
     }
 }
