@@ -84,8 +84,9 @@ pub const COLD_RATE: f64 = 10.0;
 pub const COLD_GROWTH: f64 = 1.5;
 /// The share a cold lane paces at until the summary counts its member: below most
 /// fleets' equal share, so that its first slot lies out until the share is known, and
-/// its first spacing (20 s at [`COLD_RATE`]) short of `queue.max_wait`'s default.
-const COLD_HOLD_SHARE: f64 = 1.0 / 200.0;
+/// a spacing (5 s at [`COLD_RATE`]) that keeps a few queued requests within
+/// `queue.max_wait`'s default.
+const COLD_HOLD_SHARE: f64 = 1.0 / 50.0;
 
 /// What the fleet decided for one lane at a sync.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -757,9 +758,18 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
         interval: match cold {
             _ if from == NONE => interval,
             // The cold start's last step throttled: back to the fleet's interval
-            // before it, which went through; the capacity lies between, and the
-            // dispatch rates the floor reads lag the growth by a sync or two.
-            Some(_) => interval.max(sync.cold_read),
+            // before it, which went through (the capacity lies between), or to what
+            // the members' dispatches got through if that was faster (they lag the
+            // growth by a sync or two, but a member that read a late count of the
+            // fleet reads the state one step behind too). Not its own raise: a
+            // member a step behind the fleet would take it back two.
+            Some(_) => {
+                let through = used + sync.others_used;
+                let spacing = (through.is_finite() && through > 0.0)
+                    .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
+                    .flatten();
+                spacing.map_or(sync.cold_read, |s| s.min(sync.cold_read))
+            }
             None if paced => learning::cap_raise(interval, used + sync.others_used),
             None => interval,
         },
@@ -1341,26 +1351,28 @@ mod tests {
     }
 
     /// The throttle that ends a cold start takes the fleet back to the interval the
-    /// member last read, the step before its own growth, whatever its own raise.
+    /// member last read, the step before its own growth, or to what the members'
+    /// dispatches got through if that was faster; never to its own raise.
     #[test]
     fn the_raise_that_ends_a_cold_start_goes_back_to_the_interval_read_before_the_step() {
         let mut sync = LaneSync {
             cold_read: Duration::from_millis(15),
-            others_used: 1e6,
+            others_used: 40.0,
             ..LaneSync::default()
         };
         let mut last = decide(shared(10), 0.0, &[0.0; 3]);
         last.cold = true;
         sync.last = Some(last);
-        // Its own raise, 11 ms, and a floor the dispatch rates would put at 1 µs.
-        let raise = proposal(&sync, 11_000, 1, 0, 0.0);
+        // 50/s got through, slower than the 15 ms read: back to 15 ms, whatever the
+        // member's own raise (11 ms, or 30 ms from a member a step behind).
+        let raise = proposal(&sync, 11_000, 1, 0, 10.0);
         assert_eq!(raise.interval, Duration::from_millis(15));
         assert_eq!(raise.raised_from, Some(0));
-        // A raise already beyond it stays.
-        assert_eq!(
-            proposal(&sync, 30_000, 1, 0, 0.0).interval,
-            Duration::from_millis(30)
-        );
+        let behind = proposal(&sync, 30_000, 1, 0, 10.0);
+        assert_eq!(behind.interval, Duration::from_millis(15));
+        // 100/s got through: 10 ms.
+        let through = proposal(&sync, 30_000, 1, 0, 60.0);
+        assert_eq!(through.interval, Duration::from_millis(10));
         // Steps are proposed as they are.
         assert_eq!(
             proposal(&sync, 7_000, 0, NONE, 0.0).interval,
@@ -1369,7 +1381,7 @@ mod tests {
     }
 
     /// Before the summary counts it, a member of a cold lane holds its first
-    /// requests: a share of 1/200 of the start's 10/s, a 20 s spacing. The first
+    /// requests: a share of 1/50 of the start's 10/s, a 5 s spacing. The first
     /// member's sync wrote the summary; the second's, just after, is not in it.
     #[test]
     fn a_cold_member_holds_until_the_summary_counts_it() {
@@ -1395,7 +1407,7 @@ mod tests {
         let first = members[1].1.last().unwrap();
         assert!(first.cold, "{first:?}");
         assert_eq!(first.interval, Duration::from_millis(100));
-        assert_eq!(first.member_interval(), Duration::from_secs(20));
+        assert_eq!(first.member_interval(), Duration::from_secs(5));
         // Counted a few syncs on, it takes its half of the start's rate.
         for _ in 0..4 {
             now += sync;
