@@ -246,15 +246,14 @@ impl LaneLink {
         lock(&self.cell.sync).last
     }
 
-    /// Starts the lane cold: while the fleet has learned nothing for it (never
-    /// throttled, unpaced), the member paces at its share of [`COLD_RATE`] instead of
-    /// going unpaced, with its first request at a random point of its first spacing,
-    /// and the rate doubles at each sync in which it used its share, until the first
-    /// throttle (the fleet then takes half the rate in force, a rate that went
-    /// through, and grows on from it as from an estimate) or until the interval
-    /// would fall below `floor` (the lane goes unpaced). Members that start together
-    /// therefore reach the capacity together from below, in a few syncs, instead of
-    /// each sending unpaced into a throttle storm.
+    /// Starts the lane cold: while the fleet has learned nothing for it, the member
+    /// paces at its share of [`COLD_RATE`] instead of going unpaced, its first request
+    /// at a random point of its first spacing, and the rate grows by [`COLD_GROWTH`]
+    /// at each sync in which its demand met its allotment, until the first throttle
+    /// (the fleet goes back to the rate before the last step, see `proposal`) or until
+    /// the interval would fall below `floor` (the lane goes unpaced). Members that
+    /// start together therefore reach the capacity together from below, in a few
+    /// syncs, instead of each sending unpaced into a throttle storm.
     pub fn start_cold(&self, floor: Duration) {
         let _ = self.cell.cold.set(floor);
     }
@@ -903,27 +902,25 @@ fn apply(
     if decision.interval.is_zero() {
         decision.share = unpaced_share(used, &answer.others_used);
     }
-    {
-        let differs = fingerprint::differs(&lane.fingerprint, &answer.fingerprints);
-        if differs != sync.differs {
-            sync.differs = differs;
-            settings_changed(lane, differs);
-        }
-        if let Some(scale) = sync.scale.take() {
-            decision.rescale = scale;
-            sync.rejoining = rejoin;
-        }
-        sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
-        rejoined(&mut sync, &mut decision);
-        // A cold start's end is no estimate: the step before went through.
-        decision.first = !shared.interval.is_zero()
-            && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
-        sync.last = Some(decision);
-        sync.peak_age += 1;
-        if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
-            sync.peak_members = decision.members;
-            sync.peak_age = 0;
-        }
+    let differs = fingerprint::differs(&lane.fingerprint, &answer.fingerprints);
+    if differs != sync.differs {
+        sync.differs = differs;
+        settings_changed(lane, differs);
+    }
+    if let Some(scale) = sync.scale.take() {
+        decision.rescale = scale;
+        sync.rejoining = rejoin;
+    }
+    sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
+    rejoined(&mut sync, &mut decision);
+    // A cold start's end is no estimate: the step before went through.
+    decision.first =
+        !shared.interval.is_zero() && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
+    sync.last = Some(decision);
+    sync.peak_age += 1;
+    if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
+        sync.peak_members = decision.members;
+        sync.peak_age = 0;
     }
     drop(sync);
     let m = &lane.metrics;

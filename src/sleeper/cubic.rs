@@ -191,6 +191,15 @@ impl Cubic {
             return;
         }
         let rate = 1.0 / interval.min(self.max).as_secs_f64();
+        if !raised && cold.is_some() {
+            // A cold start cut short (the member goes on alone): the fleet no longer
+            // grows it, so the rate grows from here as from an estimate.
+            self.w_max = rate;
+            self.decrease_to(rate, now);
+            self.from_start = true;
+            self.doubling = self.doublings;
+            return;
+        }
         if !raised {
             self.set_rate(rate);
             return;
@@ -489,5 +498,17 @@ mod tests {
         warm.adopt(Duration::from_millis(10), true, secs(1.0));
         assert!((warm.w_max - 100.0 / 0.9).abs() < 1e-9);
         assert!(!warm.from_start);
+    }
+
+    /// A cold start cut short (the member goes on alone at the rate it had): the
+    /// rate grows from there as after a raise from 0, doubling every `recovery / 3`.
+    #[test]
+    fn a_cold_start_cut_short_grows_on_as_from_an_estimate() {
+        let mut c = Cubic::new(&settings());
+        c.cold(Duration::from_millis(100), 1.5);
+        c.adopt(Duration::from_millis(100), false, secs(1.0));
+        assert_eq!(rate(&c), 10.0);
+        c.on_success(secs(1.0 + 2.0 / 3.0));
+        assert_eq!(rate(&c), 20.0);
     }
 }
