@@ -70,8 +70,6 @@ pub struct Cubic {
     from_start: bool,
     /// Seconds per doubling while `from_start`.
     doubling: f64,
-    /// `recovery`'s share of it after a raise from 0 or an estimate.
-    doublings: f64,
     /// The interval is a fleet's (it was adopted once): a throttle cuts by `beta`
     /// whether or not this member saw a success since the last decrease.
     shared: bool,
@@ -101,7 +99,6 @@ impl Cubic {
             base: 0.0,
             from_start: false,
             doubling: recovery / START_DOUBLINGS,
-            doublings: recovery / START_DOUBLINGS,
             shared: false,
             cold: None,
             interval: Duration::ZERO,
@@ -121,7 +118,7 @@ impl Cubic {
             self.w_max = rate / self.beta;
             self.decrease_to(rate, now);
             self.from_start = true;
-            self.doubling = self.doublings;
+            self.doubling = self.recovery / START_DOUBLINGS;
             return Step::Up;
         }
         self.from_start = false;
@@ -197,7 +194,7 @@ impl Cubic {
             self.w_max = rate;
             self.decrease_to(rate, now);
             self.from_start = true;
-            self.doubling = self.doublings;
+            self.doubling = self.recovery / START_DOUBLINGS;
             return;
         }
         if !raised {
@@ -228,7 +225,7 @@ impl Cubic {
     pub fn estimated(&mut self) {
         if self.rate > 0.0 {
             self.from_start = true;
-            self.doubling = self.doublings;
+            self.doubling = self.recovery / START_DOUBLINGS;
             self.w_max = self.w_max.max(self.rate);
         }
     }
