@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::clock::Clock;
@@ -149,6 +149,8 @@ struct Inner {
     fault: Mutex<Option<Fault>>,
     /// Each upstream's settings fingerprint, by name, for the lanes that join later.
     fingerprints: Mutex<HashMap<String, String>>,
+    /// A lane raised: the sync task reports it before its next tick.
+    raised: Arc<Notify>,
 }
 
 /// One lane's link to the fleet: the counters the lane writes and the sync task reads.
@@ -163,6 +165,8 @@ struct LaneCell {
     arrivals: AtomicU64,
     /// Attempts shed or throttled since the last sync.
     refused: AtomicU64,
+    /// The fleet's [`Inner::raised`].
+    raised: Arc<Notify>,
     waiting: AtomicUsize,
     /// The controller's interval in microseconds, [`NONE`] before the first report.
     interval: AtomicU64,
@@ -292,6 +296,7 @@ impl LaneLink {
         c.interval.store(micros.min(NONE - 1), Ordering::Relaxed);
         if let Some(from) = raised_from {
             c.raised_from.fetch_min(from, Ordering::Relaxed);
+            c.raised.notify_one();
         }
     }
 }
@@ -314,6 +319,7 @@ impl Fleet {
             connected: AtomicBool::new(false),
             fault: Mutex::new(None),
             fingerprints: Mutex::default(),
+            raised: Arc::new(Notify::new()),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(Arc::clone(&inner), clock, stopped));
@@ -336,6 +342,7 @@ impl Fleet {
             connected: AtomicBool::new(true),
             fault: Mutex::new(None),
             fingerprints: Mutex::default(),
+            raised: Arc::new(Notify::new()),
         });
         inner.metrics.connected.set(1);
         let (stop, _) = watch::channel(false);
@@ -347,14 +354,26 @@ impl Fleet {
     }
 
     /// One sync of the lanes that are due against `memory`, whose clock reads `now`; `elapsed`
-    /// since this member's last sync. What a sync with Redis does, without the wait.
-    pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Duration) {
+    /// since this member's last sync (`None`: a round between ticks, of the lanes that
+    /// raised since, see [`Fleet::raised`]). What a sync with Redis does, without the wait.
+    pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Option<Duration>) {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
-        let round = prepare(&lanes, elapsed, &inner.settings, usize::MAX);
+        let when = elapsed.map_or((Duration::ZERO, true), |e| (e, false));
+        let round = prepare(&lanes, when, &inner.settings, usize::MAX);
+        if round.lanes.is_empty() && when.1 {
+            return;
+        }
         let answers = memory.sync(&inner.member, &round.reports, now, timings(&inner.settings));
         // The memory answers every lane, so this cannot fail.
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
+    }
+
+    /// Completes when a lane raised since the last call: a throttle's raise goes to
+    /// the fleet at once, not at the next tick, so the others take it up to a
+    /// `sync_interval` sooner and the burst that caused it is shorter.
+    pub async fn raised(&self) {
+        self.inner.raised.notified().await;
     }
 
     /// This member's id in Redis: host, process id and a random part.
@@ -417,6 +436,7 @@ impl Fleet {
                 .unwrap_or_default(),
             arrivals: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            raised: Arc::clone(&self.inner.raised),
             waiting: AtomicUsize::new(0),
             interval: AtomicU64::new(NONE),
             epoch: AtomicU64::new(0),
@@ -496,9 +516,19 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     let mut last_round = clock.now();
     metrics.connected.set(0);
     loop {
-        tokio::select! {
-            () = tick.tick() => {}
+        let raises_only = tokio::select! {
+            () = tick.tick() => false,
+            () = inner.raised.notified() => true,
             _ = stopped.changed() => break,
+        };
+        if raises_only {
+            if connected {
+                let lanes = live_lanes(&inner);
+                // A failed round keeps the raises for the tick's round, which counts
+                // the failure.
+                let _ = sync_round(&inner, &mut store, &lanes, (Duration::ZERO, true), room).await;
+            }
+            continue;
         }
         if !store.is_connected() {
             if let Admission::Closed(_) = backoff.admit(clock.now()) {
@@ -523,7 +553,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         last_round = now;
         let lanes = live_lanes(&inner);
         let started = clock.now();
-        let result = sync_round(&inner, &mut store, &lanes, elapsed, room).await;
+        let result = sync_round(&inner, &mut store, &lanes, (elapsed, false), room).await;
         let took = clock.now().saturating_duration_since(started);
         metrics.sync.observe(took.as_secs_f64());
         let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
@@ -604,11 +634,14 @@ async fn sync_round(
     inner: &Inner,
     store: &mut Store,
     lanes: &[Arc<LaneCell>],
-    elapsed: Duration,
+    when: (Duration, bool),
     room: usize,
 ) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
-    let round = prepare(lanes, elapsed, settings, room);
+    let round = prepare(lanes, when, settings, room);
+    if round.lanes.is_empty() && when.1 {
+        return Ok(());
+    }
     let answers = tokio::time::timeout(
         settings.sync_interval,
         store.sync(&inner.member, &round.reports, timings(settings)),
@@ -669,10 +702,12 @@ fn timings(settings: &FleetSettings) -> Timings {
 
 /// Samples every lane's demand, `elapsed` after the last round, and what the lanes
 /// that are due (`due.rs`) report: every urgent one, and as many new, returning or refreshing
-/// ones as `due::spare` leaves room for; the others skip the round.
+/// ones as `due::spare` leaves room for; the others skip the round. With
+/// `raises_only` (a round between ticks), only the lanes that raised report, and
+/// nothing is sampled.
 fn prepare<'a>(
     lanes: &'a [Arc<LaneCell>],
-    elapsed: Duration,
+    (elapsed, raises_only): (Duration, bool),
     settings: &FleetSettings,
     room: usize,
 ) -> Round<'a> {
@@ -688,6 +723,22 @@ fn prepare<'a>(
     let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
         let mut sync = lock(&lane.sync);
+        if raises_only {
+            // Between ticks: only the raise goes, with what the lane last reported,
+            // and its counts wait for the tick (over a few milliseconds they would
+            // read as a spike of demand).
+            let micros = lane.interval.load(Ordering::Relaxed);
+            let raised = lane.raised_from.load(Ordering::Relaxed) != NONE;
+            let Some(last) = sync.reported.filter(|_| raised && micros != NONE) else {
+                continue;
+            };
+            let entry = due::Entry {
+                proposal: Some((micros, lane.epoch.load(Ordering::Relaxed))),
+                ..last
+            };
+            round.add(lane, &sync, entry, 0.0);
+            continue;
+        }
         let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
         let waiting = match lane.queue.get() {
             Some(probe) => probe(),
@@ -720,23 +771,36 @@ fn prepare<'a>(
             }
             spare -= 1;
         }
+        round.add(lane, &sync, entry, demand);
+    }
+    round
+}
+
+impl<'a> Round<'a> {
+    /// Adds `lane`'s report of `entry` (its demand and dispatch rate, and the
+    /// interval and epoch it learned), with its raise if it has one; `wanted` its
+    /// demand whether or not it can use it.
+    fn add(&mut self, lane: &'a Arc<LaneCell>, sync: &LaneSync, entry: due::Entry, wanted: f64) {
         let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
-        round.reports.push(Report {
+        let (demand, used) = (entry.demand, entry.used);
+        let proposal = entry
+            .proposal
+            .map(|(micros, epoch)| proposal(sync, micros, epoch, from, used));
+        self.reports.push(Report {
             key: &lane.key,
             demand,
             used,
             fingerprint: &lane.fingerprint,
-            proposal: (micros != NONE).then(|| proposal(&sync, micros, epoch, from, used)),
+            proposal,
             counted_in: sync.counted_in,
         });
-        round.lanes.push(lane);
-        round.entries.push(entry);
-        round.demands.push(demand::claim(demand, used));
-        round.wanted.push(demand);
-        round.used.push(used);
-        round.raised.push(from);
+        self.lanes.push(lane);
+        self.entries.push(entry);
+        self.demands.push(demand::claim(demand, used));
+        self.wanted.push(wanted);
+        self.used.push(used);
+        self.raised.push(from);
     }
-    round
 }
 
 /// What a lane at `micros` and `epoch` proposes, with the earliest epoch it raised
@@ -1155,7 +1219,7 @@ mod tests {
         // Only the first syncs now; the others are forgotten after the member TTL.
         while now < ttl * 3 {
             now += sync;
-            members[0].0.sync_in(&mut memory, now, sync);
+            members[0].0.sync_in(&mut memory, now, Some(sync));
         }
         let alone = lock(&seen).last().copied().unwrap();
         assert_eq!((alone.members, alone.share), (1, 1.0));
@@ -1177,8 +1241,8 @@ mod tests {
         members[0].1.learned(Duration::from_millis(20), 2, Some(1));
         members[1].1.learned(Duration::from_millis(13), 2, Some(1));
         now += sync;
-        members[0].0.sync_in(&mut memory, now, sync);
-        members[1].0.sync_in(&mut memory, now, sync);
+        members[0].0.sync_in(&mut memory, now, Some(sync));
+        members[1].0.sync_in(&mut memory, now, Some(sync));
         let second = &members[1].1;
         let decision = second.last().unwrap();
         assert_eq!(
@@ -1193,7 +1257,7 @@ mod tests {
         for _ in 0..2 {
             now += sync;
             for (fleet, _) in &members {
-                fleet.sync_in(&mut memory, now, sync);
+                fleet.sync_in(&mut memory, now, Some(sync));
             }
         }
         let fleet = second.last().unwrap();
@@ -1202,6 +1266,49 @@ mod tests {
             (Duration::from_millis(20), 2)
         );
         assert!(!fleet.outraised);
+    }
+
+    /// A raise goes to the store between ticks, alone: the member's raise lands and
+    /// another member reads it at its next sync, while the lanes that did not raise
+    /// wait for the tick and the counts of the one that did are not sampled over the
+    /// few milliseconds since the last tick.
+    #[tokio::test(start_paused = true)]
+    async fn a_raise_goes_between_ticks_without_the_counts() {
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let (mut memory, members, _, now) = three_sharing(&settings);
+        let first = &members[0];
+        let quiet = first
+            .0
+            .join("up", "quiet", true, Box::new(|_: &Decision| {}));
+        first.0.sync_in(&mut memory, now, Some(sync));
+        let reported = lock(&quiet.cell.sync).reported;
+        for _ in 0..5 {
+            first.1.arrived();
+        }
+        // No raise: a round between ticks sends nothing.
+        first
+            .0
+            .sync_in(&mut memory, now + Duration::from_millis(5), None);
+        assert_eq!(lock(&quiet.cell.sync).reported, reported);
+        first.1.learned(Duration::from_millis(20), 2, Some(1));
+        let waker = tokio::time::timeout(Duration::from_millis(1), first.0.raised());
+        assert!(waker.await.is_ok(), "the raise wakes the sync task");
+        first
+            .0
+            .sync_in(&mut memory, now + Duration::from_millis(10), None);
+        // The raise landed; the arrivals wait for the tick, the quiet lane did not sync.
+        assert_eq!(first.1.cell.arrivals.load(Ordering::Relaxed), 5);
+        assert_eq!(first.1.cell.raised_from.load(Ordering::Relaxed), NONE);
+        assert_eq!(lock(&quiet.cell.sync).reported, reported);
+        members[1]
+            .0
+            .sync_in(&mut memory, now + Duration::from_millis(20), Some(sync));
+        let taken = members[1].1.last().unwrap();
+        assert_eq!(
+            (taken.interval, taken.epoch),
+            (Duration::from_millis(20), 2)
+        );
     }
 
     /// What a member's entry says it dispatched leaves out what was shed or
@@ -1220,8 +1327,8 @@ mod tests {
         }
         members[1].1.waiting(1000);
         now += sync;
-        busy.sync_in(&mut memory, now, sync);
-        members[0].0.sync_in(&mut memory, now, sync);
+        busy.sync_in(&mut memory, now, Some(sync));
+        members[0].0.sync_in(&mut memory, now, Some(sync));
         // 25 got through in a quarter second; the third member dispatched nothing.
         let others = lock(&members[0].1.cell.sync).others_used;
         assert!((others - 100.0).abs() < 1e-9, "{others}");
@@ -1267,14 +1374,14 @@ mod tests {
         for _ in 0..2 {
             now += sync;
             for (fleet, _) in &members {
-                fleet.sync_in(&mut memory, now, sync);
+                fleet.sync_in(&mut memory, now, Some(sync));
             }
         }
         assert_eq!(members[1].1.last().unwrap().interval, Duration::ZERO);
         members[0].1.learned(Duration::from_millis(20), 1, Some(0));
         now += sync;
         for (fleet, _) in &members {
-            fleet.sync_in(&mut memory, now, sync);
+            fleet.sync_in(&mut memory, now, Some(sync));
         }
         for (_, link) in &members {
             let first = link.last().unwrap();
@@ -1284,7 +1391,7 @@ mod tests {
         let joiner = join("c");
         now += sync;
         for (fleet, _) in members.iter().chain([&joiner]) {
-            fleet.sync_in(&mut memory, now, sync);
+            fleet.sync_in(&mut memory, now, Some(sync));
         }
         for (_, link) in members.iter().chain([&joiner]) {
             assert!(!link.last().unwrap().first);
@@ -1398,7 +1505,7 @@ mod tests {
             .collect();
         let mut now = sync;
         for (fleet, _) in &members {
-            fleet.sync_in(&mut memory, now, sync);
+            fleet.sync_in(&mut memory, now, Some(sync));
             now += Duration::from_millis(1);
         }
         let first = members[1].1.last().unwrap();
@@ -1409,7 +1516,7 @@ mod tests {
         for _ in 0..4 {
             now += sync;
             for (fleet, _) in &members {
-                fleet.sync_in(&mut memory, now, sync);
+                fleet.sync_in(&mut memory, now, Some(sync));
             }
         }
         let counted = members[1].1.last().unwrap();
@@ -1487,7 +1594,7 @@ mod tests {
         for _ in 0..4 {
             now += sync;
             for (fleet, _) in &members {
-                fleet.sync_in(&mut memory, now, sync);
+                fleet.sync_in(&mut memory, now, Some(sync));
             }
         }
         assert_eq!(lock(&seen).last().map(|d| d.members), Some(3));
@@ -1507,7 +1614,7 @@ mod tests {
         }
         now += ttl * 2;
         let last = |seen: &Mutex<Vec<Decision>>| lock(seen).last().copied().unwrap();
-        members[0].0.sync_in(&mut memory, now, sync);
+        members[0].0.sync_in(&mut memory, now, Some(sync));
         let back = last(&seen);
         assert_eq!(back.members, 1);
         assert!((back.share - 1.0 / 3.0).abs() < 1e-9, "{back:?}");
@@ -1515,7 +1622,7 @@ mod tests {
         for _ in 0..2 {
             now += sync;
             for (fleet, _) in &members {
-                fleet.sync_in(&mut memory, now, sync);
+                fleet.sync_in(&mut memory, now, Some(sync));
             }
         }
         assert_eq!(last(&seen).members, 3);
@@ -1526,11 +1633,11 @@ mod tests {
         now += ttl * 2;
         let held = rejoin_syncs(sync);
         for _ in 0..held {
-            members[0].0.sync_in(&mut memory, now, sync);
+            members[0].0.sync_in(&mut memory, now, Some(sync));
             assert!((last(&seen).share - 1.0 / 3.0).abs() < 1e-9);
             now += sync;
         }
-        members[0].0.sync_in(&mut memory, now, sync);
+        members[0].0.sync_in(&mut memory, now, Some(sync));
         assert_eq!((last(&seen).members, last(&seen).share), (1, 1.0));
     }
 
@@ -1557,8 +1664,8 @@ mod tests {
         let mut now = Duration::ZERO;
         for _ in 0..40 {
             now += sync;
-            busy.sync_in(&mut memory, now, sync);
-            idle.sync_in(&mut memory, now, sync);
+            busy.sync_in(&mut memory, now, Some(sync));
+            idle.sync_in(&mut memory, now, Some(sync));
         }
         let rounds: Vec<u32> = lock(&busy_seen).iter().map(|d| d.members).collect();
         assert_eq!(rounds.len(), 40);
@@ -1613,7 +1720,7 @@ mod tests {
             now += sync;
             for (fleet, link) in &members {
                 (0..10).for_each(|_| link.arrived());
-                fleet.sync_in(&mut memory, now, sync);
+                fleet.sync_in(&mut memory, now, Some(sync));
             }
         }
         let link = &members[0].1;

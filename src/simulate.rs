@@ -383,11 +383,21 @@ async fn sync(
 ) {
     clock.sleep(first).await;
     let mut last = clock.now();
+    let mut tick = last;
     loop {
         let now = clock.now();
-        member.sync_in(&mut lock(&memory), now - start, now - last);
+        member.sync_in(&mut lock(&memory), now - start, Some(now - last));
         last = now;
-        clock.sleep(every).await;
+        tick += every;
+        // A raise goes between ticks, as the sync task sends it.
+        loop {
+            tokio::select! {
+                () = clock.sleep_until(tick) => break,
+                () = member.raised() => {
+                    member.sync_in(&mut lock(&memory), clock.now() - start, None);
+                }
+            }
+        }
     }
 }
 
