@@ -514,16 +514,27 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     let mut failures = 0u32;
     let mut room = usize::MAX;
     let mut last_round = clock.now();
+    // One round between two ticks at most: a lane whose every attempt is throttled
+    // raises once per round trip of its own, and Redis must not see a call for each.
+    let mut between = true;
     metrics.connected.set(0);
     loop {
         let raises_only = tokio::select! {
-            () = tick.tick() => false,
-            () = inner.raised.notified() => true,
+            () = tick.tick() => {
+                between = true;
+                false
+            }
+            () = inner.raised.notified(), if between => true,
             _ = stopped.changed() => break,
         };
         if raises_only {
-            if connected {
-                let lanes = live_lanes(&inner);
+            let lanes = live_lanes(&inner);
+            // The raise may have gone with the tick's round already.
+            let raised = lanes
+                .iter()
+                .any(|lane| lane.raised_from.load(Ordering::Relaxed) != NONE);
+            if connected && raised {
+                between = false;
                 // A failed round keeps the raises for the tick's round, which counts
                 // the failure.
                 let _ = sync_round(&inner, &mut store, &lanes, (Duration::ZERO, true), room).await;

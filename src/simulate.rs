@@ -389,15 +389,14 @@ async fn sync(
         member.sync_in(&mut lock(&memory), now - start, Some(now - last));
         last = now;
         tick += every;
-        // A raise goes between ticks, as the sync task sends it.
-        loop {
-            tokio::select! {
-                () = clock.sleep_until(tick) => break,
-                () = member.raised() => {
-                    member.sync_in(&mut lock(&memory), clock.now() - start, None);
-                }
+        // A raise goes between ticks, as the sync task sends it (one round at most).
+        tokio::select! {
+            () = clock.sleep_until(tick) => continue,
+            () = member.raised() => {
+                member.sync_in(&mut lock(&memory), clock.now() - start, None);
             }
         }
+        clock.sleep_until(tick).await;
     }
 }
 

@@ -293,6 +293,41 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 
 const KEY: &str = "easeoff:{test:orders:default}:state";
 
+/// A lane that raises all the time (every attempt throttled, each round trip a
+/// raise) sends its raises between ticks, but no more than one round between two
+/// ticks: Redis sees at most twice the rounds it would without raises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_storm_costs_at_most_one_round_between_ticks() {
+    let Some(redis) = Redis::start() else { return };
+    let member = Member::join(&redis.url(), "default");
+    member.link.learned(ms(10), 1, None);
+    wait_for("the first sync", || member.count() > 0).await;
+    let link = Arc::clone(&member.link);
+    let storm = tokio::spawn(async move {
+        for epoch in 1.. {
+            link.learned(ms(10), epoch + 1, Some(epoch));
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    });
+    let (before, started) = (member.count(), Instant::now());
+    tokio::time::sleep(SYNC * 20).await;
+    let rounds = (member.count() - before) as f64;
+    let ticks = started.elapsed().as_secs_f64() / SYNC.as_secs_f64();
+    storm.abort();
+    eprintln!("{rounds} rounds in {ticks:.1} ticks");
+    assert!(
+        rounds <= 2.0 * ticks + 3.0,
+        "{rounds} rounds in {ticks:.1} ticks"
+    );
+    assert!(
+        rounds >= 1.25 * ticks,
+        "raises go between ticks: {rounds} in {ticks:.1}"
+    );
+    // The first raise landed (the later ones, from epochs the fleet never had, do not).
+    let epoch: u64 = redis.field(KEY, "e").unwrap().parse().unwrap();
+    assert_eq!(epoch, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_members_raising_for_one_burst_raise_the_fleet_once() {
     let Some(redis) = Redis::start() else { return };
