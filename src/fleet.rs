@@ -288,7 +288,7 @@ impl LaneLink {
     }
 
     /// After a controller step: the interval it is at and its epoch, and for a raise,
-    /// the epoch it raised from.
+    /// the epoch it raised from (which wakes the sync task to send it at once).
     pub fn learned(&self, interval: Duration, epoch: u64, raised_from: Option<u64>) {
         let c = &self.cell;
         c.epoch.store(epoch, Ordering::Relaxed);
@@ -529,11 +529,13 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         };
         if raises_only {
             let lanes = live_lanes(&inner);
-            // The raise may have gone with the tick's round already.
+            // The raise may have gone with the tick's round already; and while Redis
+            // fails to answer, the ticks alone wait for it (going on alone within
+            // three ticks).
             let raised = lanes
                 .iter()
                 .any(|lane| lane.raised_from.load(Ordering::Relaxed) != NONE);
-            if connected && raised {
+            if connected && failures == 0 && raised {
                 between = false;
                 // A failed round keeps the raises for the tick's round, which counts
                 // the failure.
@@ -696,6 +698,9 @@ struct Round<'a> {
     used: Vec<f64>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
     raised: Vec<u64>,
+    /// A tick's round, not one of raises between ticks: it counts as a sync for
+    /// the holds counted in syncs.
+    ticked: bool,
 }
 
 /// The times a sync passes to the store: a lane's summary is refreshed once a sync
@@ -730,6 +735,7 @@ fn prepare<'a>(
         wanted: Vec::new(),
         used: Vec::new(),
         raised: Vec::new(),
+        ticked: !raises_only,
     };
     let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
@@ -888,7 +894,8 @@ fn conclude(
                 }
                 let proposal = round.reports[i].proposal;
                 let demand = (round.demands[i], round.wanted[i]);
-                apply(lane, &answer, (demand, round.used[i], proposal), rejoin);
+                let syncs = (rejoin, round.ticked);
+                apply(lane, &answer, (demand, round.used[i], proposal), syncs);
             }
             Err(error) => {
                 lane.raised_from
@@ -951,12 +958,13 @@ fn rejoin_syncs(sync_interval: Duration) -> u32 {
 }
 
 /// Turns one lane's answer into its decision and hands it to the lane; a lane back
-/// from going on alone holds its share down for `rejoin` syncs (see [`rejoined`]).
+/// from going on alone holds its share down for `rejoin` syncs (see [`rejoined`]),
+/// counting only the rounds of ticks (`ticked`).
 fn apply(
     lane: &LaneCell,
     answer: &Answer,
     ((demand, wanted), used, proposal): ((f64, f64), f64, Option<Proposal>),
-    rejoin: u32,
+    (rejoin, ticked): (u32, bool),
 ) {
     let mut sync = lock(&lane.sync);
     let cold = cold_interval(lane.cold.get().copied(), &mut sync, answer.shared, wanted);
@@ -987,12 +995,12 @@ fn apply(
         sync.rejoining = rejoin;
     }
     sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
-    rejoined(&mut sync, &mut decision);
+    rejoined(&mut sync, &mut decision, ticked);
     // A cold start's end is no estimate: the step before went through.
     decision.first =
         !shared.interval.is_zero() && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
     sync.last = Some(decision);
-    sync.peak_age += 1;
+    sync.peak_age += u32::from(ticked);
     if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
         sync.peak_members = decision.members;
         sync.peak_age = 0;
@@ -1072,8 +1080,9 @@ fn outraised(proposal: &Proposal, shared: Shared) -> bool {
 /// A lane back from going on alone whose decision counts fewer members than it shared
 /// with before: the others may only be slower to reconnect (their entries expired
 /// while Redis refused them), so it takes no more than an equal share of the peak,
-/// as it did alone, until they are back or its syncs of grace are over.
-fn rejoined(sync: &mut LaneSync, decision: &mut Decision) {
+/// as it did alone, until they are back or its syncs of grace are over (a round
+/// between ticks, `!ticked`, is none of them).
+fn rejoined(sync: &mut LaneSync, decision: &mut Decision, ticked: bool) {
     if sync.rejoining == 0 {
         return;
     }
@@ -1081,7 +1090,7 @@ fn rejoined(sync: &mut LaneSync, decision: &mut Decision) {
         sync.rejoining = 0;
         return;
     }
-    sync.rejoining -= 1;
+    sync.rejoining -= u32::from(ticked);
     decision.share = decision
         .share
         .min(1.0 / f64::from(sync.peak_members.max(1)));
@@ -1305,9 +1314,12 @@ mod tests {
         first.1.learned(Duration::from_millis(20), 2, Some(1));
         let waker = tokio::time::timeout(Duration::from_millis(1), first.0.raised());
         assert!(waker.await.is_ok(), "the raise wakes the sync task");
+        let age = lock(&first.1.cell.sync).peak_age;
         first
             .0
             .sync_in(&mut memory, now + Duration::from_millis(10), None);
+        // Not a sync for the holds counted in syncs.
+        assert_eq!(lock(&first.1.cell.sync).peak_age, age);
         // The raise landed; the arrivals wait for the tick, the quiet lane did not sync.
         assert_eq!(first.1.cell.arrivals.load(Ordering::Relaxed), 5);
         assert_eq!(first.1.cell.raised_from.load(Ordering::Relaxed), NONE);
