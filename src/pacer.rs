@@ -344,7 +344,11 @@ impl Pacer {
     /// from now at the latest, so repeated calls before a dispatch do not add up):
     /// fleet members that take a raise together would otherwise keep the phase of the
     /// burst that caused it, and dispatch in step, a burst at each slot however low
-    /// their rate. Some go earlier and some later, so the fleet's rate stays.
+    /// their rate. Some go earlier and some later, so the fleet's rate stays. A slot
+    /// still ahead that the shift would put before now goes twice as far after now
+    /// instead: at one dispatch every few seconds, every member whose slot was less
+    /// than half a spacing away would otherwise go at once (a quarter of 1,000 members
+    /// in one instant at each raise, whose throttles raised again).
     #[allow(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
@@ -359,6 +363,16 @@ impl Pacer {
             .last_dispatch_ns
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
                 let from = last.min(now) as f64 + shift;
+                // A slot still ahead moved to before now goes as far after now,
+                // twice: the slots moved to within half a spacing before now are
+                // spread over the spacing after it.
+                let due = from + spacing;
+                let now = now as f64;
+                let from = if due < now && last as f64 + spacing >= now {
+                    now + 2.0 * (now - due) - spacing
+                } else {
+                    from
+                };
                 (last != NEVER).then_some(from.max(0.0) as u64)
             });
         s.changed.notify_one();

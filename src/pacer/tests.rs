@@ -600,6 +600,28 @@ async fn a_stagger_shifts_the_next_slot_once() {
     assert_eq!(slot.dispatched_at - t0, 310 * MS);
 }
 
+/// A stagger that would put a slot still ahead before now puts it twice as far after
+/// now: members whose slots were near do not all go at once, and spread over the
+/// spacing after now.
+#[tokio::test(start_paused = true)]
+async fn a_stagger_never_moves_a_slot_ahead_to_before_now() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    // 90 ms on, the slot 10 ms away; half a spacing earlier would be 40 ms ago: it
+    // goes 80 ms from now.
+    tokio::time::advance(90 * MS).await;
+    pacer.stagger(-0.5);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 170 * MS);
+    // A pacer whose slot is already free is not held by a later one.
+    tokio::time::advance(500 * MS).await;
+    pacer.stagger(-0.5);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 670 * MS);
+}
+
 /// Starts request `i` of `cost` and returns once it is waiting (or was granted).
 async fn start_costing(
     pacer: &Pacer,
