@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Instant};
 use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
@@ -507,11 +507,13 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             return;
         }
     };
-    let mut backoff = ConnectBackoff::new(&reconnect_backoff(settings.sync_interval));
-    let mut rng = fastrand::Rng::new();
+    let mut standing = Standing {
+        backoff: ConnectBackoff::new(&reconnect_backoff(settings.sync_interval)),
+        rng: fastrand::Rng::new(),
+        connected: false,
+        failures: 0,
+    };
     let mut tick = clock.interval(settings.sync_interval);
-    let mut connected = false;
-    let mut failures = 0u32;
     let mut room = usize::MAX;
     let mut last_round = clock.now();
     // One round between two ticks at most: a lane whose every attempt is throttled
@@ -528,38 +530,28 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             _ = stopped.changed() => break,
         };
         if raises_only {
-            let lanes = live_lanes(&inner);
-            // The raise may have gone with the tick's round already; and while Redis
-            // fails to answer, the ticks alone wait for it (going on alone within
-            // three ticks).
-            let raised = lanes
-                .iter()
-                .any(|lane| lane.raised_from.load(Ordering::Relaxed) != NONE);
-            if connected && failures == 0 && raised {
+            if standing.synced() && raise_round(&inner, &mut store, room).await {
                 between = false;
-                // A failed round keeps the raises for the tick's round, which counts
-                // the failure.
-                let _ = sync_round(&inner, &mut store, &lanes, (Duration::ZERO, true), room).await;
             }
             continue;
         }
         if !store.is_connected() {
-            if let Admission::Closed(_) = backoff.admit(clock.now()) {
+            if let Admission::Closed(_) = standing.backoff.admit(clock.now()) {
                 continue;
             }
             let timeout = settings.sync_interval.max(Duration::from_millis(500));
             if let Err(error) = store.connect(timeout).await {
                 metrics.sync_errors.inc();
-                backoff.on_failure(clock.now(), &mut rng);
+                standing.backoff.on_failure(clock.now(), &mut standing.rng);
                 let fault = Fault::of(&error);
                 metrics.redis_error(fault.as_str());
-                if !connected {
+                if !standing.connected {
                     // Before the first sync, or while alone: say why once.
                     alone(&inner, fault, &error.to_string());
                 }
                 continue;
             }
-            backoff.on_success();
+            standing.backoff.on_success();
         }
         let now = clock.now();
         let elapsed = now.saturating_duration_since(last_round);
@@ -571,35 +563,87 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         metrics.sync.observe(took.as_secs_f64());
         let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
         room = due::room(room, took, settings.sync_interval, most);
+        standing.settle(&inner, &mut store, &lanes, result, clock.now());
+    }
+    leave(&inner, &mut store).await;
+}
+
+/// The sync task's standing with Redis: whether it is synced with the fleet, how many
+/// rounds in a row failed, and the pacing of its reconnects.
+struct Standing {
+    backoff: ConnectBackoff,
+    rng: fastrand::Rng,
+    connected: bool,
+    failures: u32,
+}
+
+impl Standing {
+    /// Whether the last round answered: while Redis fails to answer, the ticks alone
+    /// wait for it (going on alone within three ticks).
+    fn synced(&self) -> bool {
+        self.connected && self.failures == 0
+    }
+
+    /// Takes a tick's round's result: a success joins the fleet; the third failure in
+    /// a row drops the connection and puts the lanes on their own.
+    fn settle(
+        &mut self,
+        inner: &Inner,
+        store: &mut Store,
+        lanes: &[Arc<LaneCell>],
+        result: Result<(), (Fault, String)>,
+        now: Instant,
+    ) {
+        let metrics = &inner.metrics;
         match result {
             Ok(()) => {
-                failures = 0;
-                if !connected {
-                    connected = true;
+                self.failures = 0;
+                if !self.connected {
+                    self.connected = true;
                     inner.connected.store(true, Ordering::Relaxed);
                     metrics.connected.set(1);
                     *lock(&inner.fault) = None;
-                    tracing::info!(redis = %settings.redis, member = %inner.member, "fleet: connected; lanes share what they learn");
+                    tracing::info!(redis = %inner.settings.redis, member = %inner.member, "fleet: connected; lanes share what they learn");
                 }
             }
             Err((fault, error)) => {
                 metrics.sync_errors.inc();
                 metrics.redis_error(fault.as_str());
-                failures += 1;
-                if failures >= FAILURES_TO_LOCAL {
+                self.failures += 1;
+                if self.failures >= FAILURES_TO_LOCAL {
                     store.disconnect();
-                    backoff.on_failure(clock.now(), &mut rng);
-                    if connected {
-                        connected = false;
+                    self.backoff.on_failure(now, &mut self.rng);
+                    if self.connected {
+                        self.connected = false;
                         inner.connected.store(false, Ordering::Relaxed);
                         metrics.connected.set(0);
-                        go_local(&lanes);
+                        go_local(lanes);
                     }
-                    alone(&inner, fault, &error);
+                    alone(inner, fault, &error);
                 }
             }
         }
     }
+}
+
+/// Sends the raised lanes' raises between two ticks; false when there was none (it
+/// went with the tick's round already), so the next raise may still go before the tick.
+async fn raise_round(inner: &Inner, store: &mut Store, room: usize) -> bool {
+    let lanes = live_lanes(inner);
+    let raised = lanes
+        .iter()
+        .any(|lane| lane.raised_from.load(Ordering::Relaxed) != NONE);
+    if raised {
+        // A failed round keeps the raises for the tick's round, which counts the failure.
+        let _ = sync_round(inner, store, &lanes, (Duration::ZERO, true), room).await;
+    }
+    raised
+}
+
+/// Takes this member's entries out of Redis on shutdown, so the others' shares grow at
+/// their next sync rather than after `member_ttl`.
+async fn leave(inner: &Inner, store: &mut Store) {
+    let settings = &inner.settings;
     let keys: Vec<String> = lock(&inner.lanes).iter().map(|l| l.key.clone()).collect();
     if store.is_connected() {
         let left = tokio::time::timeout(settings.sync_interval, store.leave(&inner.member, &keys));
@@ -613,7 +657,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         }
     }
     inner.connected.store(false, Ordering::Relaxed);
-    metrics.connected.set(0);
+    inner.metrics.connected.set(0);
 }
 
 /// gRPC's backoff between attempts to reach Redis, from one `sync_interval` up to
@@ -1202,7 +1246,6 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Instant;
     use crate::config::FleetSettings;
 
     fn shared(ms: u64) -> Shared {
