@@ -254,7 +254,7 @@ impl LaneLink {
     /// paces at its share of [`COLD_RATE`] instead of going unpaced, its first request
     /// at a random point of its first spacing, and the rate grows by [`COLD_GROWTH`]
     /// at each sync in which its demand met its allotment, until the first throttle
-    /// (the fleet goes back to the rate before the last step, see `proposal`) or until
+    /// (the fleet goes back two steps, see `proposal`) or until
     /// the interval would fall below `floor` (the lane goes unpaced). Members that
     /// start together therefore reach the capacity together from below, in a few
     /// syncs, instead of each sending unpaced into a throttle storm.
@@ -881,18 +881,23 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
     Proposal {
         interval: match cold {
             _ if from == NONE => interval,
-            // The cold start's last step throttled: back to the fleet's interval
-            // before it, which went through (the capacity lies between), or to what
-            // the members' dispatches got through if that was faster (they lag the
-            // growth by a sync or two, but a member that read a late count of the
-            // fleet reads the state one step behind too). Not its own raise: a
-            // member a step behind the fleet would take it back two.
+            // The cold start's last step throttled: back one step below the fleet's
+            // interval before it, or below what the members' dispatches got through
+            // if that was faster (they lag the growth by a sync or two, but a member
+            // that read a late count of the fleet reads the state one step behind
+            // too). The step before the last is no proof of the capacity: the
+            // upstream's burst hides an overshoot for a while (a bucket holding a
+            // tenth of a second hides up to 40 % past it for a sync of 250 ms), so
+            // it throttled more often than not. Not its own raise: a member a step
+            // behind the fleet would take it back further.
             Some(_) => {
                 let through = used + sync.others_used;
                 let spacing = (through.is_finite() && through > 0.0)
                     .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
                     .flatten();
-                spacing.map_or(sync.cold_read, |s| s.min(sync.cold_read))
+                spacing
+                    .map_or(sync.cold_read, |s| s.min(sync.cold_read))
+                    .mul_f64(COLD_GROWTH)
             }
             None if paced => learning::cap_raise(interval, used + sync.others_used),
             None => interval,
@@ -1520,11 +1525,12 @@ mod tests {
         assert_eq!(cold_interval(Some(floor), &mut fresh, None, 9.0), None);
     }
 
-    /// The throttle that ends a cold start takes the fleet back to the interval the
-    /// member last read, the step before its own growth, or to what the members'
-    /// dispatches got through if that was faster; never to its own raise.
+    /// The throttle that ends a cold start takes the fleet back one step below the
+    /// interval the member last read (the step before its own growth), or one step
+    /// below what the members' dispatches got through if that was faster; never to its
+    /// own raise.
     #[test]
-    fn the_raise_that_ends_a_cold_start_goes_back_to_the_interval_read_before_the_step() {
+    fn the_raise_that_ends_a_cold_start_goes_back_a_step_below_the_interval_read_before() {
         let mut sync = LaneSync {
             cold_read: Duration::from_millis(15),
             others_used: 40.0,
@@ -1533,16 +1539,16 @@ mod tests {
         let mut last = decide(shared(10), 0.0, &[0.0; 3]);
         last.cold = true;
         sync.last = Some(last);
-        // 50/s got through, slower than the 15 ms read: back to 15 ms, whatever the
+        // 50/s got through, slower than the 15 ms read: back to 22.5 ms, whatever the
         // member's own raise (11 ms, or 30 ms from a member a step behind).
         let raise = proposal(&sync, 11_000, 1, 0, 10.0);
-        assert_eq!(raise.interval, Duration::from_millis(15));
+        assert_eq!(raise.interval, Duration::from_micros(22_500));
         assert_eq!(raise.raised_from, Some(0));
         let behind = proposal(&sync, 30_000, 1, 0, 10.0);
-        assert_eq!(behind.interval, Duration::from_millis(15));
-        // 100/s got through: 10 ms.
+        assert_eq!(behind.interval, Duration::from_micros(22_500));
+        // 100/s got through: 15 ms.
         let through = proposal(&sync, 30_000, 1, 0, 60.0);
-        assert_eq!(through.interval, Duration::from_millis(10));
+        assert_eq!(through.interval, Duration::from_millis(15));
         // Steps are proposed as they are.
         assert_eq!(
             proposal(&sync, 7_000, 0, NONE, 0.0).interval,

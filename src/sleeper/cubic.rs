@@ -124,11 +124,12 @@ impl Cubic {
         self.from_start = false;
         let w = self.rate;
         if let Some(growth) = self.cold.take() {
-            // The start's last step throttled and the one before went through: the
-            // capacity lies between. Back to the one before at once, and return
-            // toward halfway between the two.
-            self.w_max = w * (1.0 + growth) / (2.0 * growth);
-            self.decrease_to(w / growth, now);
+            // The start's last step throttled, and the upstream's burst may have hid
+            // the one before throttling too (see `fleet.rs`): back two steps at once,
+            // and return toward halfway between the rates two steps and one step back.
+            let back = w / (growth * growth);
+            self.w_max = back * (1.0 + growth) / 2.0;
+            self.decrease_to(back, now);
             self.from_start = true;
             self.doubling = self.recovery;
             return Step::Up;
@@ -201,10 +202,10 @@ impl Cubic {
             self.set_rate(rate);
             return;
         }
-        // A raise that ends a cold start takes the fleet back by the start's last step
-        // (see `fleet.rs`): the capacity lies between the two rates, and the curve
-        // returns toward halfway between them (members that grew once more since do
-        // not count their own step).
+        // A raise that ends a cold start takes the fleet back two of the start's steps
+        // (see `fleet.rs`): the capacity most likely lies between the raise and one
+        // step above it, and the curve returns toward halfway between them (members
+        // that grew once more since do not count their own step).
         self.w_max = match cold {
             Some(growth) => rate * (1.0 + growth) / 2.0,
             None => self.rate.clamp(rate, rate / self.beta),
@@ -458,23 +459,24 @@ mod tests {
     }
 
     /// A fleet's cold start: the curve does not grow it; a throttle of the member's
-    /// own takes it back by the start's step at once, and the curve returns toward
-    /// halfway between the two rates, also doubling every `recovery` (2 s here).
+    /// own takes it back by two of the start's steps at once (the upstream's burst hid
+    /// the step before), and the curve returns toward halfway between the rates two
+    /// steps and one step back, also doubling every `recovery` (2 s here).
     #[test]
-    fn a_throttle_in_a_cold_start_goes_back_one_step_and_returns_halfway() {
+    fn a_throttle_in_a_cold_start_goes_back_two_steps_and_returns_halfway() {
         let mut c = Cubic::new(&settings());
         c.cold(Duration::from_millis(10), 1.5);
         assert_eq!(c.on_success(secs(1.0)), Step::Unchanged);
         assert_eq!(rate(&c), 100.0);
         assert_eq!(c.on_throttle(Duration::ZERO, secs(1.0)), Step::Up);
-        assert_eq!(rate(&c), 66.667);
-        assert!((c.w_max - 250.0 / 3.0).abs() < 1e-9);
+        assert_eq!(rate(&c), 44.444);
+        assert!((c.w_max - 500.0 / 9.0).abs() < 1e-9);
         // Two seconds on: the curve is near its top, the doubling at twice the start.
         c.on_success(secs(3.0));
-        assert_eq!(rate(&c), 133.333);
+        assert_eq!(rate(&c), 88.889);
         // The next throttle is a plain one.
         c.on_throttle(Duration::ZERO, secs(3.0));
-        assert_eq!(rate(&c), 120.0);
+        assert_eq!(rate(&c), 80.0);
     }
 
     /// A raise that ends a cold start, adopted: the curve returns toward halfway
