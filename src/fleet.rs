@@ -262,6 +262,44 @@ impl LaneLink {
         let _ = self.cell.cold.set(floor);
     }
 
+    /// Holds a cold lane's requests until its first sync answers, as a member the
+    /// summary does not count yet holds them (its share of [`COLD_RATE`] is
+    /// [`COLD_HOLD_SHARE`]): unpaced until then, sidecars whose applications start
+    /// together would each send at full speed for up to a `sync_interval`, and the
+    /// fleet's first throttles would come from that burst, far below the capacity.
+    /// Returns whether it holds; the caller then paces the lane's pacer alone at
+    /// [`LaneLink::pacing`] of the start's interval, leaving its controller at 0 (the
+    /// answer may be a warm fleet's, which a joiner takes from 0). Call it only while
+    /// the fleet is connected, so that an answer comes; if Redis fails first, the lane
+    /// goes unpaced, as it was before it joined.
+    pub fn hold_cold(&self) -> bool {
+        let c = &self.cell;
+        if c.cold.get().is_none() {
+            return false;
+        }
+        let cold = Duration::from_secs_f64(1.0 / COLD_RATE);
+        let held = Decision {
+            interval: cold,
+            epoch: 0,
+            share: COLD_HOLD_SHARE,
+            members: 1,
+            rate: COLD_RATE,
+            local: false,
+            rescale: 1.0,
+            outraised: false,
+            first: false,
+            cold: true,
+        };
+        let mut sync = lock(&c.sync);
+        if sync.last.is_some() {
+            return false;
+        }
+        sync.last = Some(held);
+        sync.cold_read = cold;
+        c.share.store(held.share.to_bits(), Ordering::Relaxed);
+        true
+    }
+
     /// Lets the sync task read the queue itself, instead of [`LaneLink::waiting`].
     pub fn sample_queue(&self, probe: Box<dyn Fn() -> usize + Send + Sync>) {
         let _ = self.cell.queue.set(probe);
@@ -1218,6 +1256,14 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
             let Some(mut last) = sync.last else {
                 continue;
             };
+            if sync.reported.is_none() {
+                // Held for a first answer that never came (`LaneLink::hold_cold`):
+                // unpaced, as before it joined.
+                sync.last = None;
+                drop(sync);
+                release(lane);
+                continue;
+            }
             last.share = last.share.min(1.0 / f64::from(sync.peak_members.max(1)));
             sync.scale = Some(last.share);
             last
@@ -1246,6 +1292,24 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
         let micros = u64::try_from(alone.interval.as_micros()).unwrap_or(NONE - 1);
         lane.interval.store(micros, Ordering::Relaxed);
     }
+}
+
+/// Lets a lane held for its first answer go unpaced, on its own.
+fn release(lane: &LaneCell) {
+    let alone = Decision {
+        interval: Duration::ZERO,
+        epoch: 0,
+        share: 1.0,
+        members: 1,
+        rate: 0.0,
+        local: true,
+        rescale: 1.0,
+        outraised: false,
+        first: false,
+        cold: false,
+    };
+    lane.share.store(1f64.to_bits(), Ordering::Relaxed);
+    (lane.on_sync)(&alone);
 }
 
 #[cfg(test)]
@@ -1597,6 +1661,58 @@ mod tests {
         assert!(
             counted.member_interval() < Duration::from_secs(1),
             "{counted:?}"
+        );
+    }
+
+    /// A cold lane is held from the start, at the spacing of a member the summary
+    /// does not count yet, until its first answer; one whose first answer never comes
+    /// (Redis failed first) goes unpaced, as it was before it joined. A lane that
+    /// does not start cold is not held.
+    #[test]
+    fn a_cold_lane_is_held_until_its_first_answer_and_released_if_none_comes() {
+        let metrics = Metrics::new().unwrap();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let mut memory = Memory::new();
+        let fleet = Fleet::driven(settings.clone(), &metrics, "a".to_string());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let taken = Arc::clone(&seen);
+        let link = fleet.join(
+            "up",
+            "orders",
+            true,
+            Box::new(move |d: &Decision| lock(&taken).push(*d)),
+        );
+        let warm = fleet.join("up", "warm", true, Box::new(|_: &Decision| {}));
+        assert!(!warm.hold_cold());
+        link.start_cold(Duration::from_millis(1));
+        assert!(link.hold_cold());
+        assert!(!link.hold_cold(), "held once");
+        assert_eq!(
+            link.pacing(Duration::from_millis(100)),
+            Duration::from_secs(5)
+        );
+        link.waiting(1);
+        fleet.sync_in(&mut memory, sync, Some(sync));
+        let first = link.last().unwrap();
+        assert!(first.cold, "{first:?}");
+        assert_eq!(lock(&seen).len(), 1, "the answer reached the lane");
+
+        let other = fleet.join("up", "other", true, Box::new(|_: &Decision| {}));
+        other.start_cold(Duration::from_millis(1));
+        assert!(other.hold_cold());
+        go_local(std::slice::from_ref(&other.cell));
+        assert_eq!(other.last(), None);
+        assert_eq!(
+            other.pacing(Duration::from_millis(100)),
+            Duration::from_millis(100)
+        );
+        // Redis failing after the first answer takes the answered lane on alone, as ever.
+        go_local(std::slice::from_ref(&link.cell));
+        let alone = *lock(&seen).last().unwrap();
+        assert!(
+            alone.local && !alone.cold && !alone.interval.is_zero(),
+            "{alone:?}"
         );
     }
 

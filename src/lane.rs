@@ -19,7 +19,7 @@ use crate::clock::{Clock, Instant};
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::cost::{self, Unit};
-use crate::fleet::{COLD_GROWTH, Decision, Fleet, LaneLink};
+use crate::fleet::{COLD_GROWTH, COLD_RATE, Decision, Fleet, LaneLink};
 use crate::hints::{self, Hint, Quota, Reading};
 use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
 use crate::observe::Goodput;
@@ -184,6 +184,18 @@ impl Lane {
         interval
     }
 
+    /// Holds the lane's first requests until the fleet's first answer (see
+    /// [`LaneLink::hold_cold`]): the pacer alone paces, at the spacing a member the
+    /// summary does not count yet keeps, and its first slot at a random point of it.
+    fn hold(&self, link: &LaneLink) {
+        let mut controller = self.lock();
+        let spacing = link.pacing(Duration::from_secs_f64(1.0 / COLD_RATE));
+        self.pacer
+            .set_interval_keeping(spacing, controller.epoch(), true);
+        self.pacer.phase_first(controller.unit());
+        self.pacer.set_provisional(true);
+    }
+
     /// Tells the fleet of a controller step that moved the interval.
     fn stepped(&self, controller: &Controller<fastrand::Rng>, step: Step) {
         if let Some(link) = self.fleet.get() {
@@ -216,6 +228,7 @@ impl Lane {
         if decision.cold {
             self.pacer.phase_first(controller.unit());
         }
+        self.pacer.set_provisional(decision.cold);
         if raised && !spacing.is_zero() {
             // Out of the step the members dispatched in when the burst came.
             self.pacer.stagger(controller.unit() - 0.5);
@@ -1125,6 +1138,11 @@ impl Lanes {
             }
         }
         let _ = lane.fleet.set(link);
+        if let Some(link) = lane.fleet.get().filter(|_| fleet.is_connected())
+            && link.hold_cold()
+        {
+            lane.hold(link);
+        }
     }
 
     /// The rule that places requests.

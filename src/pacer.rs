@@ -23,7 +23,7 @@
 mod precise;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -154,10 +154,12 @@ struct Shared {
     /// Something changed for the release task: a new waiter, interval, pause or floor.
     changed: Notify,
     /// Set when the last `Pacer` handle is dropped, to end the release task.
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
     /// Nanoseconds from `origin` by which every request must be dispatched (shutdown
     /// drain); 0 means none.
     drain_by_ns: AtomicU64,
+    /// The spacing is provisional ([`Pacer::set_provisional`]).
+    provisional: AtomicBool,
     /// Observe mode: nanoseconds from `origin` of the next slot pacing would give.
     shadow_next_ns: AtomicU64,
 }
@@ -208,7 +210,8 @@ impl Pacer {
             units: WindowedCount::new(Duration::from_secs(1)),
             queue: Mutex::new(VecDeque::new()),
             changed: Notify::new(),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            provisional: AtomicBool::new(false),
             drain_by_ns: AtomicU64::new(0),
             shadow_next_ns: AtomicU64::new(0),
         });
@@ -290,7 +293,7 @@ impl Pacer {
                     let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);
                     let ahead_cost = s.queued_cost.load(Ordering::Relaxed);
                     let expected = s.release_at(now) + s.gaps(now, ahead, ahead_cost);
-                    if expected > deadline {
+                    if expected > deadline && !s.lenient() {
                         return Err(Shed {
                             retry_after: expected.saturating_duration_since(now),
                             reason: s.late(deadline_in),
@@ -315,6 +318,17 @@ impl Pacer {
                     }),
                 }
             }
+        }
+    }
+
+    /// Marks the spacing provisional, or no longer: a fleet's cold start (see
+    /// `fleet.rs`), whose rate grows by half a sync until the first throttle, so a
+    /// slot computed from it lies far later than the request will go. While set, a
+    /// waiter is shed only once its deadline comes, not at once for a slot expected
+    /// past it (`max_waiting` and a drain still shed at once).
+    pub fn set_provisional(&self, provisional: bool) {
+        if self.shared.provisional.swap(provisional, Ordering::Relaxed) != provisional {
+            self.shared.changed.notify_one();
         }
     }
 
@@ -567,6 +581,12 @@ impl Shared {
         }
     }
 
+    /// Whether waiters are shed only when their deadlines come, not for slots
+    /// expected past them: the spacing is provisional and no drain is under way.
+    fn lenient(&self) -> bool {
+        self.provisional.load(Ordering::Relaxed) && self.drain_by_ns.load(Ordering::Relaxed) == 0
+    }
+
     /// A waiter's deadline, brought forward to the drain deadline if one is set.
     fn limit(&self, deadline: Instant) -> Instant {
         match self.drain_by_ns.load(Ordering::Relaxed) {
@@ -782,6 +802,9 @@ impl Shared {
     /// `head_at` is the slot of the waiter being released (of `head_cost`), and the
     /// queue follows it.
     fn shed_late(&self, head_at: Instant, head_cost: u64, now: Instant) {
+        if self.lenient() {
+            return;
+        }
         let mut queue = self.lock_queue();
         let mut expected = head_at + self.gap(now, head_cost);
         for waiter in std::mem::take(&mut *queue) {
@@ -830,7 +853,8 @@ async fn release(shared: Arc<Shared>) {
                 let _ = waiter.grant.send(Ok(slot));
                 break;
             }
-            if at > shared.limit(waiter.deadline) {
+            let limit = shared.limit(waiter.deadline);
+            if at > limit && (now >= limit || !shared.lenient()) {
                 let shed = Shed {
                     retry_after: at - now,
                     reason: shared.late(waiter.deadline),
@@ -841,7 +865,8 @@ async fn release(shared: Arc<Shared>) {
             shared.shed_late(at, waiter.cost, now);
             due = at;
             tokio::select! {
-                _ = timer.until(at) => {}
+                // A provisional spacing sheds the waiter only once its deadline came.
+                _ = timer.until(at.min(limit)) => {}
                 // A new interval, pause or floor: recompute the release time.
                 _ = shared.changed.notified() => {}
                 // The client went away: its place goes to the next waiter.

@@ -649,6 +649,58 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
     );
 }
 
+/// A lane a request creates in a connected fleet starts cold at once: its requests
+/// wait for the fleet's first answers (a member the summary does not count yet holds
+/// them) instead of going unpaced until then, so applications that start together
+/// on every pod do not burst into the table. Twenty requests at once all get
+/// through, spread over more than a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_a_request_creates_waits_for_the_fleet_instead_of_bursting() {
+    let Some(redis) = Redis::start() else { return };
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let config = format!(
+        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"500ms\"\nmember_ttl = \"5s\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
+         [upstream.lanes]\nby = [\"header:x-tenant\"]\n",
+        redis.url(),
+        up.addr
+    );
+    let proxy = support::proxy_config(&config).await;
+    support::wait_until(PATIENCE, "the fleet connected", || async {
+        sidecar(proxy.admin).await.0["connected"] == true
+    })
+    .await;
+    let client = support::client();
+    let url = format!("http://{}/", proxy.addr);
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (client, url) = (client.clone(), url.clone());
+        requests.spawn(async move {
+            let tenant = [("x-tenant", "new")];
+            support::send(&client, "GET", &url, &tenant, bytes::Bytes::new())
+                .await
+                .status
+        });
+    }
+    let deadline = Instant::now() + 2 * PATIENCE;
+    while let Some(status) = tokio::time::timeout_at(deadline.into(), requests.join_next())
+        .await
+        .expect("the held requests go within 20 s")
+    {
+        assert_eq!(status.unwrap(), 200);
+    }
+    // Unpaced, all twenty would arrive within milliseconds; held, then paced from
+    // 10/s up, they span a second or more.
+    let arrivals = up.arrivals();
+    let span = arrivals[19].at - arrivals[0].at;
+    assert!(
+        span >= Duration::from_secs(1),
+        "twenty arrived within {span:?}"
+    );
+    assert_eq!(up.count(), 20);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
     let Some(redis) = Redis::start() else { return };

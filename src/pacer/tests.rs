@@ -413,6 +413,47 @@ async fn a_raise_sheds_the_waiters_it_pushes_past_their_deadlines() {
     );
 }
 
+/// A provisional spacing (a fleet's cold start) sheds nobody for a slot expected
+/// past the deadline: the four wait, and go as soon as the spacing shortens; one whose
+/// deadline comes first is shed then, not on arrival. Set back, it sheds at once again.
+#[tokio::test(start_paused = true)]
+async fn a_provisional_spacing_sheds_only_when_the_deadline_comes() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(1000 * MS, 1);
+    pacer.set_provisional(true);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let (outcomes, handles) = start_waiters(&pacer, 4, t0, t0 + 2500 * MS, |shed, t0| {
+        Instant::now() - t0 + shed.retry_after
+    })
+    .await;
+    tokio::time::sleep(1500 * MS).await;
+    // The first went at 1 s; the cold start grows, and the rest go 100 ms apart (what
+    // was left of the gap shortened in proportion).
+    pacer.set_interval(100 * MS, 1);
+    finish(handles).await;
+    assert_eq!(
+        outcomes_of(&outcomes),
+        [
+            (0, Ok(1000 * MS)),
+            (1, Ok(1550 * MS)),
+            (2, Ok(1650 * MS)),
+            (3, Ok(1750 * MS))
+        ]
+    );
+    // A spacing that does not shorten: the waiter is shed at its deadline.
+    pacer.set_interval(10_000 * MS, 2);
+    pacer.acquire(far()).await.unwrap();
+    let t1 = Instant::now();
+    let shed = pacer.acquire(t1 + 3000 * MS).await.unwrap_err();
+    assert_eq!(Instant::now() - t1, 3000 * MS);
+    assert_eq!(shed.retry_after, 7000 * MS);
+    pacer.set_provisional(false);
+    let shed = pacer.acquire(Instant::now() + 3000 * MS).await.unwrap_err();
+    assert_eq!(Instant::now() - t1, 3000 * MS, "shed on arrival");
+    assert_eq!(shed.retry_after, 7000 * MS);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pause_beyond_the_deadline_is_shed_at_once() {
     let pacer = pacer(Mode::Pace);
