@@ -58,14 +58,24 @@ def run(args):
         if conn is not None:
             conn.close()
 
-    threads = [threading.Thread(target=writer) for _ in range(args.threads)]
+    run_threads(writer, args.threads)
+    out.close()
+    report(args.out)
+
+
+def run_threads(writer, n):
+    """Runs `writer` on N threads and waits for them."""
+    threads = [threading.Thread(target=writer) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    out.close()
+
+
+def report(path):
+    """Prints `ok N errors N` for the requests timed in PATH."""
     ok = errors = 0
-    with open(args.out) as f:
+    with open(path) as f:
         for line in f:
             if 200 <= int(line.split()[2]) < 300:
                 ok += 1
