@@ -430,8 +430,11 @@ mod tests {
 
     #[test]
     fn cubic_rescaled_keeps_its_curve_in_the_new_units() {
-        // 100/s, then a quarter of it: the curve returns to 25/s, not 100/s.
+        // 100/s, then a quarter of it: the curve returns to 25/s, not 100/s. (A
+        // success first: a raise with none since the last decrease is the same burst,
+        // which doubles on.)
         let mut c = cubic_at_100();
+        c.on_success(1, Duration::ZERO);
         c.adopt(Duration::from_nanos(11_111_111), 2, false, Duration::ZERO);
         c.rescale(4.0);
         assert_eq!(c.interval(), Duration::from_nanos(44_444_444));

@@ -264,7 +264,7 @@ impl LaneLink {
 
     /// Holds a cold lane's requests until its first sync answers, as a member the
     /// summary does not count yet holds them (its share of [`COLD_RATE`] is
-    /// [`COLD_HOLD_SHARE`]): unpaced until then, sidecars whose applications start
+    /// `COLD_HOLD_SHARE`, 1/50): unpaced until then, sidecars whose applications start
     /// together would each send at full speed for up to a `sync_interval`, and the
     /// fleet's first throttles would come from that burst, far below the capacity.
     /// Returns whether it holds; the caller then paces the lane's pacer alone at

@@ -121,6 +121,12 @@ impl Cubic {
             self.doubling = self.recovery / START_DOUBLINGS;
             return Step::Up;
         }
+        // A fleet's raises compound while a burst lasts, each member cutting at every
+        // throttle of its own and taking the others' cuts: with no success since the
+        // last decrease (and within `recovery` of it), a throttle is the same burst,
+        // and an estimate's doubling goes on, so a fleet cut far below the capacity is
+        // back in seconds.
+        let estimating = self.shared && self.same_burst(now);
         self.from_start = false;
         let w = self.rate;
         if let Some(growth) = self.cold.take() {
@@ -148,6 +154,7 @@ impl Cubic {
             OVERSHOOT
         };
         self.decrease_to(w * factor, now);
+        self.from_start = estimating;
         Step::Up
     }
 
@@ -210,13 +217,21 @@ impl Cubic {
             Some(growth) => rate * (1.0 + growth) / 2.0,
             None => self.rate.clamp(rate, rate / self.beta),
         };
+        let estimating = self.same_burst(now);
         self.decrease_to(rate, now);
-        // The fleet's rate in force when it throttled may have been above the one
-        // it reads (members whose shares were about to shrink): the rate also
-        // doubles every `recovery` until the next throttle, a third as fast as after
-        // a raise from 0, so an end that cut too deep is back in a few seconds.
-        self.from_start = cold.is_some();
-        self.doubling = self.recovery;
+        if cold.is_some() {
+            // The fleet's rate in force when it throttled may have been above the one
+            // it reads (members whose shares were about to shrink): the rate also
+            // doubles every `recovery` until the next throttle, a third as fast as
+            // after a raise from 0, so an end that cut too deep is back in a few
+            // seconds.
+            self.from_start = true;
+            self.doubling = self.recovery;
+        } else {
+            // A raise taken with no success since the last decrease is the same
+            // burst: an estimate's doubling goes on (see `on_throttle`).
+            self.from_start = estimating;
+        }
     }
 
     /// The rate in force is an estimate from one burst (a fleet's first raise, taken
@@ -257,6 +272,17 @@ impl Cubic {
     pub fn rest(&mut self) {
         self.rate = 0.0;
         self.interval = Duration::ZERO;
+    }
+
+    /// Whether a throttle or raise at `now` belongs to the burst of an estimate (the
+    /// fast doubling after a raise from 0 or a fleet's first raise, not the slower one
+    /// after a cold start's end, whose rate went through): no success since the last
+    /// decrease, within `recovery` of it.
+    fn same_burst(&self, now: Duration) -> bool {
+        self.from_start
+            && self.doubling < self.recovery
+            && !self.succeeded
+            && now.saturating_sub(self.since).as_secs_f64() < self.recovery
     }
 
     /// The curve's rate at `now`.
@@ -501,6 +527,30 @@ mod tests {
 
     /// A cold start cut short (the member goes on alone at the rate it had): the
     /// rate grows from there as after a raise from 0, doubling every `recovery / 3`.
+    /// A fleet member's estimate (the fleet's first raise) keeps doubling through the
+    /// raises and throttles of the same burst, those that come with no success since
+    /// the last decrease; after a success, the next raise is a plain one.
+    #[test]
+    fn raises_of_the_same_burst_keep_an_estimate_doubling() {
+        let burst = |succeeded_first: bool| {
+            let mut c = Cubic::new(&settings());
+            c.adopt(Duration::from_millis(10), false, secs(0.0));
+            c.estimated();
+            if succeeded_first {
+                c.on_success(secs(0.05));
+            }
+            // Another member's raise, then this member's own throttle.
+            c.adopt(Duration::from_millis(20), true, secs(0.1));
+            c.on_throttle(Duration::ZERO, secs(0.1));
+            assert_eq!(rate(&c), 45.0);
+            // Two doublings (2/3 s each) later.
+            c.on_success(secs(0.1 + 4.0 / 3.0));
+            rate(&c)
+        };
+        assert_eq!(burst(false), 180.0);
+        assert!(burst(true) < 60.0, "{}", burst(true));
+    }
+
     #[test]
     fn a_cold_start_cut_short_grows_on_as_from_an_estimate() {
         let mut c = Cubic::new(&settings());
