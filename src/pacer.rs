@@ -323,9 +323,10 @@ impl Pacer {
 
     /// Marks the spacing provisional, or no longer: a fleet's cold start (see
     /// `fleet.rs`), whose rate grows by half a sync until the first throttle, so a
-    /// slot computed from it lies far later than the request will go. While set, a
-    /// waiter is shed only once its deadline comes, not at once for a slot expected
-    /// past it (`max_waiting` and a drain still shed at once).
+    /// slot computed from it lies far later than the request will go. While set, no
+    /// waiter is shed for a slot expected past its deadline: the first in line is shed
+    /// when its deadline comes, one behind it when it reaches the front past its own
+    /// (`max_waiting` and a drain still shed at once).
     pub fn set_provisional(&self, provisional: bool) {
         if self.shared.provisional.swap(provisional, Ordering::Relaxed) != provisional {
             self.shared.changed.notify_one();
