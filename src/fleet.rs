@@ -145,6 +145,10 @@ struct Inner {
     lanes: Mutex<Vec<Arc<LaneCell>>>,
     metrics: FleetMetrics,
     connected: AtomicBool,
+    /// Whether rounds are expected to answer: from the start until a connect or round
+    /// fails before the first answer, and again from the first answer on. A lane that
+    /// starts cold is held for its first answer only while this holds.
+    answering: AtomicBool,
     /// Why the lanes run on their own, while they do.
     fault: Mutex<Option<Fault>>,
     /// Each upstream's settings fingerprint, by name, for the lanes that join later.
@@ -270,8 +274,8 @@ impl LaneLink {
     /// Returns whether it holds; the caller then paces the lane's pacer alone at
     /// [`LaneLink::pacing`] of the start's interval, leaving its controller at 0 (the
     /// answer may be a warm fleet's, which a joiner takes from 0). Call it only while
-    /// the fleet is connected, so that an answer comes; if Redis fails first, the lane
-    /// goes unpaced, as it was before it joined.
+    /// [`Fleet::expects_answer`], so that an answer comes; if Redis fails first, the
+    /// lane is let go, unpaced, as it was before it joined.
     pub fn hold_cold(&self) -> bool {
         let c = &self.cell;
         if c.cold.get().is_none() {
@@ -298,6 +302,19 @@ impl LaneLink {
         sync.cold_read = cold;
         c.share.store(held.share.to_bits(), Ordering::Relaxed);
         true
+    }
+
+    /// Whether the lane is held for its first answer ([`LaneLink::hold_cold`]): no
+    /// round has answered for it yet (its decision may be on its way to the lane), and
+    /// it was not let go.
+    pub fn held(&self) -> bool {
+        let sync = lock(&self.cell.sync);
+        sync.reported.is_none() && sync.last.is_some()
+    }
+
+    /// Lets the lane go unpaced if it is still held for its first answer.
+    pub fn let_go(&self) {
+        unhold(&self.cell);
     }
 
     /// Lets the sync task read the queue itself, instead of [`LaneLink::waiting`].
@@ -355,6 +372,7 @@ impl Fleet {
             lanes: Mutex::new(Vec::new()),
             metrics: metrics.fleet(),
             connected: AtomicBool::new(false),
+            answering: AtomicBool::new(true),
             fault: Mutex::new(None),
             fingerprints: Mutex::default(),
             raised: Arc::new(Notify::new()),
@@ -378,6 +396,7 @@ impl Fleet {
             lanes: Mutex::new(Vec::new()),
             metrics: metrics.fleet(),
             connected: AtomicBool::new(true),
+            answering: AtomicBool::new(true),
             fault: Mutex::new(None),
             fingerprints: Mutex::default(),
             raised: Arc::new(Notify::new()),
@@ -423,6 +442,12 @@ impl Fleet {
     /// on their own.
     pub fn is_connected(&self) -> bool {
         self.inner.connected.load(Ordering::Relaxed)
+    }
+
+    /// Whether the sync task expects an answer soon: connected, or not failed yet since
+    /// the start. A lane held for its first answer is let go when this stops holding.
+    pub fn expects_answer(&self) -> bool {
+        self.inner.answering.load(Ordering::Relaxed)
     }
 
     /// Why the lanes run on their own, while they do: what Redis did, in words.
@@ -542,6 +567,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             // `check` refuses such URLs and CA files; a config built in code, or a file
             // removed since, may still get here.
             tracing::error!(redis = %settings.redis, %error, "fleet: unusable redis url or ca_file; lanes run on their own");
+            stop_answering(&inner, &live_lanes(&inner));
             return;
         }
     };
@@ -586,6 +612,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
                 if !standing.connected {
                     // Before the first sync, or while alone: say why once.
                     alone(&inner, fault, &error.to_string());
+                    stop_answering(&inner, &live_lanes(&inner));
                 }
                 continue;
             }
@@ -639,6 +666,7 @@ impl Standing {
                 if !self.connected {
                     self.connected = true;
                     inner.connected.store(true, Ordering::Relaxed);
+                    inner.answering.store(true, Ordering::Relaxed);
                     metrics.connected.set(1);
                     *lock(&inner.fault) = None;
                     tracing::info!(redis = %inner.settings.redis, member = %inner.member, "fleet: connected; lanes share what they learn");
@@ -657,6 +685,7 @@ impl Standing {
                         metrics.connected.set(0);
                         go_local(lanes);
                     }
+                    stop_answering(inner, lanes);
                     alone(inner, fault, &error);
                 }
             }
@@ -751,6 +780,15 @@ async fn sync_round(
 }
 
 /// The lanes run on their own because of `fault`: one log line when the cause changes.
+/// No answer is coming soon (Redis failed before the first answer, or while alone):
+/// lanes held for theirs go unpaced, and lanes that join go unheld, until one comes.
+fn stop_answering(inner: &Inner, lanes: &[Arc<LaneCell>]) {
+    inner.answering.store(false, Ordering::Relaxed);
+    for lane in lanes {
+        unhold(lane);
+    }
+}
+
 fn alone(inner: &Inner, fault: Fault, error: &str) {
     let mut current = lock(&inner.fault);
     if *current == Some(fault) {
@@ -1251,19 +1289,14 @@ pub fn unpaced_share(used: f64, others_used: &[f64]) -> f64 {
 /// no more than an equal share of the most members it recently shared with.
 fn go_local(lanes: &[Arc<LaneCell>]) {
     for lane in lanes {
+        if unhold(lane) {
+            continue;
+        }
         let last = {
             let mut sync = lock(&lane.sync);
             let Some(mut last) = sync.last else {
                 continue;
             };
-            if sync.reported.is_none() {
-                // Held for a first answer that never came (`LaneLink::hold_cold`):
-                // unpaced, as before it joined.
-                sync.last = None;
-                drop(sync);
-                release(lane);
-                continue;
-            }
             last.share = last.share.min(1.0 / f64::from(sync.peak_members.max(1)));
             sync.scale = Some(last.share);
             last
@@ -1295,6 +1328,20 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
 }
 
 /// Lets a lane held for its first answer go unpaced, on its own.
+/// Lets a lane held for a first answer that never came (`LaneLink::hold_cold`) go
+/// unpaced, as before it joined. Returns whether it was held.
+fn unhold(lane: &LaneCell) -> bool {
+    {
+        let mut sync = lock(&lane.sync);
+        if sync.reported.is_some() || sync.last.is_none() {
+            return false;
+        }
+        sync.last = None;
+    }
+    release(lane);
+    true
+}
+
 fn release(lane: &LaneCell) {
     let alone = Decision {
         interval: Duration::ZERO,
@@ -1688,6 +1735,7 @@ mod tests {
         link.start_cold(Duration::from_millis(1));
         assert!(link.hold_cold());
         assert!(!link.hold_cold(), "held once");
+        assert!(link.held());
         assert_eq!(
             link.pacing(Duration::from_millis(100)),
             Duration::from_secs(5)
@@ -1696,6 +1744,7 @@ mod tests {
         fleet.sync_in(&mut memory, sync, Some(sync));
         let first = link.last().unwrap();
         assert!(first.cold, "{first:?}");
+        assert!(!link.held(), "a hold after this leaves the answer be");
         assert_eq!(lock(&seen).len(), 1, "the answer reached the lane");
 
         let other = fleet.join("up", "other", true, Box::new(|_: &Decision| {}));

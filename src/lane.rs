@@ -189,6 +189,11 @@ impl Lane {
     /// summary does not count yet keeps, and its first slot at a random point of it.
     fn hold(&self, link: &LaneLink) {
         let mut controller = self.lock();
+        // The sync task records an answer before it hands the lane the decision, which
+        // needs this lock: an answer already recorded is the lane's, not the hold's.
+        if !link.held() {
+            return;
+        }
         let spacing = link.pacing(Duration::from_secs_f64(1.0 / COLD_RATE));
         self.pacer
             .set_interval_keeping(spacing, controller.epoch(), true);
@@ -1138,10 +1143,15 @@ impl Lanes {
             }
         }
         let _ = lane.fleet.set(link);
-        if let Some(link) = lane.fleet.get().filter(|_| fleet.is_connected())
+        if let Some(link) = lane.fleet.get().filter(|_| fleet.expects_answer())
             && link.hold_cold()
         {
             lane.hold(link);
+            // The sync task lets the held lanes go when Redis fails before answering;
+            // one held after it looked at this lane is let go here.
+            if !fleet.expects_answer() {
+                link.let_go();
+            }
         }
     }
 

@@ -17,6 +17,7 @@ use easeoff::config::{FleetSettings, RedisNodes, RedisUrl};
 use easeoff::fleet::{Decision, Fleet, LaneLink};
 use easeoff::metrics::Metrics;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use tokio::task::JoinSet;
 
 const SYNC: Duration = Duration::from_millis(50);
 const MEMBER_TTL: Duration = Duration::from_secs(1);
@@ -671,34 +672,133 @@ async fn a_lane_a_request_creates_waits_for_the_fleet_instead_of_bursting() {
         sidecar(proxy.admin).await.0["connected"] == true
     })
     .await;
-    let client = support::client();
     let url = format!("http://{}/", proxy.addr);
-    let mut requests = tokio::task::JoinSet::new();
-    for _ in 0..20 {
-        let (client, url) = (client.clone(), url.clone());
-        requests.spawn(async move {
-            let tenant = [("x-tenant", "new")];
-            support::send(&client, "GET", &url, &tenant, bytes::Bytes::new())
-                .await
-                .status
-        });
+    let statuses = send_twenty(&url, &[("x-tenant", "new")]);
+    all_paced(statuses, &up).await;
+}
+
+/// Every one of twenty requests answered 200, spread over a second or more: unpaced,
+/// all twenty would arrive within milliseconds; held, then paced from 10/s up, they
+/// span a second or more.
+async fn all_paced(statuses: JoinSet<u16>, up: &support::TestUpstream) {
+    for status in all_within(statuses, 2 * PATIENCE).await {
+        assert_eq!(status, 200);
     }
-    let deadline = Instant::now() + 2 * PATIENCE;
-    while let Some(status) = tokio::time::timeout_at(deadline.into(), requests.join_next())
-        .await
-        .expect("the held requests go within 20 s")
-    {
-        assert_eq!(status.unwrap(), 200);
-    }
-    // Unpaced, all twenty would arrive within milliseconds; held, then paced from
-    // 10/s up, they span a second or more.
     let arrivals = up.arrivals();
+    assert_eq!(arrivals.len(), 20);
     let span = arrivals[19].at - arrivals[0].at;
     assert!(
         span >= Duration::from_secs(1),
         "twenty arrived within {span:?}"
     );
-    assert_eq!(up.count(), 20);
+}
+
+/// A TCP relay to a loopback `port` that holds every connection until `open` says so:
+/// a Redis that is up but has not answered yet.
+async fn gated(port: u16) -> (u16, tokio::sync::watch::Sender<bool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap().port();
+    let (open, opened) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let mut opened = opened.clone();
+            tokio::spawn(async move {
+                if opened.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (at, open)
+}
+
+/// A sidecar with `[fleet]` at `redis` and upstream "up" at `up`, its default lane
+/// made at start-up.
+async fn fleet_sidecar(
+    redis: &str,
+    sync_interval: &str,
+    up: std::net::SocketAddr,
+) -> support::Proxy {
+    let config = format!(
+        "[fleet]\nredis = \"{redis}\"\ngroup = \"e2e\"\nsync_interval = \"{sync_interval}\"\nmember_ttl = \"30s\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{up}\"\n"
+    );
+    support::proxy_config(&config).await
+}
+
+/// The default lane, made at start-up before the fleet first answers, is held for
+/// that answer as a lane a request makes is: twenty requests from applications that
+/// start with the sidecar go at the fleet's pace, not all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_made_before_the_fleet_first_answers_waits_for_that_answer() {
+    let Some(redis) = Redis::start() else { return };
+    let (port, open) = gated(redis.port).await;
+    let up = support::upstream(|_| async { support::ok() }).await;
+    // The first connect waits for the relay; it gives up after a sync_interval.
+    let proxy = fleet_sidecar(&format!("redis://127.0.0.1:{port}"), "5s", up.addr).await;
+    let url = format!("http://{}/", proxy.addr);
+    let statuses = send_twenty(&url, &[]);
+    support::wait_until(
+        PATIENCE,
+        "the requests held for the fleet's first answer",
+        || async {
+            process_sample(proxy.admin, "easeoff_queue_waiting{upstream=\"up\"}").await >= 19.0
+        },
+    )
+    .await;
+    open.send_replace(true);
+    all_paced(statuses, &up).await;
+}
+
+/// With Redis down from the start, the first failed connect lets the held lanes go:
+/// they run unpaced, as a sidecar on its own does, and lanes made later are not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_from_the_start_no_lane_waits_for_the_fleet() {
+    let up = support::upstream(|_| async { support::ok() }).await;
+    let down = format!("redis://127.0.0.1:{}", free_port());
+    let proxy = fleet_sidecar(&down, "500ms", up.addr).await;
+    // Held at a new member's share of the start's rate, twenty would take 100 s.
+    for path in ["/", "/later"] {
+        let url = format!("http://{}{path}", proxy.addr);
+        for status in all_within(send_twenty(&url, &[]), PATIENCE).await {
+            assert_eq!(status, 200);
+        }
+    }
+    assert_eq!(up.count(), 40);
+}
+
+/// Twenty requests to `url` with `headers`, sent at once; their statuses.
+fn send_twenty(url: &str, headers: &'static [(&'static str, &'static str)]) -> JoinSet<u16> {
+    let client = support::client();
+    let mut requests = JoinSet::new();
+    for _ in 0..20 {
+        let (client, url) = (client.clone(), url.to_string());
+        requests.spawn(async move {
+            support::send(&client, "GET", &url, headers, bytes::Bytes::new())
+                .await
+                .status
+                .as_u16()
+        });
+    }
+    requests
+}
+
+/// The statuses of `requests`, all of which must finish within `patience`.
+async fn all_within(mut requests: JoinSet<u16>, patience: Duration) -> Vec<u16> {
+    let deadline = Instant::now() + patience;
+    let mut statuses = Vec::new();
+    while let Some(status) = tokio::time::timeout_at(deadline.into(), requests.join_next())
+        .await
+        .expect("every request answered in time")
+    {
+        statuses.push(status.unwrap());
+    }
+    statuses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
