@@ -121,6 +121,27 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A decision to pace at `share` of the fleet `interval` shared by `members`, in
+    /// `epoch`, and nothing else: its rate is the interval's, and no flag is set.
+    pub fn new(interval: Duration, epoch: u64, share: f64, members: u32) -> Decision {
+        Decision {
+            interval,
+            epoch,
+            share,
+            members,
+            rate: if interval.is_zero() {
+                0.0
+            } else {
+                1.0 / interval.as_secs_f64()
+            },
+            local: false,
+            rescale: 1.0,
+            outraised: false,
+            first: false,
+            cold: false,
+        }
+    }
+
     /// The spacing this member's pacer keeps: `interval / share`.
     pub fn member_interval(&self) -> Duration {
         if self.interval.is_zero() {
@@ -283,16 +304,8 @@ impl LaneLink {
         }
         let cold = Duration::from_secs_f64(1.0 / COLD_RATE);
         let held = Decision {
-            interval: cold,
-            epoch: 0,
-            share: COLD_HOLD_SHARE,
-            members: 1,
-            rate: COLD_RATE,
-            local: false,
-            rescale: 1.0,
-            outraised: false,
-            first: false,
             cold: true,
+            ..Decision::new(cold, 0, COLD_HOLD_SHARE, 1)
         };
         let mut sync = lock(&c.sync);
         if sync.last.is_some() {
@@ -1249,22 +1262,12 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
         // its first requests after a quiet spell are not held for a whole sync.
         mine.max(1.0 / (2 * members) as f64).min(1.0)
     };
-    Decision {
-        interval: shared.interval,
-        epoch: shared.epoch,
+    Decision::new(
+        shared.interval,
+        shared.epoch,
         share,
-        members: u32::try_from(members).unwrap_or(u32::MAX),
-        rate: if shared.interval.is_zero() {
-            0.0
-        } else {
-            1.0 / shared.interval.as_secs_f64()
-        },
-        local: false,
-        rescale: 1.0,
-        outraised: false,
-        first: false,
-        cold: false,
-    }
+        u32::try_from(members).unwrap_or(u32::MAX),
+    )
 }
 
 /// This member's part of an unpaced fleet's dispatches: its recent dispatch rate
@@ -1302,20 +1305,9 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
             last
         };
         let alone = Decision {
-            interval: last.member_interval(),
-            epoch: last.epoch,
-            share: 1.0,
-            members: 1,
-            rate: if last.interval.is_zero() {
-                0.0
-            } else {
-                last.rate * last.share
-            },
             local: true,
             rescale: 1.0 / last.share,
-            outraised: false,
-            first: false,
-            cold: false,
+            ..Decision::new(last.member_interval(), last.epoch, 1.0, 1)
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);
@@ -1327,9 +1319,8 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
     }
 }
 
-/// Lets a lane held for its first answer go unpaced, on its own.
 /// Lets a lane held for a first answer that never came (`LaneLink::hold_cold`) go
-/// unpaced, as before it joined. Returns whether it was held.
+/// unpaced, on its own, as before it joined. Returns whether it was held.
 fn unhold(lane: &LaneCell) -> bool {
     {
         let mut sync = lock(&lane.sync);
@@ -1338,25 +1329,13 @@ fn unhold(lane: &LaneCell) -> bool {
         }
         sync.last = None;
     }
-    release(lane);
-    true
-}
-
-fn release(lane: &LaneCell) {
     let alone = Decision {
-        interval: Duration::ZERO,
-        epoch: 0,
-        share: 1.0,
-        members: 1,
-        rate: 0.0,
         local: true,
-        rescale: 1.0,
-        outraised: false,
-        first: false,
-        cold: false,
+        ..Decision::new(Duration::ZERO, 0, 1.0, 1)
     };
     lane.share.store(1f64.to_bits(), Ordering::Relaxed);
     (lane.on_sync)(&alone);
+    true
 }
 
 #[cfg(test)]

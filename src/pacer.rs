@@ -324,9 +324,8 @@ impl Pacer {
     /// Marks the spacing provisional, or no longer: a fleet's cold start (see
     /// `fleet.rs`), whose rate grows by half a sync until the first throttle, so a
     /// slot computed from it lies far later than the request will go. While set, no
-    /// waiter is shed for a slot expected past its deadline: the first in line is shed
-    /// when its deadline comes, one behind it when it reaches the front past its own
-    /// (`max_waiting` and a drain still shed at once).
+    /// waiter is shed for a slot expected past its deadline: each is shed when its
+    /// deadline comes (`max_waiting` and a drain still shed at once).
     pub fn set_provisional(&self, provisional: bool) {
         if self.shared.provisional.swap(provisional, Ordering::Relaxed) != provisional {
             self.shared.changed.notify_one();
@@ -799,13 +798,14 @@ impl Shared {
         }
     }
 
-    /// Sheds the queued waiters whose expected slots now lie past their deadlines;
-    /// `head_at` is the slot of the waiter being released (of `head_cost`), and the
-    /// queue follows it.
-    fn shed_late(&self, head_at: Instant, head_cost: u64, now: Instant) {
-        if self.lenient() {
-            return;
-        }
+    /// Sheds the queued waiters whose expected slots now lie past their deadlines, or
+    /// while the spacing is provisional, whose deadlines came; `head_at` is the slot of
+    /// the waiter being released (of `head_cost`), and the queue follows it. Returns,
+    /// while the spacing is provisional, the earliest deadline left in the queue: the
+    /// release task wakes then to shed its waiter.
+    fn shed_late(&self, head_at: Instant, head_cost: u64, now: Instant) -> Option<Instant> {
+        let lenient = self.lenient();
+        let mut earliest: Option<Instant> = None;
         let mut queue = self.lock_queue();
         let mut expected = head_at + self.gap(now, head_cost);
         for waiter in std::mem::take(&mut *queue) {
@@ -813,7 +813,8 @@ impl Shared {
                 self.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
                 continue;
             }
-            if expected > self.limit(waiter.deadline) {
+            let limit = self.limit(waiter.deadline);
+            if (lenient && now >= limit) || (!lenient && expected > limit) {
                 self.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
                 let retry_after = expected.saturating_duration_since(now);
                 let reason = self.late(waiter.deadline);
@@ -823,9 +824,13 @@ impl Shared {
                 }));
             } else {
                 expected += self.gap(now, waiter.cost);
+                if lenient {
+                    earliest = Some(earliest.map_or(limit, |e| e.min(limit)));
+                }
                 queue.push_back(waiter);
             }
         }
+        earliest
     }
 }
 
@@ -863,11 +868,11 @@ async fn release(shared: Arc<Shared>) {
                 let _ = waiter.grant.send(Err(shed));
                 break;
             }
-            shared.shed_late(at, waiter.cost, now);
+            let queued = shared.shed_late(at, waiter.cost, now);
             due = at;
             tokio::select! {
-                // A provisional spacing sheds the waiter only once its deadline came.
-                _ = timer.until(at.min(limit)) => {}
+                // A provisional spacing sheds a waiter only once its deadline came.
+                _ = timer.until(queued.map_or(at, |q| q.min(at)).min(limit)) => {}
                 // A new interval, pause or floor: recompute the release time.
                 _ = shared.changed.notified() => {}
                 // The client went away: its place goes to the next waiter.

@@ -360,14 +360,13 @@ type Outcomes = Arc<Mutex<Vec<(usize, Result<Duration, Duration>)>>>;
 /// recorded as `shed_value(shed, t0)`.
 async fn start_waiters(
     pacer: &Pacer,
-    n: usize,
+    deadlines: &[Instant],
     t0: Instant,
-    deadline: Instant,
     shed_value: fn(Shed, Instant) -> Duration,
 ) -> (Outcomes, Vec<JoinHandle<()>>) {
     let outcomes: Outcomes = Arc::default();
     let mut handles = Vec::new();
-    for i in 0..n {
+    for (i, &deadline) in deadlines.iter().enumerate() {
         let (p, o) = (pacer.clone(), Arc::clone(&outcomes));
         handles.push(tokio::spawn(async move {
             let result = p.acquire(deadline).await;
@@ -396,7 +395,7 @@ async fn a_raise_sheds_the_waiters_it_pushes_past_their_deadlines() {
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
     let (outcomes, handles) =
-        start_waiters(&pacer, 4, t0, t0 + 1000 * MS, |shed, _| shed.retry_after).await;
+        start_waiters(&pacer, &[t0 + 1000 * MS; 4], t0, |shed, _| shed.retry_after).await;
     tokio::time::sleep(10 * MS).await;
     // Now 400 ms apart: slots at 400 and 800 ms fit; the third (1200 ms) is late,
     // and the fourth moves up into its place, late too.
@@ -423,7 +422,7 @@ async fn a_provisional_spacing_sheds_only_when_the_deadline_comes() {
     pacer.set_provisional(true);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
-    let (outcomes, handles) = start_waiters(&pacer, 4, t0, t0 + 2500 * MS, |shed, t0| {
+    let (outcomes, handles) = start_waiters(&pacer, &[t0 + 2500 * MS; 4], t0, |shed, t0| {
         Instant::now() - t0 + shed.retry_after
     })
     .await;
@@ -452,6 +451,30 @@ async fn a_provisional_spacing_sheds_only_when_the_deadline_comes() {
     let shed = pacer.acquire(Instant::now() + 3000 * MS).await.unwrap_err();
     assert_eq!(Instant::now() - t1, 3000 * MS, "shed on arrival");
     assert_eq!(shed.retry_after, 7000 * MS);
+}
+
+/// While the spacing is provisional, a waiter behind the first in line is shed when
+/// its own deadline comes (a client's, sooner than the others'), not when it reaches
+/// the front.
+#[tokio::test(start_paused = true)]
+async fn a_provisional_spacing_sheds_a_waiter_behind_the_first_at_its_deadline() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(10_000 * MS, 1);
+    pacer.set_provisional(true);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    let deadlines = [t0 + 60_000 * MS, t0 + 3000 * MS, t0 + 60_000 * MS];
+    let (outcomes, handles) =
+        start_waiters(&pacer, &deadlines, t0, |_, t0| Instant::now() - t0).await;
+    finish(handles).await;
+    assert_eq!(
+        outcomes_of(&outcomes),
+        [
+            (0, Ok(10_000 * MS)),
+            (1, Err(3000 * MS)),
+            (2, Ok(20_000 * MS))
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -517,7 +540,7 @@ async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once
     pacer.acquire(far()).await.unwrap();
     // A shed is recorded as the time it came.
     let (outcomes, handles) =
-        start_waiters(&pacer, 10, t0, far(), |_, t0| Instant::now() - t0).await;
+        start_waiters(&pacer, &[far(); 10], t0, |_, t0| Instant::now() - t0).await;
     tokio::time::sleep(50 * MS).await;
     // Slots at 100 … 1000 ms; the drain ends at 450 ms: four are served, six shed
     // at once (at 50 ms), not when the deadline comes.
