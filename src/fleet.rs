@@ -166,9 +166,9 @@ struct Inner {
     lanes: Mutex<Vec<Arc<LaneCell>>>,
     metrics: FleetMetrics,
     connected: AtomicBool,
-    /// Whether rounds are expected to answer: from the start until a connect or round
-    /// fails before the first answer, and again from the first answer on. A lane that
-    /// starts cold is held for its first answer only while this holds.
+    /// Whether a round is expected to answer soon: from the start and while connected,
+    /// not from a failed connect or the lanes going on alone until a round answers
+    /// again. A lane that starts cold is held for its first answer only while it holds.
     answering: AtomicBool,
     /// Why the lanes run on their own, while they do.
     fault: Mutex<Option<Fault>>,
@@ -457,8 +457,9 @@ impl Fleet {
         self.inner.connected.load(Ordering::Relaxed)
     }
 
-    /// Whether the sync task expects an answer soon: connected, or not failed yet since
-    /// the start. A lane held for its first answer is let go when this stops holding.
+    /// Whether the sync task expects an answer soon: from the start and while connected,
+    /// not while Redis fails. A lane held for its first answer is let go when this
+    /// stops holding.
     pub fn expects_answer(&self) -> bool {
         self.inner.answering.load(Ordering::Relaxed)
     }
@@ -792,7 +793,6 @@ async fn sync_round(
     conclude(inner, round, answers)
 }
 
-/// The lanes run on their own because of `fault`: one log line when the cause changes.
 /// No answer is coming soon (Redis failed before the first answer, or while alone):
 /// lanes held for theirs go unpaced, and lanes that join go unheld, until one comes.
 fn stop_answering(inner: &Inner, lanes: &[Arc<LaneCell>]) {
@@ -802,6 +802,7 @@ fn stop_answering(inner: &Inner, lanes: &[Arc<LaneCell>]) {
     }
 }
 
+/// The lanes run on their own because of `fault`: one log line when the cause changes.
 fn alone(inner: &Inner, fault: Fault, error: &str) {
     let mut current = lock(&inner.fault);
     if *current == Some(fault) {
