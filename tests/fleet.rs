@@ -716,8 +716,8 @@ async fn gated(port: u16) -> (u16, tokio::sync::watch::Sender<bool>) {
     (at, open)
 }
 
-/// A sidecar with `[fleet]` at `redis` and upstream "up" at `up`, its default lane
-/// made at start-up.
+/// A sidecar with `[fleet]` at `redis` and upstream "up" at `up`: its default lane is
+/// made at start-up, and a lane per `x-tenant` header by the first request with it.
 async fn fleet_sidecar(
     redis: &str,
     sync_interval: &str,
@@ -726,7 +726,8 @@ async fn fleet_sidecar(
     let config = format!(
         "[fleet]\nredis = \"{redis}\"\ngroup = \"e2e\"\nsync_interval = \"{sync_interval}\"\nmember_ttl = \"30s\"\n\n\
          [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
-         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{up}\"\n"
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{up}\"\n\
+         [upstream.lanes]\nby = [\"header:x-tenant\"]\n"
     );
     support::proxy_config(&config).await
 }
@@ -763,13 +764,15 @@ async fn with_redis_down_from_the_start_no_lane_waits_for_the_fleet() {
     let down = format!("redis://127.0.0.1:{}", free_port());
     let proxy = fleet_sidecar(&down, "500ms", up.addr).await;
     // Held at a new member's share of the start's rate, twenty would take 100 s.
-    for path in ["/", "/later"] {
-        let url = format!("http://{}{path}", proxy.addr);
-        for status in all_within(send_twenty(&url, &[]), PATIENCE).await {
+    let url = format!("http://{}/", proxy.addr);
+    for headers in [&[][..], &[("x-tenant", "later")]] {
+        for status in all_within(send_twenty(&url, headers), PATIENCE).await {
             assert_eq!(status, 200);
         }
     }
     assert_eq!(up.count(), 40);
+    let lanes = support::status(proxy.admin).await["lanes"].clone();
+    assert_eq!(lanes.as_array().map(Vec::len), Some(2), "{lanes}");
 }
 
 /// Twenty requests to `url` with `headers`, sent at once; their statuses.
