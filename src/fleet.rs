@@ -247,6 +247,14 @@ struct LaneSync {
     warm: bool,
 }
 
+impl LaneSync {
+    /// Held for a first answer ([`LaneLink::hold_cold`]): it has a decision, but no
+    /// round has answered for it yet.
+    fn held(&self) -> bool {
+        self.reported.is_none() && self.last.is_some()
+    }
+}
+
 /// A lane's membership; dropping it takes the lane out of the fleet.
 pub struct LaneLink {
     cell: Arc<LaneCell>,
@@ -321,8 +329,7 @@ impl LaneLink {
     /// round has answered for it yet (its decision may be on its way to the lane), and
     /// it was not let go.
     pub fn held(&self) -> bool {
-        let sync = lock(&self.cell.sync);
-        sync.reported.is_none() && sync.last.is_some()
+        lock(&self.cell.sync).held()
     }
 
     /// Lets the lane go unpaced if it is still held for its first answer.
@@ -1325,7 +1332,7 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
 fn unhold(lane: &LaneCell) -> bool {
     {
         let mut sync = lock(&lane.sync);
-        if sync.reported.is_some() || sync.last.is_none() {
+        if !sync.held() {
             return false;
         }
         sync.last = None;

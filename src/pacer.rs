@@ -814,7 +814,7 @@ impl Shared {
                 continue;
             }
             let limit = self.limit(waiter.deadline);
-            if (lenient && now >= limit) || (!lenient && expected > limit) {
+            if overdue(expected, limit, now, lenient) {
                 self.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
                 let retry_after = expected.saturating_duration_since(now);
                 let reason = self.late(waiter.deadline);
@@ -860,7 +860,9 @@ async fn release(shared: Arc<Shared>) {
                 break;
             }
             let limit = shared.limit(waiter.deadline);
-            if at > limit && (now >= limit || !shared.lenient()) {
+            // The release time lies ahead (`at > now`), so a limit that came lies
+            // behind it too.
+            if overdue(at, limit, now, shared.lenient()) {
                 let shed = Shed {
                     retry_after: at - now,
                     reason: shared.late(waiter.deadline),
@@ -880,6 +882,16 @@ async fn release(shared: Arc<Shared>) {
             }
         }
         shared.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
+    }
+}
+
+/// Whether a waiter whose slot is expected at `expected` must be shed now, given its
+/// `limit`: the slot lies past it, or while the spacing is lenient, the limit came.
+fn overdue(expected: Instant, limit: Instant, now: Instant, lenient: bool) -> bool {
+    if lenient {
+        now >= limit
+    } else {
+        expected > limit
     }
 }
 

@@ -659,15 +659,7 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
 async fn a_lane_a_request_creates_waits_for_the_fleet_instead_of_bursting() {
     let Some(redis) = Redis::start() else { return };
     let up = support::upstream(|_| async { support::ok() }).await;
-    let config = format!(
-        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"500ms\"\nmember_ttl = \"5s\"\n\n\
-         [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
-         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
-         [upstream.lanes]\nby = [\"header:x-tenant\"]\n",
-        redis.url(),
-        up.addr
-    );
-    let proxy = support::proxy_config(&config).await;
+    let proxy = fleet_sidecar(&redis.url(), "500ms", up.addr).await;
     support::wait_until(PATIENCE, "the fleet connected", || async {
         sidecar(proxy.admin).await.0["connected"] == true
     })

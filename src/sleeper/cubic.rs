@@ -525,8 +525,6 @@ mod tests {
         assert!(!warm.from_start);
     }
 
-    /// A cold start cut short (the member goes on alone at the rate it had): the
-    /// rate grows from there as after a raise from 0, doubling every `recovery / 3`.
     /// A fleet member's estimate (the fleet's first raise) keeps doubling through the
     /// raises and throttles of the same burst, those that come with no success since
     /// the last decrease; after a success, the next raise is a plain one.
@@ -551,6 +549,8 @@ mod tests {
         assert!(burst(true) < 60.0, "{}", burst(true));
     }
 
+    /// A cold start cut short (the member goes on alone at the rate it had): the
+    /// rate grows from there as after a raise from 0, doubling every `recovery / 3`.
     #[test]
     fn a_cold_start_cut_short_grows_on_as_from_an_estimate() {
         let mut c = Cubic::new(&settings());
