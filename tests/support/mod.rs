@@ -90,6 +90,16 @@ pub async fn dead_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
+/// A loopback address that refuses connections for as long as the returned socket
+/// lives: bound but never listening, so no listener started meanwhile (the server's
+/// own, on port 0) can be given its port.
+pub fn refusing_port() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
+}
+
 /// As [`upstream`], on a given address.
 pub async fn upstream_at<F, Fut>(addr: SocketAddr, handler: F) -> TestUpstream
 where
