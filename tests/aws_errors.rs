@@ -38,7 +38,7 @@ async fn put_item(venv: &Path, proxy: &Proxy, attempts: u32) -> serde_json::Valu
 #[tokio::test]
 async fn a_dead_upstream_is_named_service_unavailable_at_once_and_retried_by_the_sdk() {
     let Some(venv) = venv() else { return };
-    let dead = dead_port().await;
+    let dead = refusing_port();
     let proxy = proxy(dead, "preset = \"dynamodb\"\n").await;
     let report = put_item(&venv, &proxy, 3).await;
     assert_eq!(report["code"], "ServiceUnavailable");

@@ -21,7 +21,7 @@ use easeoff::lane::Route;
 use easeoff::metrics::Metrics;
 use easeoff::simulate::{self, Answer, Ending};
 use easeoff::upstream::Control;
-use support::{client, dead_port, metric, proxy, respond, sample_value, send, throttles_first};
+use support::{client, metric, proxy, refusing_port, respond, sample_value, send, throttles_first};
 
 /// What one side decided, as the metrics and the upstream saw it.
 #[derive(Debug, PartialEq)]
@@ -150,7 +150,7 @@ async fn connect_retries_follow_the_backoff_alike_in_simulate_and_the_proxy() {
     let ms = Duration::from_millis;
     assert_eq!(sent, [ms(0), ms(200), ms(520)]);
 
-    let proxy = proxy(dead_port().await, extra).await;
+    let proxy = proxy(refusing_port(), extra).await;
     let answer = support::get(&format!("http://{}/", proxy.addr)).await;
     assert_eq!(answer.status, 502);
     let failures = metric(proxy.admin, SAMPLES[3]).await as usize;
@@ -172,7 +172,7 @@ async fn an_aws_clients_failed_connection_goes_back_at_once_alike_in_simulate_an
     assert_eq!(endings, [Ending::Unreachable]);
     assert_eq!(sent, [Duration::ZERO]);
 
-    let proxy = proxy(dead_port().await, extra).await;
+    let proxy = proxy(refusing_port(), extra).await;
     let answer = support::get(&format!("http://{}/", proxy.addr)).await;
     assert!(answer.status.is_server_error(), "{}", answer.status);
     let failures = metric(proxy.admin, SAMPLES[3]).await as usize;

@@ -104,7 +104,7 @@ async fn the_status_command_prints_a_table_of_a_running_easeoff() {
 
 #[tokio::test]
 async fn the_status_command_says_when_easeoff_is_unreachable() {
-    let nobody = dead_port().await;
+    let nobody = refusing_port();
     let out = easeoff(&["status", "--admin", &nobody.to_string()]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

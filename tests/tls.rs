@@ -156,7 +156,7 @@ async fn each_tls_failure_is_answered_at_once_with_its_cause() {
     let mtls = tls_server(&pki.leaf("localhost", false), Some(&pki.ca_pem)).await;
     let plain = upstream(|_| async { ok() }).await;
     // Held to the end: a port given back could be handed to a listener of the server's.
-    let (_refusing, dead) = refusing_port();
+    let dead = refusing_port();
 
     // Kept to the end: its directory (with the files written below) goes with it.
     let scratch = config_file("");

@@ -84,7 +84,7 @@ async fn a_dead_upstream_is_tried_on_the_backoff_schedule_and_traffic_resumes_wh
 
 #[tokio::test]
 async fn a_failed_connection_is_retried_when_the_backoff_ends_within_the_budget() {
-    let dead = dead_port().await;
+    let dead = refusing_port();
     let proxy = proxy(
         dead,
         "[upstream.connect_backoff]\ninitial = \"200ms\"\njitter = 0.0\n[upstream.retry]\nmax_attempts = 3\n",

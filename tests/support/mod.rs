@@ -84,20 +84,24 @@ where
     .await
 }
 
-/// A port nothing listens on (it was free a moment ago).
+/// A port nothing listens on (it was free a moment ago), for a test that binds it later;
+/// [`refusing_port`] for one that must stay refused.
 pub async fn dead_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     listener.local_addr().unwrap()
 }
 
-/// A loopback address that refuses connections for as long as the returned socket
-/// lives: bound but never listening, so no listener started meanwhile (the server's
-/// own, on port 0) can be given its port.
-pub fn refusing_port() -> (tokio::net::TcpSocket, SocketAddr) {
+/// A loopback address that refuses connections for the rest of the test process: its
+/// socket is bound, never listening, and never closed, so no listener started later (the
+/// server's own, on port 0) can be given its port, as one given back by [`dead_port`]
+/// can.
+pub fn refusing_port() -> SocketAddr {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = socket.local_addr().unwrap();
-    (socket, addr)
+    // One descriptor per call, freed when the test binary exits.
+    std::mem::forget(socket);
+    addr
 }
 
 /// As [`upstream`], on a given address.
@@ -186,7 +190,7 @@ pub async fn proxy(target: SocketAddr, extra: &str) -> Proxy {
 /// Starts easeoff with one upstream named "up" pointing at `target` and a `[fleet]`
 /// whose Redis never answers, so the fleet's metric families are exported too.
 pub async fn proxy_with_absent_fleet(target: SocketAddr) -> Proxy {
-    let redis = dead_port().await;
+    let redis = refusing_port();
     proxy_config(&format!(
         "[fleet]\nredis = \"redis://{redis}/0\"\n\n{}",
         one_upstream(target, "")
