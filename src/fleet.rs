@@ -82,6 +82,9 @@ pub const COLD_RATE: f64 = 10.0;
 /// as TCP's slow start grows every round trip; less than doubling, so the step that
 /// meets the first throttle overshoots the capacity by at most half.
 pub const COLD_GROWTH: f64 = 1.5;
+/// How far below the fleet's cold rate last read the estimate a cold start's first
+/// throttle makes lies: half a step of [`COLD_GROWTH`] (geometrically).
+const COLD_STEP_BACK: f64 = 1.224_744_871_391_589; // COLD_GROWTH.sqrt()
 /// The share a cold lane paces at until the summary counts its member: below most
 /// fleets' equal share, so that its first slot lies out until the share is known, and
 /// a spacing (5 s at [`COLD_RATE`]) that keeps a few queued requests within
@@ -978,23 +981,24 @@ fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> P
     Proposal {
         interval: match cold {
             _ if from == NONE => interval,
-            // The cold start's last step throttled: back one step below the fleet's
-            // interval before it, or below what the members' dispatches got through
-            // if that was faster (they lag the growth by a sync or two, but a member
-            // that read a late count of the fleet reads the state one step behind
-            // too). The step before the last is no proof of the capacity: the
-            // upstream's burst hides an overshoot for a while (a bucket holding a
-            // tenth of a second hides up to 40 % past it for a sync of 250 ms), so
-            // it throttled more often than not. Not its own raise: a member a step
-            // behind the fleet would take it back further.
+            // The cold start's last step throttled: back half a step below the
+            // fleet's interval this member read, or below what the members'
+            // dispatches got through if that was slower. The upstream's burst hides
+            // an overshoot for a while (a bucket holding a tenth of a second hides up
+            // to 40 % past it for a sync of 250 ms), so the throttle came a little
+            // past the capacity, and a whole step back wasted it. The members pace at
+            // equal shares of the cold rate, and where many of them send little, what
+            // got through is the capacity, the rate only what the busy ones were
+            // allotted times the members. Not its own raise: a member a step behind
+            // the fleet would take it back further.
             Some(_) => {
                 let through = used + sync.others_used;
                 let spacing = (through.is_finite() && through > 0.0)
                     .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
                     .flatten();
                 spacing
-                    .map_or(sync.cold_read, |s| s.min(sync.cold_read))
-                    .mul_f64(COLD_GROWTH)
+                    .map_or(sync.cold_read, |s| s.max(sync.cold_read))
+                    .mul_f64(COLD_STEP_BACK)
             }
             None if paced => learning::cap_raise(interval, used + sync.others_used),
             None => interval,
@@ -1120,12 +1124,8 @@ fn apply(
     };
     let mut decision = decide(shared, demand, &answer.others);
     decision.cold = !shared.interval.is_zero() && cold.is_some();
-    if decision.cold && answer.counted_in == 0 {
-        // The summary does not count this member yet, nor maybe the others that
-        // start with it: each would take a share of one and send at once. It holds
-        // its first request until the summary counts it (the pacer keeps the first
-        // slot's place in the spacing as the share grows).
-        decision.share = COLD_HOLD_SHARE;
+    if decision.cold {
+        decision.share = cold_share(answer.counted_in, decision.members);
     }
     decision.outraised = proposal.is_some_and(|p| outraised(&p, shared));
     if decision.interval.is_zero() {
@@ -1211,6 +1211,25 @@ fn cold_interval(
         return Some(Duration::ZERO);
     }
     Some(interval)
+}
+
+/// A cold lane's share of the fleet's cold rate among `members`: an equal one once
+/// the summary counts this member (`counted_in` not 0), [`COLD_HOLD_SHARE`] before.
+/// While a fleet starts, its members' claims trail their demand by a sync or more (a
+/// claim is at most twice what the member dispatched), so max-min shares would give
+/// the first members to start several equal shares each, and a fleet starting
+/// together sent up to two and a half times its cold rate: its first throttle came
+/// at a rate that was not the fleet's, and the start's estimate fell two steps short
+/// of the capacity. Before the summary counts the member, nor maybe the others that
+/// start with it, each would take a share of one and send at once: it holds its first
+/// request (the pacer keeps the first slot's place in the spacing as the share
+/// grows).
+fn cold_share(counted_in: u64, members: u32) -> f64 {
+    if counted_in == 0 {
+        COLD_HOLD_SHARE
+    } else {
+        1.0 / f64::from(members.max(1))
+    }
 }
 
 /// Whether a member that proposed `proposal` takes `shared` as another member's
@@ -1623,12 +1642,12 @@ mod tests {
         assert_eq!(cold_interval(Some(floor), &mut fresh, None, 9.0), None);
     }
 
-    /// The throttle that ends a cold start takes the fleet back one step below the
-    /// interval the member last read (the step before its own growth), or one step
-    /// below what the members' dispatches got through if that was faster; never to its
-    /// own raise.
+    /// The throttle that ends a cold start takes the fleet back half a step
+    /// (geometrically) below the interval the member last read, or below what the
+    /// members' dispatches got through if that was slower; never to its own raise.
     #[test]
-    fn the_raise_that_ends_a_cold_start_goes_back_a_step_below_the_interval_read_before() {
+    fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_read_and_through()
+    {
         let mut sync = LaneSync {
             cold_read: Duration::from_millis(15),
             others_used: 40.0,
@@ -1637,21 +1656,46 @@ mod tests {
         let mut last = decide(shared(10), 0.0, &[0.0; 3]);
         last.cold = true;
         sync.last = Some(last);
-        // 50/s got through, slower than the 15 ms read: back to 22.5 ms, whatever the
-        // member's own raise (11 ms, or 30 ms from a member a step behind).
+        // 50/s got through, slower than the 15 ms read: half a step below it (20 ms
+        // × √1.5, 24.5 ms), whatever the member's own raise (11 ms, or 30 ms from a
+        // member a step behind).
+        let halfway = Duration::from_millis(20).mul_f64(COLD_GROWTH.sqrt());
+        assert_eq!(halfway, Duration::from_nanos(24_494_897));
         let raise = proposal(&sync, 11_000, 1, 0, 10.0);
-        assert_eq!(raise.interval, Duration::from_micros(22_500));
+        assert_eq!(raise.interval, halfway);
         assert_eq!(raise.raised_from, Some(0));
         let behind = proposal(&sync, 30_000, 1, 0, 10.0);
-        assert_eq!(behind.interval, Duration::from_micros(22_500));
-        // 100/s got through: 15 ms.
+        assert_eq!(behind.interval, halfway);
+        // 100/s got through, faster than the 15 ms read: half a step below 15 ms.
         let through = proposal(&sync, 30_000, 1, 0, 60.0);
-        assert_eq!(through.interval, Duration::from_millis(15));
+        let read = Duration::from_millis(15).mul_f64(COLD_GROWTH.sqrt());
+        assert_eq!(through.interval, read);
+        // Nothing counted as got through yet: from the interval read.
+        sync.others_used = 0.0;
+        assert_eq!(proposal(&sync, 30_000, 1, 0, 0.0).interval, read);
         // Steps are proposed as they are.
         assert_eq!(
             proposal(&sync, 7_000, 0, NONE, 0.0).interval,
             Duration::from_millis(7)
         );
+    }
+
+    /// Members of one lane that starts cold, each with a request waiting.
+    fn cold_members(
+        settings: &FleetSettings,
+        metrics: &Metrics,
+        names: &[&str],
+    ) -> Vec<(Fleet, LaneLink)> {
+        names
+            .iter()
+            .map(|name| {
+                let fleet = Fleet::driven(settings.clone(), metrics, name.to_string());
+                let link = fleet.join("up", "default", true, Box::new(|_: &Decision| {}));
+                link.start_cold(Duration::from_millis(1));
+                link.waiting(1);
+                (fleet, link)
+            })
+            .collect()
     }
 
     /// Before the summary counts it, a member of a cold lane holds its first
@@ -1663,16 +1707,7 @@ mod tests {
         let settings = FleetSettings::default();
         let sync = settings.sync_interval;
         let mut memory = Memory::new();
-        let members: Vec<_> = ["a", "b"]
-            .into_iter()
-            .map(|name| {
-                let fleet = Fleet::driven(settings.clone(), &metrics, name.to_string());
-                let link = fleet.join("up", "default", true, Box::new(|_: &Decision| {}));
-                link.start_cold(Duration::from_millis(1));
-                link.waiting(1);
-                (fleet, link)
-            })
-            .collect();
+        let members = cold_members(&settings, &metrics, &["a", "b"]);
         let mut now = sync;
         for (fleet, _) in &members {
             fleet.sync_in(&mut memory, now, Some(sync));
@@ -1696,6 +1731,35 @@ mod tests {
             counted.member_interval() < Duration::from_secs(1),
             "{counted:?}"
         );
+    }
+
+    /// Once counted, the members of a cold lane split its rate equally, whatever they
+    /// claim: a member that started first and dispatched most gets no more than the
+    /// others, which are about to dispatch too.
+    #[test]
+    fn a_cold_lanes_members_split_its_rate_equally() {
+        let metrics = Metrics::new().unwrap();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let mut memory = Memory::new();
+        let members = cold_members(&settings, &metrics, &["a", "b", "c"]);
+        let mut now = sync;
+        for _ in 0..5 {
+            for _ in 0..10 {
+                members[0].1.arrived();
+            }
+            for (fleet, _) in &members {
+                fleet.sync_in(&mut memory, now, Some(sync));
+                now += Duration::from_millis(1);
+            }
+            now += sync;
+        }
+        for (_, link) in &members {
+            let decision = link.last().unwrap();
+            assert!(decision.cold, "{decision:?}");
+            assert_eq!(decision.members, 3);
+            assert_eq!(decision.share, 1.0 / 3.0, "{decision:?}");
+        }
     }
 
     /// A cold lane is held from the start, at the spacing of a member the summary
