@@ -115,6 +115,7 @@ start_member() {
   local i=$1 listen admin
   listen=$(free_port) admin=$(free_port)
   listens[i - 1]=$listen admins[i - 1]=$admin
+  echo "$admin" >"$work/admin-$i"
   cat >"$work/easeoff-$i.toml" <<EOF
 $fleet_section
 
@@ -210,7 +211,8 @@ sample_mock() {
   while :; do
     page=$(curl -fs "http://127.0.0.1:$mock_admin/metrics" || true)
     now=$(date +%s.%N)
-    interval=$(sample "http://127.0.0.1:${admins[0]}/metrics" 'easeoff_upstream_interval_seconds{upstream="mock"}' || true)
+    # The file, not the array: a replaced member 1 (--roll) has a new admin port.
+    interval=$(sample "http://127.0.0.1:$(cat "$work/admin-1")/metrics" 'easeoff_upstream_interval_seconds{upstream="mock"}' || true)
     awk -v t0="$1" -v now="$now" -v interval="${interval:-0}" '
       $1 == "mock_requests_total{result=\"ok\"}" { ok = $2 }
       $1 == "mock_requests_total{result=\"throttled\"}" { th = $2 }
@@ -218,8 +220,8 @@ sample_mock() {
     sleep 0.25
   done
 }
-# How long generation G of member I's writers runs, in whole seconds from now: to its
-# replacement with --roll, else to the end of the run.
+# How long generation G of member I's writers runs, in seconds from now (at least
+# one): to its replacement with --roll, else to the end of the run.
 life() {
   local i=$1 g=$2 end
   end=$((warmup + seconds + 2))
@@ -227,7 +229,7 @@ life() {
     local replaced=$((warmup + roll * (i + n * g)))
     [ $((replaced - warmup)) -lt "$seconds" ] && end=$replaced
   fi
-  awk -v end="$end" -v t0="$writers_at" -v now="$(date +%s.%N)" 'BEGIN { d = int(end - (now - t0)); print (d < 1 ? 1 : d) }'
+  awk -v end="$end" -v t0="$writers_at" -v now="$(date +%s.%N)" 'BEGIN { d = end - (now - t0); printf "%.3f\n", (d < 1 ? 1 : d) }'
 }
 # Member I's writers for SECONDS: CLIENTS closed-loop connections timing every
 # request (bench/latency.py), or one h2load connection at LIGHT_RATE in all for the
@@ -236,7 +238,7 @@ start_writers() {
   local i=$1 url="http://127.0.0.1:${listens[$(($1 - 1))]}/" tag
   tag="$i-$(date +%s%N)"
   if [ "$i" -le "$light" ]; then
-    h2load --h1 -D "$2" -c 1 -m 1 --rps "$light_rate" "$url" >"$work/h2load-$tag.txt" 2>&1 &
+    h2load --h1 -D "${2%.*}" -c 1 -m 1 --rps "$light_rate" "$url" >"$work/h2load-$tag.txt" 2>&1 &
   elif [ "$writer" = boto3 ]; then
     "$boto3_python" bench/boto3_writer.py "$url" --seconds "$2" --threads "$clients" \
       --start-at "${go_at:-0}" --out "$work/latency-$tag.txt" >"$work/writer-$tag.txt" 2>&1 &

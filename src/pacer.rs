@@ -332,6 +332,11 @@ impl Pacer {
         }
     }
 
+    /// Whether the spacing is provisional (a fleet's cold start).
+    pub fn is_provisional(&self) -> bool {
+        self.shared.provisional.load(Ordering::Relaxed)
+    }
+
     /// Applies a new interval from the controller; waiting requests see it at once.
     pub fn set_interval(&self, interval: Duration, epoch: u64) {
         self.set_interval_keeping(interval, epoch, false);

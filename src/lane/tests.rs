@@ -332,3 +332,17 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
     let per_request = lane.pacer.request_floor(now);
     assert_eq!(per_request.as_micros(), 111_111, "60 s / 540");
 }
+
+/// A fleet's raise keeps the phase of a member that dispatches at least once a second
+/// in a paced fleet; one that was in step with the others, unpaced, slower, or not
+/// raised is left to the stagger or to nothing.
+#[test]
+fn a_raise_keeps_the_phase_of_a_paced_member_that_dispatches_at_least_once_a_second() {
+    let ms = Duration::from_millis;
+    assert!(super::keeps_phase(true, false, ms(310)));
+    assert!(super::keeps_phase(true, false, ms(1000)));
+    assert!(!super::keeps_phase(true, false, ms(1001)));
+    assert!(!super::keeps_phase(true, true, ms(310)));
+    assert!(!super::keeps_phase(false, false, ms(310)));
+    assert!(!super::keeps_phase(true, false, Duration::ZERO));
+}
