@@ -92,11 +92,14 @@ trap 'stop_all; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 . bench/lib.sh
 # Dozens of processes and hundreds of client sockets: pick listen ports below Linux's
 # ephemeral range (32768 and up), where no client socket can already hold them.
+# A port is handed out once per run: two drawn before either is bound (a member's
+# listen and admin ports) would otherwise be able to match.
 free_port() {
   local p
   while :; do
     p=$(( 10000 + (RANDOM * 32768 + RANDOM) % 22000 ))
-    port_busy "$p" || { echo "$p"; return; }
+    grep -qx "$p" "$work/ports" 2>/dev/null && continue
+    port_busy "$p" || { echo "$p" >>"$work/ports"; echo "$p"; return; }
   done
 }
 wait_http() { for _ in $(seq 100); do curl -fs "$1" >/dev/null && return 0; sleep 0.1; done; echo "no answer from $1" >&2; exit 1; }
