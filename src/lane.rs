@@ -238,9 +238,9 @@ impl Lane {
         if decision.first {
             controller.estimated();
         }
-        // A cold start's spacing moves with the share as the fleet is counted, not
-        // with a throttle: the first slot keeps its place in it either way.
-        // A raise that keeps the member's phase stretches what is left of its gap.
+        // What is left of the gap stretches with the spacing for a cold start (its
+        // spacing moves with the share as the fleet is counted, not with a throttle)
+        // and for a raise that keeps the member's phase.
         let spacing = self.pace_keeping(&controller, decision.cold || keep);
         if decision.cold {
             self.pacer.phase_first(controller.unit());
@@ -833,8 +833,8 @@ impl Costs {
 /// already, and both of those bunched them: a gap counted afresh leaves a hole of the
 /// raise's size in the fleet's schedule at every raise, and a random shift draws the
 /// phases again, clumped as random phases are (32 members held a sawtooth of 94 to
-/// 104/s, its lowest seconds near 0.90 of the capacity; with phases kept, 0.95 to
-/// 0.96). Members that were `in_step` (a cold start's end, an unpaced fleet's first
+/// 104/s, its lowest seconds at 0.89 to 0.92 of the capacity in real runs; with
+/// phases kept, 0.94 to 0.96). Members that were `in_step` (a cold start's end, an unpaced fleet's first
 /// raise) are shifted out of the burst. So are members that dispatch less often than
 /// [`KEEP_PHASE_UP_TO`]: in `easeoff simulate`, 128 members at 1.65 s spacings kept
 /// their first random phases' clumps, at 0.73 and 0.80 of the capacity in two seeds

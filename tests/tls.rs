@@ -155,7 +155,6 @@ async fn each_tls_failure_is_answered_at_once_with_its_cause() {
     let client = pki.leaf("easeoff-client", false);
     let mtls = tls_server(&pki.leaf("localhost", false), Some(&pki.ca_pem)).await;
     let plain = upstream(|_| async { ok() }).await;
-    // Held to the end: a port given back could be handed to a listener of the server's.
     let dead = refusing_port();
 
     // Kept to the end: its directory (with the files written below) goes with it.
