@@ -121,6 +121,33 @@ pub struct Decision {
     /// The lane starts cold: the fleet has learned nothing yet, and the interval is
     /// the start's (see [`LaneLink::start_cold`]).
     pub cold: bool,
+    /// This member's place in the fleet's schedule, once it has a seat and the lane
+    /// has had a raise (see [`Place`]).
+    pub place: Option<Place>,
+}
+
+/// Where a member's slots fall in the fleet's schedule. The store counts the fleet's
+/// progress in slots of the fleet interval (`progress`, moving at the interval in
+/// force, so it does not jump when the interval changes); a member at share `s`
+/// takes one slot in `1 / s` and puts its own at `phase` of them: when `progress ×
+/// s − phase` is whole. Members with equal shares and phases spread over [0, 1)
+/// (`seat_phase`) dispatch evenly spread over their spacing, where phases drawn at
+/// random bunch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Place {
+    /// The fraction of its spacing this member's slots lie at.
+    pub phase: f64,
+    /// The fleet's progress at the answer, in fleet slots.
+    pub progress: f64,
+}
+
+impl Place {
+    /// How far ahead of now, in spacings (in [0, 1)), the member's next place in the
+    /// schedule lies at `share`.
+    pub fn ahead(&self, share: f64) -> f64 {
+        let ahead = (self.phase - self.progress * share).rem_euclid(1.0);
+        if ahead.is_finite() { ahead } else { 0.0 }
+    }
 }
 
 impl Decision {
@@ -142,6 +169,7 @@ impl Decision {
             outraised: false,
             first: false,
             cold: false,
+            place: None,
         }
     }
 
@@ -248,6 +276,8 @@ struct LaneSync {
     /// The cold start is over without a throttle (it grew past its shortest
     /// interval, or the fleet went unpaced): the lane does not start cold again.
     warm: bool,
+    /// The seat the store gave this member in the lane (`Answer::seat`).
+    seat: Option<u64>,
 }
 
 impl LaneSync {
@@ -908,6 +938,12 @@ fn prepare<'a>(
         let demand = sync.demand.update(arrivals, waiting, elapsed);
         let refused = lane.refused.swap(0, Ordering::Relaxed);
         let used = sync.used.update(arrivals, refused, waiting, elapsed);
+        // The larger of its allotment and an equal share: an allotment alone would
+        // hold every share where it is (each member claiming what it has).
+        let allotted = sync.last.filter(|last| !last.local).map_or(0.0, |last| {
+            (last.share * last.rate).max(last.rate / f64::from(last.members.max(1)))
+        });
+        let used = demand::queued(used, waiting, allotted);
         sync.since = sync.since.saturating_add(elapsed);
         let micros = lane.interval.load(Ordering::Relaxed);
         let epoch = lane.epoch.load(Ordering::Relaxed);
@@ -954,6 +990,7 @@ impl<'a> Round<'a> {
             fingerprint: &lane.fingerprint,
             proposal,
             counted_in: sync.counted_in,
+            seat: sync.seat.is_none(),
         });
         self.lanes.push(lane);
         self.entries.push(entry);
@@ -1128,6 +1165,15 @@ fn apply(
         decision.share = cold_share(answer.counted_in, decision.members);
     }
     decision.outraised = proposal.is_some_and(|p| outraised(&p, shared));
+    sync.seat = sync.seat.or(answer.seat);
+    decision.place = sync
+        .seat
+        .zip(answer.progress)
+        .filter(|_| !decision.cold)
+        .map(|(seat, progress)| Place {
+            phase: seat_phase(seat),
+            progress,
+        });
     if decision.interval.is_zero() {
         decision.share = unpaced_share(used, &answer.others_used);
     }
@@ -1270,6 +1316,18 @@ fn settings_changed(lane: &LaneCell, differs: bool) {
     }
 }
 
+/// The phase of `seat` in the fleet's schedule: its bits reversed behind the binary
+/// point (the van der Corput sequence), so that the seats given so far, whatever
+/// their number, lie evenly spread over [0, 1): 1 at 1/2, 2 at 1/4, 3 at 3/4, 4 at
+/// 1/8, ...
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "a phase needs no more than the 53 bits an f64 keeps"
+)]
+pub fn seat_phase(seat: u64) -> f64 {
+    seat.reverse_bits() as f64 / 2f64.powi(64)
+}
+
 /// This member's decision for a lane from the fleet's state and the demands.
 pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
     let members = others.len() + 1;
@@ -1369,6 +1427,47 @@ fn unhold(lane: &LaneCell) -> bool {
 mod tests {
     use super::*;
     use crate::config::FleetSettings;
+
+    #[test]
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a phase in [0, 1) times 10 is a tenth's index"
+    )]
+    fn seats_lie_evenly_spread_over_the_schedule_however_many_there_are() {
+        assert_eq!(seat_phase(1), 0.5);
+        assert_eq!(seat_phase(2), 0.25);
+        assert_eq!(seat_phase(3), 0.75);
+        assert_eq!(seat_phase(4), 0.125);
+        assert_eq!(seat_phase(0), 0.0);
+        // Any 100 seats in a row: every tenth of [0, 1) holds 8 to 12 of them.
+        for first in [1, 37, 1_000_003] {
+            let mut tenths = [0; 10];
+            for seat in first..first + 100 {
+                let phase = seat_phase(seat);
+                assert!((0.0..1.0).contains(&phase));
+                tenths[(phase * 10.0) as usize] += 1;
+            }
+            assert!(
+                tenths.iter().all(|n| (8..=12).contains(n)),
+                "{first}: {tenths:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_place_is_where_the_progress_at_the_share_meets_the_phase() {
+        let place = |phase, progress| Place { phase, progress };
+        // A share of a quarter: one slot in four. At progress 10 (2.5 of its own
+        // slots), phase 0.75 is a quarter of a spacing ahead.
+        assert_eq!(place(0.75, 10.0).ahead(0.25), 0.25);
+        // Phase 0.25 at 2.5: three quarters ahead (the next is at 3.25).
+        assert_eq!(place(0.25, 10.0).ahead(0.25), 0.75);
+        // At the point itself: 0.
+        assert_eq!(place(0.5, 10.0).ahead(0.25), 0.0);
+        // Nonsense progress: now.
+        assert_eq!(place(0.5, f64::NAN).ahead(0.25), 0.0);
+    }
 
     fn shared(ms: u64) -> Shared {
         Shared {
@@ -1517,9 +1616,10 @@ mod tests {
         now += sync;
         busy.sync_in(&mut memory, now, Some(sync));
         members[0].0.sync_in(&mut memory, now, Some(sync));
-        // 25 got through in a quarter second; the third member dispatched nothing.
+        // 25 got through in a quarter second. The third member dispatched nothing
+        // with requests waiting: it reports half its allotment of a third of 100/s.
         let others = lock(&members[0].1.cell.sync).others_used;
-        assert!((others - 100.0).abs() < 1e-9, "{others}");
+        assert!((others - (100.0 + 50.0 / 3.0)).abs() < 1e-9, "{others}");
     }
 
     #[test]

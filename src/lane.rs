@@ -109,6 +109,9 @@ pub struct Lane {
     overloads: overloads::Overloads,
     /// What the lane's requests were reserved at and settled at.
     costs: Costs,
+    /// The fleet epoch the lane last took its place in the fleet's schedule in
+    /// ([`places`]); `u64::MAX` before the first.
+    placed: AtomicU64,
 }
 
 impl std::fmt::Debug for Lane {
@@ -159,6 +162,7 @@ impl Lane {
             falls: Falls::default(),
             overloads: overloads::Overloads::default(),
             costs: Costs::default(),
+            placed: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -246,9 +250,25 @@ impl Lane {
             self.pacer.phase_first(controller.unit());
         }
         self.pacer.set_provisional(decision.cold);
-        if raised && !keep && !spacing.is_zero() {
+        let new_epoch = self.placed.load(Ordering::Relaxed) != decision.epoch;
+        match decision
+            .place
+            .filter(|_| places(new_epoch, in_step, spacing))
+        {
+            Some(place) => {
+                self.placed.store(decision.epoch, Ordering::Relaxed);
+                let now = self.common.clock.now();
+                let ahead = spacing.mul_f64(place.ahead(decision.share));
+                // Members in step had no phases to keep: each takes its first place
+                // from now, as a random shift would have spread them.
+                self.pacer
+                    .place(now.checked_add(ahead).unwrap_or(now), !in_step);
+            }
             // Out of the step the members dispatched in when the burst came.
-            self.pacer.stagger(controller.unit() - 0.5);
+            None if raised && !keep && !spacing.is_zero() => {
+                self.pacer.stagger(controller.unit() - 0.5);
+            }
+            None => {}
         }
         spacing
     }
@@ -842,6 +862,19 @@ impl Costs {
 /// 64 members at 0.64 s gained from kept phases).
 fn keeps_phase(raised: bool, in_step: bool, spacing: Duration) -> bool {
     raised && !in_step && !spacing.is_zero() && spacing <= KEEP_PHASE_UP_TO
+}
+
+/// Whether a member takes its place in the fleet's schedule (`fleet::Place`) at a
+/// decision of an epoch it was not placed in yet (`new_epoch`): where a raise would
+/// otherwise shift it at random (members `in_step`, and those that dispatch less
+/// often than [`KEEP_PHASE_UP_TO`]), and the member whose own raise landed too.
+/// Random phases bunch, and a raise drew them again: placed, members with equal
+/// shares dispatch evenly spread over their spacing (in `easeoff simulate`, 256
+/// members on 100/s went from 0.79 to 0.81 of the capacity to a median of 0.978,
+/// their dispatches per tenth of a second from 1 to 22 to 8 to 12). Members that
+/// keep their phase at a raise keep it: placing them too gained nothing.
+fn places(new_epoch: bool, in_step: bool, spacing: Duration) -> bool {
+    new_epoch && !spacing.is_zero() && (in_step || spacing > KEEP_PHASE_UP_TO)
 }
 
 fn nanos_since(origin: Instant, now: Instant) -> u64 {

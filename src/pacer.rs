@@ -397,6 +397,46 @@ impl Pacer {
         s.changed.notify_one();
     }
 
+    /// Moves the next slot onto the schedule `point + k × spacing` (any whole `k`):
+    /// a fleet's members, each placed by the fleet's progress (`fleet::Place`),
+    /// dispatch evenly spread. To the point `nearest` its slot (a member placed
+    /// again keeps dispatching once a spacing on average: the first point from now
+    /// lies half a spacing away on average, and 1,000 members placed so at every
+    /// raise sent twice their rate), or to the first from now (members in step).
+    /// Never to a point past.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "float to integer `as` saturates, and the values are at least 0"
+    )]
+    pub fn place(&self, point: Instant, nearest: bool) {
+        let s = &*self.shared;
+        let now = s.clock.now();
+        let gap = nanos(s.gap(now, ONE)) as f64;
+        if gap <= 0.0 {
+            return;
+        }
+        let now_ns = s.ns(now) as f64;
+        let point = if point >= now {
+            now_ns + nanos(point - now) as f64
+        } else {
+            now_ns - nanos(now - point) as f64
+        };
+        let _ = s
+            .last_dispatch_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                let due = if last == NEVER || !nearest {
+                    now_ns
+                } else {
+                    (last as f64 + gap).max(now_ns)
+                };
+                let slot = on_schedule(due, now_ns, point, gap);
+                Some((slot - gap).max(0.0) as u64)
+            });
+        s.changed.notify_one();
+    }
+
     /// Before the first dispatch, puts the first slot `phase` (in [0, 1]) of the
     /// spacing from now, as if the last dispatch had gone a spacing before that:
     /// members of a fleet that start together at a low rate would otherwise all send
@@ -921,6 +961,17 @@ fn scale(d: Duration, times: u64, per: u64) -> Duration {
     }
     let ns = d.as_nanos().saturating_mul(u128::from(times)) / u128::from(per.max(1));
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// The point of the schedule `point + k × gap` nearest `due` (ties go later) that
+/// is not before `now` (`due` at or after `now`).
+fn on_schedule(due: f64, now: f64, point: f64, gap: f64) -> f64 {
+    let ahead = (point - due).rem_euclid(gap);
+    if ahead > gap / 2.0 && due + ahead - gap >= now {
+        due + ahead - gap
+    } else {
+        due + ahead
+    }
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -33,6 +33,25 @@ pub fn claim(demand: f64, used: f64) -> f64 {
     sane(demand).min(GROWTH * sane(used))
 }
 
+/// The dispatch rate a member with `waiting` requests queued reports, given what it
+/// measured (`used`) and what the fleet's last decision `allotted` it (at least an
+/// equal share, so that the claims do not hold every share where it is): a member
+/// with requests waiting takes every slot it is given, so it uses its allotment
+/// whatever it measured. One that dispatches once in several seconds reads a spike at each
+/// dispatch and almost nothing before the next, and its claim, bounded by that,
+/// fell below an equal share between dispatches; a member that had not dispatched
+/// yet claimed nothing. The shares of a large fleet then drifted apart: 1,000 members
+/// on 100/s in `easeoff simulate` held Jain 0.5, and some sent nothing in 40 s.
+/// Reported at half the allotment, so the claim it bounds reaches the allotment
+/// ([`GROWTH`] times), and a raise bounded by the fleet's dispatch rate
+/// (`learning::cap_raise`) still cuts the fleet's rate by half at once.
+pub fn queued(used: f64, waiting: usize, allotted: f64) -> f64 {
+    if waiting == 0 || !allotted.is_finite() || allotted <= 0.0 {
+        return used;
+    }
+    used.max(allotted / GROWTH)
+}
+
 /// A member's entry in the lane's hash after its last-seen time:
 /// `<demand> <used> <fingerprint>` (`fingerprint.rs`; left out when empty).
 pub fn entry(demand: f64, used: f64, fingerprint: &str) -> String {
@@ -191,6 +210,20 @@ mod tests {
         // More refusals than arrivals (answers to earlier attempts): none.
         let mut storm = Used::default();
         assert_eq!(storm.update(10, 40, 0, SYNC), 0.0);
+    }
+
+    #[test]
+    fn a_member_with_requests_waiting_reports_at_least_half_its_allotment() {
+        // Once in 10 s at 0.1/s: measured almost nothing since its last dispatch.
+        assert_eq!(queued(0.01, 3, 0.1), 0.05);
+        assert_eq!(claim(1.0, queued(0.01, 3, 0.1)), 0.1);
+        // More measured, or nothing waiting: what it measured.
+        assert_eq!(queued(4.0, 3, 0.1), 4.0);
+        assert_eq!(queued(0.01, 0, 0.1), 0.01);
+        // No allotment (yet), or nonsense: what it measured.
+        assert_eq!(queued(0.01, 3, 0.0), 0.01);
+        assert_eq!(queued(0.01, 3, f64::NAN), 0.01);
+        assert_eq!(queued(0.01, 3, f64::INFINITY), 0.01);
     }
 
     #[test]

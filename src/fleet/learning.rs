@@ -83,6 +83,26 @@ pub fn cap_raise(interval: Duration, used: f64) -> Duration {
     interval.max(Duration::try_from_secs_f64(1.0 / used).unwrap_or(Duration::MAX))
 }
 
+/// The fleet's progress through its schedule at `now`: `mark`'s count of fleet slots
+/// (at the time it gives), plus the slots of `interval` gone by since; what a member
+/// places its slots by (`fleet::Place`). The store takes a new mark whenever the
+/// interval changes, so the progress moves at the pace in force, as the members'
+/// pacers do, and a member placed by it keeps its place through a change. 0 without
+/// a mark; no progress while unpaced.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "microseconds as f64 are exact for 285 years"
+)]
+pub fn progress(mark: Option<(f64, Duration)>, interval: Duration, now: Duration) -> f64 {
+    let Some((count, at)) = mark else {
+        return 0.0;
+    };
+    if interval.is_zero() {
+        return count;
+    }
+    count + now.saturating_sub(at).as_micros() as f64 / interval.as_micros() as f64
+}
+
 /// Whether a member last seen `since_seen` ago still counts.
 pub fn live(since_seen: Duration, member_ttl: Duration) -> bool {
     since_seen <= member_ttl
@@ -91,6 +111,17 @@ pub fn live(since_seen: Duration, member_ttl: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_counts_slots_of_the_interval_in_force_from_its_mark() {
+        let s = Duration::from_secs;
+        assert_eq!(progress(None, ms(10), s(5)), 0.0);
+        // 2 s of 10 ms slots after 40: 240.
+        assert_eq!(progress(Some((40.0, s(3))), ms(10), s(5)), 240.0);
+        // None while unpaced, and none before the mark.
+        assert_eq!(progress(Some((40.0, s(3))), Duration::ZERO, s(5)), 40.0);
+        assert_eq!(progress(Some((40.0, s(3))), ms(10), s(1)), 40.0);
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -20,8 +20,9 @@ pub struct Memory {
 
 /// One lane's hash: the state (`i`, `e`), when the last raise landed (`r`), each
 /// member's last sync and entry (`m:<member>`), the summary and when it was written
-/// (`s`, with when the oldest entry it counted expires), and whether entries changed
-/// since (`d`).
+/// (`s`, with when the oldest entry it counted expires), whether entries changed
+/// since (`d`), the last seat given (`n`) and the fleet's progress when the interval
+/// last changed (`v`, `t`).
 #[derive(Debug, Default)]
 struct Lane {
     shared: Option<Shared>,
@@ -32,6 +33,9 @@ struct Lane {
     changed: bool,
     /// When the summary was last written: the key expires `key_ttl` after it.
     touched: Duration,
+    seats: u64,
+    /// The fleet's progress when its interval last changed, and when (`v`, `t`).
+    mark: Option<(f64, Duration)>,
 }
 
 impl Memory {
@@ -85,8 +89,26 @@ impl Lane {
             if landed {
                 self.raised_at = Some(now);
             }
+            let was = self.shared.map(|s| s.interval);
+            if self.mark.is_none() || was != Some(merged.interval) {
+                let count = learning::progress(self.mark, was.unwrap_or_default(), now);
+                self.mark = Some((if was.is_some() { count } else { 0.0 }, now));
+            }
             self.shared = Some(merged);
         }
+        let seat = report.seat.then(|| {
+            self.seats += 1;
+            self.seats
+        });
+        let progress = self
+            .shared
+            .filter(|s| !s.interval.is_zero() && self.mark.is_some())
+            .map(|s| learning::progress(self.mark, s.interval, now));
+        let answer = |answer: Answer| Answer {
+            progress,
+            seat,
+            ..answer
+        };
         let entry = demand::entry(report.demand, report.used, report.fingerprint);
         let changed = old.as_ref().is_none_or(|(_, text)| *text != entry);
         self.changed |= changed;
@@ -105,14 +127,14 @@ impl Lane {
             self.summary = Some((now, oldest.unwrap_or(now) + t.member_ttl, summary));
             self.changed = false;
             self.touched = now;
-            return self.answer(Some(&entry));
+            return answer(self.answer(Some(&entry)));
         }
         let counted = old.filter(|(seen, _)| {
             self.summary
                 .as_ref()
                 .is_some_and(|(at, _, s)| *seen < *at || report.counted_in == s.at)
         });
-        self.answer(counted.as_ref().map(|(_, e)| e.as_str()))
+        answer(self.answer(counted.as_ref().map(|(_, e)| e.as_str())))
     }
 
     fn answer(&self, counted: Option<&str>) -> Answer {
@@ -160,6 +182,7 @@ mod tests {
             fingerprint: "",
             proposal,
             counted_in: 0,
+            seat: false,
         }
     }
 
@@ -176,6 +199,31 @@ mod tests {
             epoch: from + 1,
             raised_from: Some(from),
         })
+    }
+
+    #[test]
+    fn seats_go_in_order_and_the_progress_does_not_jump_when_the_interval_changes() {
+        let mut m = Sim::default();
+        let start = Proposal {
+            interval: ms(10),
+            epoch: 1,
+            raised_from: None,
+        };
+        let seated = Report {
+            seat: true,
+            ..report(Some(start), 1.0)
+        };
+        let a = sync(&mut m, "a", 0, seated.clone());
+        assert_eq!((a.seat, a.progress), (Some(1), Some(0.0)));
+        let b = sync(&mut m, "b", 100, seated);
+        assert_eq!((b.seat, b.progress), (Some(2), Some(10.0)));
+        let a = sync(&mut m, "a", 200, report(Some(start), 1.0));
+        assert_eq!((a.seat, a.progress), (None, Some(20.0)));
+        // A raise to 20 ms at 300 ms: 30 slots of 10 ms, then slots of 20 ms.
+        let b = sync(&mut m, "b", 300, report(raise(20, 1), 1.0));
+        assert_eq!(b.progress, Some(30.0));
+        let a = sync(&mut m, "a", 500, report(None, 1.0));
+        assert_eq!(a.progress, Some(40.0));
     }
 
     #[test]
@@ -319,6 +367,7 @@ mod tests {
                     fingerprint: ["", "ab", "cd"][rng.usize(0..3)],
                     proposal,
                     counted_in: in_redis.get(&member).copied().unwrap_or(0),
+                    seat: rng.bool(),
                 };
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let mut got = store
@@ -338,6 +387,9 @@ mod tests {
                 // compares.
                 got.counted_in = u64::from(got.counted_in > 0);
                 want.counted_in = u64::from(want.counted_in > 0);
+                // Progress counts by each store's clock: only whether there is one.
+                got.progress = got.progress.map(|_| 0.0);
+                want.progress = want.progress.map(|_| 0.0);
                 got.others.sort_by(f64::total_cmp);
                 want.others.sort_by(f64::total_cmp);
                 assert_eq!(got, want, "pass {pass}, step {step}, {member}: {report:?}");

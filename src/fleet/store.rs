@@ -4,7 +4,9 @@
 //!
 //! A lane is one hash, `easeoff:{<group>:<upstream>:<lane>}:state` (the braces a hash
 //! tag, so in a Redis Cluster each lane's script touches one slot): field `i` the fleet
-//! interval in microseconds, `e` the epoch, and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
+//! interval in microseconds, `e` the epoch, `n` the last seat given, `v` and `t` the
+//! fleet's progress through its schedule when the interval last changed and when (µs),
+//! and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
 //! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
 //! (`learning::live`). A sync writes its own entry and reads the summary `s`
@@ -47,18 +49,22 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// how old the summary may grow while entries change), then per lane: the entry
 /// (`demand::entry`), when the summary that last counted this member's entry was
 /// written (`Report::counted_in`), proposed interval (µs, empty for none), epoch,
-/// epoch raised from (empty for none). The hash's `r` is when the last raise landed, `s` the
-/// summary (`summary.rs`), `d` set while entries changed since it. Returns per lane
-/// the interval and epoch (empty while there is no state), the summary, and this
-/// member's entry as the summary counted it (empty if it did not: it was written
-/// after the summary, and the member was not counted before), or the lane's own
-/// error (a key that is not a hash).
+/// epoch raised from (empty for none), `1` to ask for a seat (empty otherwise). The
+/// hash's `r` is when the last raise landed, `s` the summary (`summary.rs`), `d` set
+/// while entries changed since it, `n` the last seat given, `v` the fleet's
+/// progress (`summary::Answer::progress`) when the interval last changed, at `t` (µs
+/// by Redis's clock). Returns per lane the interval and epoch (empty while there is
+/// no state), the summary, this member's entry as the summary counted it (empty if it
+/// did not: it was written after the summary, and the member was not counted
+/// before), the fleet's progress now (empty while unpaced) and the seat given (empty
+/// if none was asked for), or the lane's own error (a key that is not a hash).
 const SYNC: &str = r"
 local me = 'm:' .. ARGV[1]
 local ttl, hold, refresh = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local GROUPS, FINGERPRINTS, CAP = 16, 4, 1e300
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local stamp = string.format('%d', now)
 local function num(x)
   return string.format('%.17g', x)
@@ -117,12 +123,13 @@ local function summarize(key)
   return s
 end
 local function sync(k)
-  local key, b = KEYS[k], 5 + (k - 1) * 5
-  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me)
+  local key, b = KEYS[k], 5 + (k - 1) * 6
+  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me, 'v', 't')
   if got.err then
     return got
   end
   local i, e, r, s, dirty, old = tonumber(got[1]), tonumber(got[2]), tonumber(got[3]), got[4], got[5], got[6]
+  local v, tv = tonumber(got[7]), tonumber(got[8])
   local entry = ARGV[b + 1]
   local write = {me, stamp .. ' ' .. entry}
   local was = nil
@@ -146,9 +153,24 @@ local function sync(k)
         e = math.max(pe, e + 1)
         write[#write + 1] = 'r'
         write[#write + 1] = stamp
+        r = now
       end
     elseif pe == e then
       i = math.min(i, pi)
+    end
+    -- The fleet's progress counts slots of the interval in force until it changes.
+    local was_i = tonumber(got[1])
+    if v == nil or tv == nil or i ~= was_i then
+      if v == nil or tv == nil or was_i == nil then
+        v = 0
+      elseif was_i > 0 then
+        v = v + (now_us - tv) / was_i
+      end
+      tv = now_us
+      write[#write + 1] = 'v'
+      write[#write + 1] = num(v)
+      write[#write + 1] = 't'
+      write[#write + 1] = string.format('%d', tv)
     end
     -- An unchanged state is neither written again nor formatted for the answer.
     if i == tonumber(got[1]) and e == tonumber(got[2]) then
@@ -164,6 +186,17 @@ local function sync(k)
   -- The first write may be refused (OOM); once a script has written, Redis lets it
   -- write on, so a refusal must come before any other write.
   redis.call('HSET', key, unpack(write))
+  local seat = ''
+  if ARGV[b + 6] == '1' then
+    -- A field `n` that is not a number gives no seat (the member goes on unseated).
+    local n = redis.pcall('HINCRBY', key, 'n', 1)
+    if type(n) == 'number' then seat = string.format('%d', n) end
+  end
+  local progress = ''
+  local paced = tonumber(i)
+  if paced ~= nil and paced > 0 and v ~= nil and tv ~= nil then
+    progress = num(v + (now_us - tv) / paced)
+  end
   local at, expires = nil, nil
   if s then
     at, expires = string.match(s, '^(%d+) (%d+)')
@@ -177,11 +210,11 @@ local function sync(k)
     counted = was
   end
   if i == nil or e == nil then
-    return {'', '', s, counted}
+    return {'', '', s, counted, progress, seat}
   end
   if i ~= got[1] then i = string.format('%d', i) end
   if e ~= got[2] then e = string.format('%d', e) end
-  return {i, e, s, counted}
+  return {i, e, s, counted, progress, seat}
 end
 local out = {}
 for k = 1, #KEYS do
@@ -208,6 +241,8 @@ pub struct Report<'a> {
     /// When the summary that last counted this member's entry was written
     /// ([`Answer::counted_in`]): an entry rewritten since still counts in it.
     pub counted_in: u64,
+    /// Whether the member asks for a seat in the lane ([`Answer::seat`]).
+    pub seat: bool,
 }
 
 /// The times a sync passes to the script.
@@ -544,6 +579,7 @@ fn arguments<'a>(
             text(p.map(|p| p.interval.as_micros().to_string())),
             text(p.map(|p| p.epoch.to_string())),
             text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
+            Cow::Borrowed(if lane.seat { "1" } else { "" }),
         ]);
     }
     (lanes.iter().map(|l| l.key).collect(), args)
@@ -696,7 +732,14 @@ fn answer(fields: &[String]) -> Answer {
         .and_then(|s| Summary::parse(s))
         .unwrap_or_default();
     let counted = fields.get(3).map(String::as_str).filter(|c| !c.is_empty());
-    summary.answer(shared, counted)
+    Answer {
+        progress: fields
+            .get(4)
+            .and_then(|p| p.parse::<f64>().ok())
+            .filter(|p| p.is_finite()),
+        seat: number(5),
+        ..summary.answer(shared, counted)
+    }
 }
 
 #[cfg(test)]
@@ -733,8 +776,13 @@ mod tests {
                 others_used: vec![10.0, 10.0],
                 fingerprints: strings(&["ab"]),
                 counted_in: 1_700_000_000_000,
+                progress: None,
+                seat: None,
             }
         );
+        let seated = answer(&strings(&["20000", "3", summary, "", "1500", "7"]));
+        assert_eq!(seated.progress, Some(1500.0));
+        assert_eq!(seated.seat, Some(7));
     }
 
     #[test]
@@ -747,6 +795,8 @@ mod tests {
                 others_used: vec![1.0],
                 fingerprints: Vec::new(),
                 counted_in: 0,
+                progress: None,
+                seat: None,
             }
         );
         assert_eq!(answer(&strings(&["", ""])), Answer::default());

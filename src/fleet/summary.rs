@@ -44,6 +44,14 @@ pub struct Answer {
     /// When the summary was written, by the store's clock, if it counted this
     /// member's entry; 0 if it did not.
     pub counted_in: u64,
+    /// The fleet's progress through its schedule: the slots of the fleet interval
+    /// gone by, counted at each interval in force while it was (by the store's
+    /// clock); `None` while the lane is unpaced. Members place their slots by it
+    /// (`fleet::Place`).
+    pub progress: Option<f64>,
+    /// The seat the store gave this member in the lane, when the member asked for one
+    /// (`Report::seat`): 1 for the first member to ask, 2 for the next, ...
+    pub seat: Option<u64>,
 }
 
 /// One group of claims.
@@ -174,6 +182,8 @@ impl Summary {
             others,
             fingerprints: self.fingerprints.clone(),
             counted_in: if counted.is_some() { self.at } else { 0 },
+            progress: None,
+            seat: None,
         }
     }
 }

@@ -346,3 +346,16 @@ fn a_raise_keeps_the_phase_of_a_paced_member_that_dispatches_at_least_once_a_sec
     assert!(!super::keeps_phase(false, false, ms(310)));
     assert!(!super::keeps_phase(true, false, Duration::ZERO));
 }
+
+#[test]
+fn a_member_takes_its_place_once_an_epoch_where_a_raise_would_shift_it() {
+    let ms = Duration::from_millis;
+    // In step, or dispatching less often than once a second: placed.
+    assert!(super::places(true, true, ms(310)));
+    assert!(super::places(true, false, ms(1001)));
+    // Keeping its phase at a raise: not placed.
+    assert!(!super::places(true, false, ms(1000)));
+    // Once an epoch; never unpaced.
+    assert!(!super::places(false, true, ms(2000)));
+    assert!(!super::places(true, true, Duration::ZERO));
+}

@@ -686,6 +686,49 @@ async fn a_stagger_never_moves_a_slot_ahead_to_before_now() {
     assert_eq!(slot.dispatched_at - t0, 670 * MS);
 }
 
+/// A member placed on the fleet's schedule moves its next slot to the schedule's
+/// nearest point not past; in step, to its first point from now.
+#[tokio::test(start_paused = true)]
+async fn a_placed_slot_goes_to_the_nearest_point_of_the_schedule_not_past() {
+    let pacer = pacer(Mode::Pace);
+    pacer.set_interval(100 * MS, 1);
+    let t0 = Instant::now();
+    pacer.acquire(far()).await.unwrap();
+    // Next slot at 100 ms; the schedule's points at 30 + 100k ms: the nearest is
+    // 130 ms.
+    pacer.place(t0 + 30 * MS, true);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 130 * MS);
+    // Next at 230 ms; points at 200 + 100k: 200 ms is nearer than 300 ms.
+    pacer.place(t0 + 200 * MS, true);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 200 * MS);
+    // Next at 300 ms, now 280 ms; points at 270 + 100k: 270 ms is past, so 370 ms.
+    tokio::time::advance(80 * MS).await;
+    pacer.place(t0 + 270 * MS, true);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 370 * MS);
+    // Next at 470 ms; points at 420 + 100k. In step: the first point from now
+    // (370 ms), 420 ms, where the nearest to the slot would be 520 ms.
+    pacer.place(t0 + 420 * MS, false);
+    let slot = pacer.acquire(far()).await.unwrap();
+    assert_eq!(slot.dispatched_at - t0, 420 * MS);
+}
+
+#[test]
+fn the_schedule_point_nearest_the_due_slot_and_not_past() {
+    // Due at 100, points every 100 from 30: 130 (30 away) over 30 (70 away).
+    assert_eq!(on_schedule(100.0, 0.0, 30.0, 100.0), 130.0);
+    // Points from 80: 80 (20 back) over 180.
+    assert_eq!(on_schedule(100.0, 0.0, 80.0, 100.0), 80.0);
+    // 80 is past (now 90): 180.
+    assert_eq!(on_schedule(100.0, 90.0, 80.0, 100.0), 180.0);
+    // Half way: the later.
+    assert_eq!(on_schedule(100.0, 0.0, 50.0, 100.0), 150.0);
+    // A point given far off: the same schedule.
+    assert_eq!(on_schedule(100.0, 0.0, 1_030.0, 100.0), 130.0);
+}
+
 /// Starts request `i` of `cost` and returns once it is waiting (or was granted).
 async fn start_costing(
     pacer: &Pacer,
