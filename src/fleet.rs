@@ -990,7 +990,7 @@ impl<'a> Round<'a> {
             fingerprint: &lane.fingerprint,
             proposal,
             counted_in: sync.counted_in,
-            seat: sync.seat.is_none(),
+            seat: sync.seat,
         });
         self.lanes.push(lane);
         self.entries.push(entry);

@@ -736,6 +736,7 @@ fn a_fleet_client_certificate_needs_its_key_and_a_rediss_url() {
     let made = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
     std::fs::write(dir.join("client.pem"), made.cert.pem()).unwrap();
     std::fs::write(dir.join("client.key"), made.signing_key.serialize_pem()).unwrap();
+    let written = dir.clone();
     let dir = dir.display();
     let fleet = |keys: &str| problems(&format!("[fleet]\n{keys}\n{MINIMAL}"));
     let cert = format!("client_cert = \"{dir}/client.pem\"");
@@ -753,6 +754,7 @@ fn a_fleet_client_certificate_needs_its_key_and_a_rediss_url() {
         plain[0].contains("is for a rediss:// (TLS) url"),
         "{plain:?}"
     );
+    let _ = std::fs::remove_dir_all(written);
 }
 
 #[test]

@@ -96,10 +96,16 @@ impl Lane {
             }
             self.shared = Some(merged);
         }
-        let seat = report.seat.then(|| {
-            self.seats += 1;
-            self.seats
-        });
+        let seat = match report.seat {
+            None => {
+                self.seats += 1;
+                Some(self.seats)
+            }
+            Some(held) => {
+                self.seats = self.seats.max(held);
+                None
+            }
+        };
         let progress = self
             .shared
             .filter(|s| !s.interval.is_zero() && self.mark.is_some())
@@ -182,7 +188,7 @@ mod tests {
             fingerprint: "",
             proposal,
             counted_in: 0,
-            seat: false,
+            seat: Some(0),
         }
     }
 
@@ -210,7 +216,7 @@ mod tests {
             raised_from: None,
         };
         let seated = Report {
-            seat: true,
+            seat: None,
             ..report(Some(start), 1.0)
         };
         let a = sync(&mut m, "a", 0, seated.clone());
@@ -224,6 +230,30 @@ mod tests {
         assert_eq!(b.progress, Some(30.0));
         let a = sync(&mut m, "a", 500, report(None, 1.0));
         assert_eq!(a.progress, Some(40.0));
+        // A store that lost the lane (a restart): the seats members hold keep the
+        // next one given above them.
+        let mut m = Sim::default();
+        sync(
+            &mut m,
+            "a",
+            0,
+            Report {
+                seat: Some(7),
+                ..report(Some(start), 1.0)
+            },
+        );
+        let c = sync(&mut m, "c", 100, report(Some(start), 1.0));
+        assert_eq!(c.seat, None);
+        let c = sync(
+            &mut m,
+            "c",
+            200,
+            Report {
+                seat: None,
+                ..report(Some(start), 1.0)
+            },
+        );
+        assert_eq!(c.seat, Some(8));
     }
 
     #[test]
@@ -367,7 +397,7 @@ mod tests {
                     fingerprint: ["", "ab", "cd"][rng.usize(0..3)],
                     proposal,
                     counted_in: in_redis.get(&member).copied().unwrap_or(0),
-                    seat: rng.bool(),
+                    seat: rng.bool().then(|| rng.u64(0..40)),
                 };
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let mut got = store

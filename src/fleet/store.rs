@@ -49,7 +49,7 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// how old the summary may grow while entries change), then per lane: the entry
 /// (`demand::entry`), when the summary that last counted this member's entry was
 /// written (`Report::counted_in`), proposed interval (µs, empty for none), epoch,
-/// epoch raised from (empty for none), `1` to ask for a seat (empty otherwise). The
+/// epoch raised from (empty for none), and the member's seat (`?` to ask for one). The
 /// hash's `r` is when the last raise landed, `s` the summary (`summary.rs`), `d` set
 /// while entries changed since it, `n` the last seat given, `v` the fleet's
 /// progress (`summary::Answer::progress`) when the interval last changed, at `t` (µs
@@ -57,7 +57,9 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// no state), the summary, this member's entry as the summary counted it (empty if it
 /// did not: it was written after the summary, and the member was not counted
 /// before), the fleet's progress now (empty while unpaced) and the seat given (empty
-/// if none was asked for), or the lane's own error (a key that is not a hash).
+/// if none was asked for), or the lane's own error (a key that is not a hash). A seat
+/// a member holds keeps `n` at or above it, so that seats given after Redis lost the
+/// hash (a restart) do not repeat those the members hold.
 const SYNC: &str = r"
 local me = 'm:' .. ARGV[1]
 local ttl, hold, refresh = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -124,7 +126,7 @@ local function summarize(key)
 end
 local function sync(k)
   local key, b = KEYS[k], 5 + (k - 1) * 6
-  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me, 'v', 't')
+  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me, 'v', 't', 'n')
   if got.err then
     return got
   end
@@ -186,11 +188,13 @@ local function sync(k)
   -- The first write may be refused (OOM); once a script has written, Redis lets it
   -- write on, so a refusal must come before any other write.
   redis.call('HSET', key, unpack(write))
-  local seat = ''
-  if ARGV[b + 6] == '1' then
+  local seat, held = '', tonumber(ARGV[b + 6])
+  if ARGV[b + 6] == '?' then
     -- A field `n` that is not a number gives no seat (the member goes on unseated).
     local n = redis.pcall('HINCRBY', key, 'n', 1)
     if type(n) == 'number' then seat = string.format('%d', n) end
+  elseif held ~= nil and (tonumber(got[9]) or 0) < held then
+    redis.call('HSET', key, 'n', string.format('%d', held))
   end
   local progress = ''
   local paced = tonumber(i)
@@ -241,8 +245,8 @@ pub struct Report<'a> {
     /// When the summary that last counted this member's entry was written
     /// ([`Answer::counted_in`]): an entry rewritten since still counts in it.
     pub counted_in: u64,
-    /// Whether the member asks for a seat in the lane ([`Answer::seat`]).
-    pub seat: bool,
+    /// The member's seat in the lane, or `None` to ask for one ([`Answer::seat`]).
+    pub seat: Option<u64>,
 }
 
 /// The times a sync passes to the script.
@@ -579,7 +583,8 @@ fn arguments<'a>(
             text(p.map(|p| p.interval.as_micros().to_string())),
             text(p.map(|p| p.epoch.to_string())),
             text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
-            Cow::Borrowed(if lane.seat { "1" } else { "" }),
+            lane.seat
+                .map_or(Cow::Borrowed("?"), |seat| Cow::Owned(seat.to_string())),
         ]);
     }
     (lanes.iter().map(|l| l.key).collect(), args)
