@@ -855,11 +855,11 @@ impl Costs {
 /// phases again, clumped as random phases are (32 members held a sawtooth of 94 to
 /// 104/s, its lowest seconds at 0.89 to 0.92 of the capacity in real runs; with
 /// phases kept, 0.94 to 0.96). Members that were `in_step` (a cold start's end, an unpaced fleet's first
-/// raise) are shifted out of the burst. So are members that dispatch less often than
+/// raise) take their places in the fleet's schedule instead ([`places`]; shifted at
+/// random without one). So do members that dispatch less often than
 /// [`KEEP_PHASE_UP_TO`]: in `easeoff simulate`, 128 members at 1.65 s spacings kept
 /// their first random phases' clumps, at 0.73 and 0.80 of the capacity in two seeds
-/// of four, and only a fresh draw at each raise broke them up (measured, not derived:
-/// 64 members at 0.64 s gained from kept phases).
+/// of four (measured, not derived: 64 members at 0.64 s gained from kept phases).
 fn keeps_phase(raised: bool, in_step: bool, spacing: Duration) -> bool {
     raised && !in_step && !spacing.is_zero() && spacing <= KEEP_PHASE_UP_TO
 }
