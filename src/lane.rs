@@ -867,7 +867,7 @@ fn keeps_phase(raised: bool, in_step: bool, spacing: Duration) -> bool {
 /// Whether a member takes its place in the fleet's schedule (`fleet::Place`) at a
 /// decision of an epoch it was not placed in yet (`new_epoch`): where a raise would
 /// otherwise shift it at random (members `in_step`, and those that dispatch less
-/// often than [`KEEP_PHASE_UP_TO`]), and the member whose own raise landed too.
+/// often than [`KEEP_PHASE_UP_TO`]), its own raise included.
 /// Random phases bunch, and a raise drew them again: placed, members with equal
 /// shares dispatch evenly spread over their spacing (in `easeoff simulate`, 256
 /// members on 100/s went from 0.79 to 0.81 of the capacity to a median of 0.978,
