@@ -257,12 +257,10 @@ impl Lane {
         {
             Some(place) => {
                 self.placed.store(decision.epoch, Ordering::Relaxed);
-                let now = self.common.clock.now();
                 let ahead = spacing.mul_f64(place.ahead(decision.share));
                 // Members in step had no phases to keep: each takes its first place
                 // from now, as a random shift would have spread them.
-                self.pacer
-                    .place(now.checked_add(ahead).unwrap_or(now), !in_step);
+                self.pacer.place(ahead, !in_step);
             }
             // Out of the step the members dispatched in when the burst came.
             None if raised && !keep && !spacing.is_zero() => {

@@ -397,20 +397,20 @@ impl Pacer {
         s.changed.notify_one();
     }
 
-    /// Moves the next slot onto the schedule `point + k × spacing` (any whole `k`):
-    /// a fleet's members, each placed by the fleet's progress (`fleet::Place`),
-    /// dispatch evenly spread. To the point `nearest` its slot (a member placed
-    /// again keeps dispatching once a spacing on average: the first point from now
-    /// lies half a spacing away on average, and 1,000 members placed so at every
-    /// raise sent twice their rate), or to the first from now (members in step).
-    /// Never to a point past.
+    /// Moves the next slot onto the schedule whose next point lies `ahead` of now,
+    /// one every spacing: a fleet's members, each placed by the fleet's progress
+    /// (`fleet::Place`), dispatch evenly spread. To the point `nearest` its slot (a
+    /// member placed again keeps dispatching once a spacing on average: the first
+    /// point from now lies half a spacing away on average, and 1,000 members placed
+    /// so at every raise throttled 13 %), or to the first from now (members in
+    /// step). Never to a point past.
     #[allow(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         clippy::cast_precision_loss,
         reason = "float to integer `as` saturates, and the values are at least 0"
     )]
-    pub fn place(&self, point: Instant, nearest: bool) {
+    pub fn place(&self, ahead: Duration, nearest: bool) {
         let s = &*self.shared;
         let now = s.clock.now();
         let gap = nanos(s.gap(now, ONE)) as f64;
@@ -418,11 +418,7 @@ impl Pacer {
             return;
         }
         let now_ns = s.ns(now) as f64;
-        let point = if point >= now {
-            now_ns + nanos(point - now) as f64
-        } else {
-            now_ns - nanos(now - point) as f64
-        };
+        let point = now_ns + nanos(ahead) as f64;
         let _ = s
             .last_dispatch_ns
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {

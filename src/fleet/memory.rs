@@ -92,7 +92,7 @@ impl Lane {
             let was = self.shared.map(|s| s.interval);
             if self.mark.is_none() || was != Some(merged.interval) {
                 let count = learning::progress(self.mark, was.unwrap_or_default(), now);
-                self.mark = Some((if was.is_some() { count } else { 0.0 }, now));
+                self.mark = Some((count, now));
             }
             self.shared = Some(merged);
         }

@@ -694,23 +694,24 @@ async fn a_placed_slot_goes_to_the_nearest_point_of_the_schedule_not_past() {
     pacer.set_interval(100 * MS, 1);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
-    // Next slot at 100 ms; the schedule's points at 30 + 100k ms: the nearest is
-    // 130 ms.
-    pacer.place(t0 + 30 * MS, true);
+    // Next slot at 100 ms; the schedule's points at 30 + 100k ms (30 ms ahead of
+    // now): the nearest is 130 ms.
+    pacer.place(30 * MS, true);
     let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 130 * MS);
-    // Next at 230 ms; points at 200 + 100k: 200 ms is nearer than 300 ms.
-    pacer.place(t0 + 200 * MS, true);
+    // Next at 230 ms, now 130 ms; points at 200 + 100k: 200 ms is nearer than 300.
+    pacer.place(70 * MS, true);
     let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 200 * MS);
-    // Next at 300 ms, now 280 ms; points at 270 + 100k: 270 ms is past, so 370 ms.
+    // Next at 300 ms, now 280 ms; points at 270 + 100k (the next 90 ms ahead): 270 ms
+    // is past, so 370 ms.
     tokio::time::advance(80 * MS).await;
-    pacer.place(t0 + 270 * MS, true);
+    pacer.place(90 * MS, true);
     let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 370 * MS);
     // Next at 470 ms; points at 420 + 100k. In step: the first point from now
     // (370 ms), 420 ms, where the nearest to the slot would be 520 ms.
-    pacer.place(t0 + 420 * MS, false);
+    pacer.place(50 * MS, false);
     let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 420 * MS);
 }
