@@ -359,3 +359,13 @@ fn a_member_takes_its_place_once_an_epoch_where_a_raise_would_shift_it() {
     assert!(!super::places(false, true, ms(2000)));
     assert!(!super::places(true, true, Duration::ZERO));
 }
+
+#[test]
+fn a_decision_that_is_no_raise_stretches_only_what_is_left_of_the_gap() {
+    // A cold start, a raise that keeps the phase, a share that moved: kept.
+    assert!(super::keeps_progress(true, false, false));
+    assert!(super::keeps_progress(false, true, true));
+    assert!(super::keeps_progress(false, false, false));
+    // A raise that does not keep the phase counts the new gap from the last dispatch.
+    assert!(!super::keeps_progress(false, false, true));
+}
