@@ -440,26 +440,32 @@ fn sixteen_sidecars_sharing_as_a_fleet_meet_the_fleet_targets_and_share_more_fai
     assert!(table.contains("fleet"), "{table}");
 }
 
-/// `sidecars` with 4 writers each that start together on one 100/s table (seed 1,
-/// 40 s from the first request) hold it at 0.95 of its capacity or more in every
-/// second from 5 s after the first throttle on, at a goodput of 0.97 or more, 1 %
-/// throttled at most, Jain 0.98 or more and no error a client sees.
-fn hold_the_table_from_five_seconds_after_the_first_throttle(sidecars: usize) {
+/// `sidecars` with `clients` writers each that start together on one 100/s table
+/// (seed 1, 40 s from the first request): a goodput of 0.97 or more, 1 % throttled at
+/// most, Jain 0.98 or more and no error a client sees.
+fn start_together(sidecars: usize, clients: usize) -> report::ColdStart {
     let options = SimOptions {
         sidecars,
-        clients: 4,
+        clients,
         ..options(Scenario::Fleet, 1, Duration::from_secs(41))
     };
     let trace = simulate::run(&options).unwrap();
     let start = report::cold_start(&options, &trace);
-    assert!(
-        start.lowest_after_5s.is_some_and(|low| low >= 0.95),
-        "{start:?}"
-    );
     assert!(start.goodput >= 0.97, "{start:?}");
     assert!(start.throttled <= 0.01, "{start:?}");
     assert!(start.jain >= 0.98, "{start:?}");
     assert_eq!(client_errors(&trace), 0, "client-visible errors");
+    start
+}
+
+/// [`start_together`] with 4 writers a sidecar, and the table held at 0.95 of its
+/// capacity or more in every second from 5 s after the first throttle on.
+fn hold_the_table_from_five_seconds_after_the_first_throttle(sidecars: usize) {
+    let start = start_together(sidecars, 4);
+    assert!(
+        start.lowest_after_5s.is_some_and(|low| low >= 0.95),
+        "{start:?}"
+    );
 }
 
 /// Thirty-two sidecars: a fleet's raise keeps its members' phases, where a random
@@ -480,26 +486,22 @@ fn two_hundred_and_fifty_six_sidecars_starting_together_dispatch_evenly_spread()
     hold_the_table_from_five_seconds_after_the_first_throttle(256);
 }
 
-/// A thousand sidecars with one writer each, dispatching once in ten seconds: at the
-/// cold start's end some members placed their next slots on a share read from a
-/// summary a sync old, and the next sync's share counted their gaps again from their
-/// last dispatch (57/s in the second after the first throttle's, goodput 0.966 and
-/// 1.18 % throttled in this run); a share that moves stretches what is left of the gap.
+/// A thousand sidecars with one writer each, dispatching once in ten seconds, start
+/// together without a dip and without a client error. At the cold start's end some
+/// members placed their next slots on a share read from a summary a sync old, and
+/// the next sync's share counted their gaps again from their last dispatch (57/s in
+/// the second after the first throttle's, goodput 0.966 and 1.18 % throttled in this
+/// run); a share that moves stretches what is left of the gap. A sync that came while
+/// a member's one request was in flight read its queue empty and its demand almost
+/// nil, and its next request, due three spacings later, was shed (1 client error in
+/// this run, up to 4 in others); a member whose queue held a request a moment ago
+/// asks for at least one.
 #[test]
-fn a_thousand_sidecars_do_not_dip_when_the_cold_start_ends() {
-    let options = SimOptions {
-        sidecars: 1000,
-        clients: 1,
-        ..options(Scenario::Fleet, 1, Duration::from_secs(41))
-    };
-    let trace = simulate::run(&options).unwrap();
-    let start = report::cold_start(&options, &trace);
+fn a_thousand_sidecars_with_one_writer_each_do_not_dip_when_the_cold_start_ends() {
+    let start = start_together(1000, 1);
     let first = start
         .first_throttle
         .and_then(|t| usize::try_from(t.as_secs()).ok());
     let next = first.and_then(|s| start.seconds.get(s + 1));
     assert!(next.is_some_and(|s| s.0 >= 90), "{start:?}");
-    assert!(start.goodput >= 0.97, "{start:?}");
-    assert!(start.throttled <= 0.01, "{start:?}");
-    assert!(start.jain >= 0.98, "{start:?}");
 }

@@ -114,9 +114,14 @@ fn follow(rate: f64, events: u64, elapsed: Duration) -> f64 {
     if secs <= 0.0 {
         return rate;
     }
-    let sample = events as f64 / secs;
-    let keep = (-secs / MEMORY.as_secs_f64()).exp();
-    sample.max(rate * keep + sample * (1.0 - keep))
+    smooth(rate, events as f64 / secs, elapsed)
+}
+
+/// A level after a `sample` taken `elapsed` after the last: rising to it at once,
+/// falling to it over [`MEMORY`].
+fn smooth(level: f64, sample: f64, elapsed: Duration) -> f64 {
+    let keep = (-elapsed.as_secs_f64() / MEMORY.as_secs_f64()).exp();
+    sample.max(level * keep + sample * (1.0 - keep))
 }
 
 /// One lane's demand estimate.
@@ -124,6 +129,17 @@ fn follow(rate: f64, events: u64, elapsed: Duration) -> f64 {
 pub struct Demand {
     /// Arrivals per second, rising at once and falling slowly.
     rate: f64,
+    /// Whether requests were waiting, rising to 1 at once and falling over [`MEMORY`]:
+    /// a client that sends its next request when the last is answered leaves the
+    /// queue empty while one is in flight, and a sync that came then read no demand
+    /// but the arrival rate, which for a member that dispatches once in ten seconds is
+    /// almost nothing. Its claim fell, its share with it, and its next request, due
+    /// three spacings later, was shed at once (1,000 members on 100/s in
+    /// `easeoff simulate`). It is a floor of one request, not a term: a queue that
+    /// drains shows at once, and a member whose arrivals already say what it wants (a
+    /// light client at a steady rate) claims no more than before, so the rest of the
+    /// fleet rate goes to the members that use it.
+    busy: f64,
 }
 
 impl Demand {
@@ -131,7 +147,9 @@ impl Demand {
     /// requests queued now.
     pub fn update(&mut self, arrivals: u64, waiting: usize, elapsed: Duration) -> f64 {
         self.rate = follow(self.rate, arrivals, elapsed);
-        self.rate + waiting as f64 / DRAIN.as_secs_f64()
+        let busy = if waiting > 0 { 1.0 } else { 0.0 };
+        self.busy = smooth(self.busy, busy, elapsed);
+        (self.rate + waiting as f64 / DRAIN.as_secs_f64()).max(self.busy / DRAIN.as_secs_f64())
     }
 }
 
@@ -147,6 +165,19 @@ mod tests {
         assert_eq!(d.update(0, 0, SYNC), 0.0);
         assert_eq!(d.update(25, 0, SYNC), 100.0);
         assert_eq!(d.update(25, 16, SYNC), 116.0);
+    }
+
+    #[test]
+    fn a_queue_read_empty_for_a_sync_still_counts_most_of_one_request() {
+        let keep = (-0.125f64).exp();
+        let mut d = Demand::default();
+        assert_eq!(d.update(0, 1, SYNC), 1.0);
+        // The one request in flight: the queue reads empty, its request falls slowly.
+        assert!((d.update(0, 0, SYNC) - keep).abs() < 1e-9);
+        // A queue that drains shows at once, and empty it stands for one request.
+        assert_eq!(d.update(0, 1000, SYNC), 1000.0);
+        assert_eq!(d.update(0, 5, SYNC), 5.0);
+        assert!((d.update(0, 0, SYNC) - keep).abs() < 1e-9);
     }
 
     #[test]
