@@ -129,16 +129,15 @@ fn smooth(level: f64, sample: f64, elapsed: Duration) -> f64 {
 pub struct Demand {
     /// Arrivals per second, rising at once and falling slowly.
     rate: f64,
-    /// Whether requests were waiting, rising to 1 at once and falling over [`MEMORY`]:
-    /// a client that sends its next request when the last is answered leaves the
-    /// queue empty while one is in flight, and a sync that came then read no demand
-    /// but the arrival rate, which for a member that dispatches once in ten seconds is
-    /// almost nothing. Its claim fell, its share with it, and its next request, due
-    /// three spacings later, was shed at once (1,000 members on 100/s in
-    /// `easeoff simulate`). It is a floor of one request, not a term: a queue that
+    /// Whether requests were waiting, rising to 1 at once and falling over [`MEMORY`]
+    /// ([`Demand::floor`]): a client that sends its next request when the last is
+    /// answered leaves the queue empty while one is in flight, and a sync that came
+    /// then read no demand but the arrival rate, which for a member that dispatches
+    /// once in ten seconds is almost nothing. Its claim fell, its share with it, and
+    /// its next request, due three spacings later, was shed at once (1,000 members on
+    /// 100/s in `easeoff simulate`). A floor of one request, not a term: a queue that
     /// drains shows at once, and a member whose arrivals already say what it wants (a
-    /// light client at a steady rate) claims no more than before, so the rest of the
-    /// fleet rate goes to the members that use it.
+    /// light client at a steady rate) claims no more than before.
     busy: f64,
 }
 
@@ -149,7 +148,13 @@ impl Demand {
         self.rate = follow(self.rate, arrivals, elapsed);
         let busy = if waiting > 0 { 1.0 } else { 0.0 };
         self.busy = smooth(self.busy, busy, elapsed);
-        (self.rate + waiting as f64 / DRAIN.as_secs_f64()).max(self.busy / DRAIN.as_secs_f64())
+        self.rate + waiting as f64 / DRAIN.as_secs_f64()
+    }
+
+    /// The least demand of a member whose queue held a request a moment ago: one
+    /// request per [`DRAIN`], fading over [`MEMORY`] once the queue stays empty.
+    pub fn floor(&self) -> f64 {
+        self.busy / DRAIN.as_secs_f64()
     }
 }
 
@@ -168,16 +173,18 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_read_empty_for_a_sync_still_counts_most_of_one_request() {
+    fn a_queue_read_empty_for_a_sync_keeps_a_floor_of_most_of_one_request() {
         let keep = (-0.125f64).exp();
         let mut d = Demand::default();
         assert_eq!(d.update(0, 1, SYNC), 1.0);
-        // The one request in flight: the queue reads empty, its request falls slowly.
-        assert!((d.update(0, 0, SYNC) - keep).abs() < 1e-9);
-        // A queue that drains shows at once, and empty it stands for one request.
+        assert_eq!(d.floor(), 1.0);
+        // The one request in flight: the queue reads empty, the floor falls slowly.
+        assert_eq!(d.update(0, 0, SYNC), 0.0);
+        assert!((d.floor() - keep).abs() < 1e-9);
+        // A queue that drains shows at once; the floor stands for one request at most.
         assert_eq!(d.update(0, 1000, SYNC), 1000.0);
         assert_eq!(d.update(0, 5, SYNC), 5.0);
-        assert!((d.update(0, 0, SYNC) - keep).abs() < 1e-9);
+        assert_eq!(d.floor(), 1.0);
     }
 
     #[test]
