@@ -936,14 +936,8 @@ fn prepare<'a>(
             None => lane.waiting.load(Ordering::Relaxed),
         };
         let demand = sync.demand.update(arrivals, waiting, elapsed);
-        // Past a cold start only: during one, the floor slowed 16 members with two
-        // boto3 writers each (goodput 0.963 to 0.969 in six runs, 0.971 to 0.978 in
-        // six without it); the equal shares of a cold start do not read claims.
-        let demand = if sync.last.is_some_and(|last| !last.cold) {
-            demand.max(sync.demand.floor())
-        } else {
-            demand
-        };
+        let warm = sync.last.is_some_and(|last| !last.cold);
+        let demand = demand::floored(demand, sync.demand.floor(), warm);
         let refused = lane.refused.swap(0, Ordering::Relaxed);
         let used = sync.used.update(arrivals, refused, waiting, elapsed);
         // The larger of its allotment and an equal share: an allotment alone would
