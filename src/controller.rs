@@ -415,10 +415,12 @@ mod tests {
         assert!(rate(&lost) <= 50.0 / 0.9 + 1e-6, "{}", rate(&lost));
     }
 
-    /// `cubic` with a 2 s recovery, raised from 0 to 100/s (9 ms observed, / beta).
+    /// `cubic` with beta 0.9 and a 2 s recovery, raised from 0 to 100/s (9 ms
+    /// observed, / beta).
     fn cubic_at_100() -> Controller<Script> {
         let settings = Settings {
             strategy: crate::sleeper::Strategy::Cubic,
+            beta: 0.9,
             recovery: Duration::from_secs(2),
             ..Settings::seed_defaults()
         };

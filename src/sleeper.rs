@@ -116,7 +116,7 @@ impl Settings {
             down_multiplier: 0.9,
             randomization_factor: 0.3,
             down_threshold: 10,
-            beta: 0.9,
+            beta: 0.92,
             recovery: Duration::from_secs(3),
         }
     }

@@ -255,7 +255,7 @@ fn aws_presets_default_to_cubic_and_the_others_to_responsive() {
         let c = parse(&format!("{MINIMAL}preset = \"{preset}\"\n")).unwrap();
         let s = &c.upstreams[0].sleeper;
         assert_eq!(s.strategy, strategy, "{preset}");
-        assert_eq!((s.beta, s.recovery), (0.9, Duration::from_secs(3)));
+        assert_eq!((s.beta, s.recovery), (0.92, Duration::from_secs(3)));
         // A sleeper table without a strategy keeps the preset's.
         let c = parse(&format!(
             "{MINIMAL}preset = \"{preset}\"\n[upstream.sleeper]\nmax_interval = \"1m\"\n"
