@@ -453,10 +453,15 @@ async fn two_members(url: &str) -> Vec<Member> {
     for m in &members {
         m.link.waiting(1000);
     }
-    wait_for("both members in the fleet", || {
-        members
-            .iter()
-            .all(|m| m.connected() == 1.0 && m.last().is_some_and(|d| d.members == 2 && !d.local))
+    // Equal shares too: the first decisions may split the rate unevenly (a claim read
+    // before the other member's allotment), and a test that takes the fleet away
+    // then would start from that split.
+    wait_for("both members in the fleet, half each", || {
+        members.iter().all(|m| {
+            m.connected() == 1.0
+                && m.last()
+                    .is_some_and(|d| d.members == 2 && !d.local && d.share == 0.5)
+        })
     })
     .await;
     members
