@@ -185,8 +185,8 @@ fn head_work(c: &mut Criterion) {
         )
     });
     let wall = std::time::SystemTime::now();
-    g.bench_function("quota_absent", |b| {
-        b.iter(|| hints::quota(black_box(&ok), wall))
+    g.bench_function("hints_absent", |b| {
+        b.iter(|| hints::read(black_box(&ok), wall))
     });
     g.finish();
 }

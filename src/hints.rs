@@ -1,5 +1,5 @@
 //! What an upstream's headers say about pacing, in every dialect rate-limited APIs
-//! speak: how much is left, when it resets, how long to wait, for which resource. One
+//! speak: how much is left, when it resets, how long to wait. One
 //! file per dialect family, each filling the one [`Reading`]; adding a vendor is a file
 //! and a row in `FAMILIES`. Pure: headers and the wall-clock time in, durations out.
 //! Every value is read strictly (a malformed one is ignored, as the IETF draft says).
@@ -7,10 +7,9 @@
 //! `max_interval`): a header may ask for years, and one answer must not stop an
 //! upstream for longer than the operator allows.
 
-mod anthropic;
-mod azure;
+pub mod anthropic;
 mod ietf;
-mod openai;
+pub mod openai;
 mod shopify;
 mod values;
 mod wait;
@@ -63,53 +62,50 @@ pub struct Quota {
     pub refills: bool,
 }
 
-impl Quota {
-    /// The spacing that spreads what is left over the rest of the window.
-    pub fn spacing(self) -> Duration {
-        self.reset / u32::try_from(self.remaining.max(1)).unwrap_or(u32::MAX)
-    }
+/// How a vendor's token window counts a lane's requests: what the lane's rules need
+/// to read one (see `lane::rules::quota`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenWindow {
+    /// The least share of one of the lane's reserved costs the window counts per
+    /// answer: one where the window counts the lane's own estimate (more when others
+    /// share it), less where it counts one kind of token only.
+    pub least_share: f64,
+    /// The window counts a request at its reservation whatever the answer used, so an
+    /// answer's own count only ever adds.
+    pub counts_reserved: bool,
+}
+
+impl TokenWindow {
+    /// A window that counts what the answers say they used.
+    pub const USED: TokenWindow = TokenWindow {
+        least_share: 1.0,
+        counts_reserved: false,
+    };
+    /// OpenAI's ([`openai::TOKEN_WINDOW`]).
+    pub const OPENAI: TokenWindow = openai::TOKEN_WINDOW;
+    /// Anthropic's ([`anthropic::TOKEN_WINDOW`]).
+    pub const ANTHROPIC: TokenWindow = anthropic::TOKEN_WINDOW;
 }
 
 /// Everything one answer says about pacing, whatever dialect it speaks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reading<'h> {
+pub struct Reading {
     /// The request window.
     pub requests: Option<Quota>,
     /// The token window (OpenAI, Anthropic): tokens left and when they are back.
     pub tokens: Option<Quota>,
-    /// A count left with no reset stated (Azure's `x-ms-ratelimit-remaining-*`).
-    pub left: Option<u64>,
     /// How long to wait before sending again, or not to retry, and which header said.
     pub wait: Option<(Pushback, Hint)>,
-    /// The bucket the answer names (GitHub's `x-ratelimit-resource`, Discord's
-    /// `x-ratelimit-bucket`).
-    pub resource: Option<&'h str>,
-}
-
-impl Reading<'_> {
-    /// The window that binds: the request window, unless the token window is spent
-    /// (and resets later than any spent request window).
-    pub fn binding(&self) -> Option<Quota> {
-        let spent_tokens = self.tokens.filter(|t| t.remaining == 0);
-        match (self.requests, spent_tokens) {
-            (Some(r), Some(t)) => Some(if r.remaining == 0 && r.reset >= t.reset {
-                r
-            } else {
-                t
-            }),
-            (r, t) => r.or(t),
-        }
-    }
 }
 
 /// One dialect family: the name prefixes of its headers, and its reader.
 struct Family {
     prefixes: &'static [&'static str],
-    read: for<'h> fn(&'h HeaderMap, SystemTime, &mut Reading<'h>),
+    read: fn(&HeaderMap, SystemTime, &mut Reading),
 }
 
 /// Every family, in precedence order: where two state a window, the first wins.
-const FAMILIES: [Family; 6] = [
+const FAMILIES: [Family; 5] = [
     Family {
         prefixes: &["ratelimit"],
         read: ietf::read,
@@ -130,17 +126,26 @@ const FAMILIES: [Family; 6] = [
         prefixes: &["x-shopify-shop-api-call-limit"],
         read: shopify::read,
     },
-    Family {
-        prefixes: &["x-ms-ratelimit-"],
-        read: azure::read,
-    },
 ];
 
-/// Reads every window the answer states (not its wait: see [`read`]). Every answer
-/// passes here, so one pass over the names comes first: an answer without any
-/// rate-limit field costs no look-up.
-pub fn windows(headers: &HeaderMap, now: SystemTime) -> Reading<'_> {
+/// The headers that state a wait ([`wait`]): the answer's wait is read only when one
+/// is present.
+const WAITS: [&str; 7] = [
+    "retry-after",
+    "retry-after-ms",
+    "x-ms-retry-after-ms",
+    "x-amz-retry-after",
+    "grpc-retry-pushback-ms",
+    "x-should-retry",
+    "stripe-should-retry",
+];
+
+/// Everything the answer says: its windows and its wait. Every answer passes here, so
+/// one pass over the names comes first: an answer without any rate-limit or wait
+/// field costs no look-up.
+pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
     let mut present = 0u32;
+    let mut waits = false;
     for name in headers.keys() {
         let name = name.as_str();
         for (i, family) in FAMILIES.iter().enumerate() {
@@ -148,6 +153,7 @@ pub fn windows(headers: &HeaderMap, now: SystemTime) -> Reading<'_> {
                 present |= 1 << i;
             }
         }
+        waits |= WAITS.contains(&name);
     }
     let mut reading = Reading::default();
     for (i, family) in FAMILIES.iter().enumerate() {
@@ -155,29 +161,10 @@ pub fn windows(headers: &HeaderMap, now: SystemTime) -> Reading<'_> {
             (family.read)(headers, now, &mut reading);
         }
     }
+    if waits {
+        reading.wait = wait::read(headers, now);
+    }
     reading
-}
-
-/// Everything the answer says: its windows and its wait.
-pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading<'_> {
-    let mut reading = windows(headers, now);
-    reading.wait = wait::read(headers, now);
-    reading
-}
-
-/// The window that binds ([`Reading::binding`]), if the answer states one.
-pub fn quota(headers: &HeaderMap, now: SystemTime) -> Option<Quota> {
-    windows(headers, now).binding()
-}
-
-/// The wait a throttle answer asks for (see `wait` for the headers, in order).
-pub fn pushback(headers: &HeaderMap, now: SystemTime) -> Option<(Pushback, Hint)> {
-    wait::read(headers, now)
-}
-
-/// [`pushback`] without the header.
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Pushback> {
-    pushback(headers, now).map(|(pushback, _)| pushback)
 }
 
 /// A gRPC request's own deadline (`grpc-timeout`: up to 8 digits and a unit H, M, S,

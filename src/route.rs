@@ -8,6 +8,9 @@
 
 pub mod dynamodb;
 mod json;
+mod key;
+
+pub use key::Key;
 
 use std::borrow::Cow;
 use std::fmt;

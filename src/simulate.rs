@@ -17,12 +17,12 @@ use std::time::{Duration, SystemTime};
 
 use std::borrow::Cow;
 
-use crate::attempt::{self, Attempts, Next};
+use crate::attempt::{self, Next};
 use crate::clock::Instant;
 use crate::clock::{Clock, ManualClock};
 use crate::config::{FleetSettings, UpstreamSettings};
 use crate::fleet::{Fleet, Memory};
-use crate::lane::{Pass, Route};
+use crate::lane::{self, Pass, Route};
 use crate::metrics::Metrics;
 use crate::mock_upstream::{AutoScale, Bucket};
 use crate::pacer::Slot;
@@ -481,7 +481,6 @@ pub async fn request(
         upstream,
         latency,
         send,
-        arrived,
     };
     let mut route = route.clone();
     match upstream.drive(&mut modelled, &mut route, arrival).await {
@@ -505,7 +504,6 @@ struct Modelled<'u, F> {
     upstream: &'u Control,
     latency: Duration,
     send: F,
-    arrived: Instant,
 }
 
 impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
@@ -521,43 +519,44 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
         &mut self,
         pass: Pass,
         _queued: Duration,
-        policy: &mut Attempts,
+        attempt: u32,
         _route: &Route,
     ) -> Turn<()> {
         let upstream = self.upstream;
-        let answer = (self.send)(pass.slot(), policy.attempts() > 1);
+        let answer = (self.send)(pass.slot(), attempt > 1);
         if !self.latency.is_zero() {
             upstream.clock().sleep(self.latency).await;
         }
-        let outcome = match answer {
+        match answer {
             Answer::Success => {
                 upstream.connected();
-                let success = Some(Verdict::Success);
-                return Turn::Answer((), upstream.settle(pass, Settle::Answer(success, None)));
+                let success = lane::Answer::of(Verdict::Success);
+                Turn::Answer((), upstream.settle(pass, Settle::Answer(success)))
             }
             Answer::Throttle => {
                 upstream.connected();
-                let throttle = Some(Verdict::Throttle(Signal::Body));
-                let settled = upstream.settle(pass, Settle::Answer(throttle, None));
-                let elapsed = upstream.clock().now() - self.arrived;
-                let throttled = attempt::Outcome::Throttled { refused: false };
-                let next = policy.after(throttled, elapsed, || false);
-                if next != Next::ReadThrottle {
-                    return Turn::Next(next, Some(()), Cow::Borrowed(""), settled);
+                let throttle = lane::Answer::of(Verdict::Throttle(Signal::Body));
+                let settled = upstream.settle(pass, Settle::Answer(throttle));
+                Turn::Throttled {
+                    answer: (),
+                    refused: false,
+                    overload: false,
+                    settled,
                 }
-                // The modelled answer is always held.
-                let read = attempt::Outcome::ThrottleRead { held: true };
-                return Turn::Outcome(read, Some(()), Cow::Borrowed(""), settled);
             }
             Answer::Unreachable => {
                 let refused = Settle::NoConnection(&ConnectCause::Refused);
                 let settled = upstream.settle(pass, refused);
                 let wait = settled.backoff();
-                (attempt::Outcome::ConnectFailed { wait }, settled)
+                let outcome = attempt::Outcome::ConnectFailed { wait };
+                Turn::Outcome(outcome, None, Cow::Borrowed(""), settled)
             }
-        };
-        let (outcome, settled) = outcome;
-        Turn::Outcome(outcome, None, Cow::Borrowed(""), settled)
+        }
+    }
+
+    /// The modelled answer is always held.
+    async fn read_throttle(&mut self, answer: ()) -> Result<((), bool), ()> {
+        Ok((answer, true))
     }
 }
 

@@ -11,6 +11,8 @@ mod shared;
 
 use http::{HeaderMap, HeaderName, StatusCode};
 
+use crate::hints::TokenWindow;
+
 pub use aws::{THROTTLING_CODES, X_AMZ_TARGET};
 pub use partial::{UnprocessedScan, is_batch};
 pub use shared::headers_say_so as rate_limited;
@@ -44,6 +46,15 @@ impl Preset {
     /// Speaks AWS error codes.
     pub fn is_aws(self) -> bool {
         matches!(self, Preset::Aws | Preset::DynamoDb)
+    }
+
+    /// How the vendor's token window counts a lane's requests.
+    pub fn token_window(self) -> TokenWindow {
+        match self {
+            Preset::OpenAi => TokenWindow::OPENAI,
+            Preset::Anthropic => TokenWindow::ANTHROPIC,
+            _ => TokenWindow::USED,
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 //! without I/O (`easeoff simulate` runs it in virtual time). [`Upstream`] adds the I/O:
 //! the listen address, the classifier, the HTTP client and the signer.
 //!
-//! An attempt ends in [`Control::settle`], which takes its [`Pass`] and tells each
-//! lane ([`Lane::record`]) how it went. The fast path (a success at interval 0, a
+//! An attempt ends in [`Control::settle`], which takes its [`Pass`] and the whole
+//! answer (verdict, hints, cost) and tells each lane it concerns. The fast path (a success at interval 0, a
 //! healthy connection) reads atomics and takes no lock.
 
 use std::net::SocketAddr;
@@ -17,17 +17,17 @@ use crate::attempt::Cause;
 use crate::clock::{Clock, Instant};
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
+use crate::cost::answer::AnswerCost;
 use crate::deadline::after;
 use crate::fleet::Fleet;
-use crate::hints::Hint;
-use crate::lane::{CappedHint, Lane, Lanes, Pass, Route, Settled};
+use crate::lane::{Answer, CappedHint, Lane, Lanes, Pass, Route, Settled, Told};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
 use crate::pacer::{Shed, Slot};
 use crate::retry::RetryBudget;
 use crate::shed::SDK_HINT_CAP;
 use crate::sigv4::Signer;
-use crate::throttle::{Classifier, Preset, Signal, Verdict};
+use crate::throttle::{Classifier, Preset, Verdict};
 use crate::transport::{ClientError, ConnectCause, UpstreamClient};
 
 /// One attempt as observers see it (the demo's plot, traces).
@@ -43,25 +43,22 @@ pub struct Attempt {
 }
 
 /// How an attempt ended, as [`Control::settle`] tells its lanes.
+#[derive(Clone, Copy)]
 pub enum Settle<'a> {
     /// It never went (the connection backoff turned it away): its lanes only get
     /// their slow start's place back.
     Unsent,
-    /// Its verdict (`None` when no answer came) for every lane it held; `pause` is a
-    /// throttle's requested delay and the header that asked for it, which holds
-    /// those lanes (capped by `max_pause` and `max_interval`).
-    Answer(Option<Verdict>, Option<(Duration, Hint)>),
-    /// A throttle whose answer named the lanes throttled, with the upstream's reason
-    /// and resource: each is raised (as a throttle dispatched in its current epoch,
-    /// unless the attempt held it); the lanes it held and the answer did not name are
-    /// told nothing.
-    Routed(Signal, &'a [(Arc<Lane>, &'a str, &'a str)]),
-    /// A batch answer that left the tables this says yes to unprocessed: their lanes
-    /// (`TABLE:access`) are told of a partial throttle, the others of a success.
-    ByTable(&'a dyn Fn(&str) -> bool),
+    /// No answer came (a timeout, a connection that broke, a signature that failed).
+    NoAnswer,
     /// No connection could be made, for this cause: no answer for the lanes, and the
     /// connection backoff starts or steps ([`Settled::backoff`] says for how long).
     NoConnection(&'a ConnectCause),
+    /// The upstream's answer: its verdict, what its headers say, the lanes it is
+    /// for, and what it says the request cost.
+    Answer(Answer<'a>),
+    /// What a streamed answer said the request cost, read at its end (the pass is a
+    /// [`Pass::bill`]); its verdict was settled when its head came.
+    Cost(&'a AnswerCost),
 }
 
 /// Called once per finished attempt.
@@ -361,48 +358,29 @@ impl Control {
         lane.rate_limit_floor()
     }
 
-    /// Ends an attempt: takes its pass and tells each lane it concerns how it went.
+    /// Ends an attempt: takes its pass and tells each lane it concerns how it went
+    /// (its verdict, its hints, its cost); the one way an attempt changes a lane.
     pub fn settle(&self, pass: Pass, how: Settle<'_>) -> Settled {
-        if let Settle::NoConnection(cause) = how {
-            let settled = self.settle(pass, Settle::Answer(None, None));
-            let backoff = self.connect_failed(self.clock.now(), cause);
-            return settled.with_backoff(backoff);
-        }
-        pass.settle(|pass| match how {
-            Settle::Unsent => {
-                for (lane, slot) in pass.iter() {
-                    lane.record(slot, None, None);
-                }
+        match how {
+            Settle::Unsent => pass.settle(Told::Nothing),
+            Settle::NoAnswer => {
+                self.observe(pass.slot(), None);
+                pass.settle(Told::Nothing)
             }
-            Settle::Answer(verdict, pause) => {
-                self.observe(pass.slot(), verdict);
-                if let Some(Verdict::Throttle(signal)) = verdict {
+            Settle::NoConnection(cause) => {
+                self.observe(pass.slot(), None);
+                let settled = pass.settle(Told::Nothing);
+                let backoff = self.connect_failed(self.clock.now(), cause);
+                settled.with_backoff(backoff)
+            }
+            Settle::Answer(answer) => {
+                self.observe(pass.slot(), Some(answer.verdict));
+                if let Verdict::Throttle(signal) = answer.verdict {
                     self.metrics.throttle(signal).inc();
                 }
-                for (lane, slot) in pass.iter() {
-                    lane.record(slot, verdict, pause);
-                }
+                pass.settle(Told::Answer(&answer))
             }
-            Settle::ByTable(unprocessed) => self.settle_by_table(pass, unprocessed),
-            Settle::Routed(signal, named) => self.settle_routed(pass, signal, named),
-            Settle::NoConnection(_) => {}
-        })
-    }
-
-    /// A batch answer that left some tables' items unprocessed: the lanes of those
-    /// tables (`TABLE:access`) are told of a partial throttle, the others of a success.
-    fn settle_by_table(&self, pass: &Pass, unprocessed: &dyn Fn(&str) -> bool) {
-        let partial = Some(Verdict::Throttle(Signal::Partial));
-        self.observe(pass.slot(), partial);
-        self.metrics.throttle(Signal::Partial).inc();
-        for (lane, slot) in pass.iter() {
-            let table = lane.name().split_once(':').map_or(lane.name(), |(t, _)| t);
-            let verdict = if unprocessed(table) {
-                partial
-            } else {
-                Some(Verdict::Success)
-            };
-            lane.record(slot, verdict, None);
+            Settle::Cost(cost) => pass.settle(Told::Cost(cost)),
         }
     }
 
@@ -440,22 +418,6 @@ impl Control {
             pass.add(Arc::clone(lane), slot);
         }
         Ok(pass)
-    }
-
-    /// A throttle whose answer named the resources throttled: each named lane is
-    /// raised (as a throttle dispatched in its current epoch, unless the attempt
-    /// held it) and remembers the upstream's reason; the lanes the attempt held and
-    /// the answer did not name are told nothing.
-    fn settle_routed(&self, pass: &Pass, signal: Signal, named: &[(Arc<Lane>, &str, &str)]) {
-        let verdict = Some(Verdict::Throttle(signal));
-        self.observe(pass.slot(), verdict);
-        self.metrics.throttle(signal).inc();
-        for (lane, reason, resource) in named {
-            let routed = pass.for_lane(Arc::clone(lane));
-            lane.record(routed.slot(), verdict, None);
-            let _ = routed.settle(|_| ());
-            lane.throttled(reason, Some(resource), self.clock.wall());
-        }
     }
 
     /// Joins the fleet with every lane, those made later included.

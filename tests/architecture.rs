@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "observe",
             "spelled",
             "cost",
+            "lane/rules",
         ],
     ),
     ("pacing", &["pacer", "metrics"]),

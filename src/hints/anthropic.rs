@@ -7,7 +7,15 @@ use std::time::SystemTime;
 use http::HeaderMap;
 
 use super::values::{self, text};
-use super::{Quota, Reading};
+use super::{Quota, Reading, TokenWindow};
+
+/// Anthropic's binding token window may be the input or the output window, which
+/// counts a share of what a lane reserves (prompt and `max_tokens` together); its
+/// answers' `usage` is what it charged.
+pub const TOKEN_WINDOW: TokenWindow = TokenWindow {
+    least_share: 0.25,
+    counts_reserved: false,
+};
 
 /// A window's headers: limit, remaining, reset.
 type Names = [&'static str; 3];
@@ -36,7 +44,7 @@ const TOKENS: [Names; 3] = [
 ];
 
 /// Reads the request window and the tightest token window into `reading`.
-pub fn read(headers: &HeaderMap, now: SystemTime, reading: &mut Reading<'_>) {
+pub fn read(headers: &HeaderMap, now: SystemTime, reading: &mut Reading) {
     if reading.requests.is_none() {
         reading.requests = window(headers, REQUESTS, now);
     }

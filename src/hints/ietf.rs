@@ -14,7 +14,7 @@ use super::values::{self, text};
 use super::{Quota, Reading};
 
 /// Reads the IETF fields into `reading`.
-pub fn read(headers: &HeaderMap, now: SystemTime, reading: &mut Reading<'_>) {
+pub fn read(headers: &HeaderMap, now: SystemTime, reading: &mut Reading) {
     let quota = match text(headers, "ratelimit") {
         Some(field) => structured(field, text(headers, "ratelimit-policy")),
         None => separate(headers, now),

@@ -1,26 +1,28 @@
 //! OpenAI and Azure OpenAI: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`,
-//! resets as Go durations (`6m0s`, `12ms`, `1m30.5s`). Azure OpenAI may send the
-//! remaining counts without resets.
+//! resets as Go durations (`6m0s`, `12ms`, `1m30.5s`).
 
 use std::time::SystemTime;
 
 use http::HeaderMap;
 
 use super::values::{self, text};
-use super::{Quota, Reading};
+use super::{Quota, Reading, TokenWindow};
+
+/// OpenAI's token window counts a request at what it estimates (the prompt's
+/// characters over four and all of `max_tokens`), whatever the answer used: a lane's
+/// reservation counts at least whole, and an answer never refunds it.
+pub const TOKEN_WINDOW: TokenWindow = TokenWindow {
+    least_share: 1.0,
+    counts_reserved: true,
+};
 
 /// Reads the request and token windows into `reading`.
-pub fn read(headers: &HeaderMap, _now: SystemTime, reading: &mut Reading<'_>) {
-    let requests = window(headers, REQUESTS);
-    let tokens = window(headers, TOKENS);
+pub fn read(headers: &HeaderMap, _now: SystemTime, reading: &mut Reading) {
     if reading.requests.is_none() {
-        reading.requests = requests.and_then(|(q, _)| q);
+        reading.requests = window(headers, REQUESTS);
     }
     if reading.tokens.is_none() {
-        reading.tokens = tokens.and_then(|(q, _)| q);
-    }
-    if reading.requests.is_none() && reading.left.is_none() {
-        reading.left = requests.map(|(_, remaining)| remaining);
+        reading.tokens = window(headers, TOKENS);
     }
 }
 
@@ -38,16 +40,16 @@ const TOKENS: Names = [
     "x-ratelimit-reset-tokens",
 ];
 
-/// One window: its quota when the reset is sent, and what is left.
-fn window(headers: &HeaderMap, [limit, remaining, reset]: Names) -> Option<(Option<Quota>, u64)> {
+/// One window, when both what is left and its reset are sent (Azure OpenAI may send
+/// the count alone, which says nothing about when to send).
+fn window(headers: &HeaderMap, [limit, remaining, reset]: Names) -> Option<Quota> {
     let remaining = values::count(text(headers, remaining)?)?;
     let reset =
         text(headers, reset).and_then(|v| values::go_duration(v).or_else(|| values::seconds(v)));
-    let quota = reset.map(|reset| Quota {
+    reset.map(|reset| Quota {
         remaining,
         reset,
         limit: text(headers, limit).and_then(values::count),
         refills: true,
-    });
-    Some((quota, remaining))
+    })
 }

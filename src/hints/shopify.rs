@@ -12,7 +12,7 @@ use super::{Quota, Reading};
 const DRAIN: Duration = Duration::from_secs(20);
 
 /// Reads the bucket into `reading`.
-pub fn read(headers: &HeaderMap, _now: SystemTime, reading: &mut Reading<'_>) {
+pub fn read(headers: &HeaderMap, _now: SystemTime, reading: &mut Reading) {
     if reading.requests.is_none() {
         reading.requests = bucket(headers);
     }

@@ -49,15 +49,13 @@ fn delay(d: Duration, hint: Hint) -> Option<(Pushback, Hint)> {
 struct Row {
     form: &'static str,
     headers: &'static [(&'static str, &'static str)],
-    expect: Reading<'static>,
+    expect: Reading,
 }
 
-const NONE: Reading<'static> = Reading {
+const NONE: Reading = Reading {
     requests: None,
     tokens: None,
-    left: None,
     wait: None,
-    resource: None,
 };
 
 fn rows() -> Vec<Row> {
@@ -198,10 +196,7 @@ fn rows() -> Vec<Row> {
                 ("x-ratelimit-remaining-requests", "3"),
                 ("x-ratelimit-reset-requests", "6 minutes"),
             ],
-            expect: Reading {
-                left: Some(3),
-                ..NONE
-            },
+            expect: NONE,
         },
         Row {
             form: "azure openai remaining without resets",
@@ -209,10 +204,7 @@ fn rows() -> Vec<Row> {
                 ("x-ratelimit-remaining-requests", "17"),
                 ("x-ratelimit-remaining-tokens", "9000"),
             ],
-            expect: Reading {
-                left: Some(17),
-                ..NONE
-            },
+            expect: NONE,
         },
         Row {
             form: "retry-after-ms preferred to retry-after",
@@ -302,7 +294,6 @@ fn rows() -> Vec<Row> {
             ],
             expect: Reading {
                 requests: q(4999, secs(3600), Some(5000)),
-                resource: Some("core"),
                 ..NONE
             },
         },
@@ -370,7 +361,6 @@ fn rows() -> Vec<Row> {
             ],
             expect: Reading {
                 requests: q(0, ms(1250), Some(5)),
-                resource: Some("abcd1234"),
                 wait: delay(ms(1250), Hint::RetryAfter),
                 ..NONE
             },
@@ -399,14 +389,13 @@ fn rows() -> Vec<Row> {
         },
         // Azure Resource Manager.
         Row {
-            form: "azure least remaining and x-ms-retry-after-ms",
+            form: "azure remaining counts say nothing; x-ms-retry-after-ms waits",
             headers: &[
                 ("x-ms-ratelimit-remaining-subscription-reads", "11999"),
                 ("x-ms-ratelimit-remaining-tenant-reads", "42"),
                 ("x-ms-retry-after-ms", "1500"),
             ],
             expect: Reading {
-                left: Some(42),
                 wait: delay(ms(1500), Hint::MsRetryAfterMs),
                 ..NONE
             },
@@ -528,43 +517,13 @@ fn a_reset_is_an_epoch_or_a_delta_by_magnitude() {
 }
 
 #[test]
-fn a_spent_token_window_binds_over_requests() {
-    let r = |requests, tokens| {
-        Reading {
-            requests,
-            tokens,
-            ..NONE
-        }
-        .binding()
-    };
-    let requests = q(10, secs(1), None);
-    assert_eq!(
-        r(requests, q(500, secs(5), None)),
-        requests,
-        "tokens left: requests bind"
-    );
-    assert_eq!(r(requests, q(0, secs(5), None)), q(0, secs(5), None));
-    assert_eq!(
-        r(q(0, secs(9), None), q(0, secs(5), None)),
-        q(0, secs(9), None)
-    );
-    assert_eq!(r(None, q(7, secs(5), None)), None);
-}
-
-#[test]
-fn a_quota_spreads_what_is_left_over_the_window() {
-    assert_eq!(q(60, secs(30), None).unwrap().spacing(), ms(500));
-    assert_eq!(q(0, secs(30), None).unwrap().spacing(), secs(30));
-}
-
-#[test]
 fn policies_with_huge_numbers_are_compared_without_overflow() {
     // 15 digits: the largest integer a structured field holds.
     let max = "999999999999999";
     let field = format!(r#""a";r={max};t={max}, "b";r=1;t={max}"#);
     let headers = with(&[("ratelimit", field.as_str())]);
     assert_eq!(
-        quota(&headers, now()),
+        read(&headers, now()).requests,
         q(1, secs(999_999_999_999_999), None)
     );
 }

@@ -28,17 +28,12 @@ const DIALECTS: [Names; 2] = [
     ],
 ];
 
-/// Reads the window and the bucket it belongs to into `reading`.
-pub fn read<'h>(headers: &'h HeaderMap, now: SystemTime, reading: &mut Reading<'h>) {
+/// Reads the window into `reading`.
+pub fn read(headers: &HeaderMap, now: SystemTime, reading: &mut Reading) {
     if reading.requests.is_none() {
         reading.requests = DIALECTS
             .iter()
             .find_map(|names| window(headers, *names, now));
-    }
-    if reading.resource.is_none() {
-        reading.resource = ["x-ratelimit-resource", "x-ratelimit-bucket"]
-            .iter()
-            .find_map(|name| text(headers, name).filter(|r| !r.is_empty()));
     }
 }
 

@@ -8,6 +8,8 @@ use http::Request;
 
 use crate::clock::{Clock, ManualClock};
 use crate::config::{LaneSettings, UpstreamSettings};
+use crate::hints::{Quota, Reading};
+use crate::lane::Answer;
 use crate::metrics::Metrics;
 use crate::pacer::Slot;
 use crate::route::Part;
@@ -81,7 +83,7 @@ fn attempt(
         .block_on(control.acquire_route(&route, far, false))
         .unwrap();
     let slot = *pass.slot();
-    let _ = control.settle(pass, Settle::Answer(Some(verdict), None));
+    let _ = control.settle(pass, Settle::Answer(Answer::of(verdict)));
     slot
 }
 
@@ -273,7 +275,6 @@ fn the_slowest_lane_is_the_headline_and_remembers_what_paused_it() {
 
 #[test]
 fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request() {
-    use crate::hints::{Quota, Reading};
     let lanes = LaneSettings::defaults_for(Preset::OpenAi);
     let (control, _metrics, runtime, manual) = control(Preset::OpenAi, lanes);
     let _inside = runtime.enter();
@@ -300,72 +301,35 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
     };
     // A spent bucket of 120,000 tokens a minute is paced at 90 % of its refill:
     // 60 s / 108,000 a token, 555.6 ms per thousand.
-    lane.apply_quota(
-        &Reading {
-            requests: None,
-            tokens: Some(window(0, 120_000)),
-            left: None,
-            wait: None,
-            resource: None,
-        },
-        now,
-    );
+    let answer = |requests, tokens| {
+        let answer = Answer {
+            reading: Reading {
+                requests,
+                tokens,
+                wait: None,
+            },
+            ..Answer::of(Verdict::Success)
+        };
+        let far = now + Duration::from_secs(3600);
+        let route = control
+            .lanes
+            .route(&head, Some(&bytes::Bytes::from(body.clone())));
+        let pass = runtime
+            .block_on(control.acquire_route(&route, far, false))
+            .unwrap();
+        let _ = control.settle(pass, Settle::Answer(answer));
+    };
+    answer(None, Some(window(0, 120_000)));
     let (per_unit, _) = lane.pacer.floor(now).unwrap();
     assert_eq!(per_unit.as_micros(), 555_556);
     // No request window: no least gap per request.
     assert_eq!(lane.pacer.request_floor(now), Duration::ZERO);
     // A spent request window beside a full token window: a gap per request.
-    lane.apply_quota(
-        &Reading {
-            requests: Some(window(0, 600)),
-            tokens: Some(window(120_000, 120_000)),
-            left: None,
-            wait: None,
-            resource: None,
-        },
-        now,
-    );
+    answer(Some(window(0, 600)), Some(window(120_000, 120_000)));
     assert_eq!(
         lane.pacer.floor(now).map_or(Duration::ZERO, |f| f.0),
         Duration::ZERO
     );
     let per_request = lane.pacer.request_floor(now);
     assert_eq!(per_request.as_micros(), 111_111, "60 s / 540");
-}
-
-/// A fleet's raise keeps the phase of a member that dispatches at least once a second
-/// in a paced fleet; one that was in step with the others, unpaced, slower, or not
-/// raised is left to the stagger or to nothing.
-#[test]
-fn a_raise_keeps_the_phase_of_a_paced_member_that_dispatches_at_least_once_a_second() {
-    let ms = Duration::from_millis;
-    assert!(super::keeps_phase(true, false, ms(310)));
-    assert!(super::keeps_phase(true, false, ms(1000)));
-    assert!(!super::keeps_phase(true, false, ms(1001)));
-    assert!(!super::keeps_phase(true, true, ms(310)));
-    assert!(!super::keeps_phase(false, false, ms(310)));
-    assert!(!super::keeps_phase(true, false, Duration::ZERO));
-}
-
-#[test]
-fn a_member_takes_its_place_once_an_epoch_where_a_raise_would_shift_it() {
-    let ms = Duration::from_millis;
-    // In step, or dispatching less often than once a second: placed.
-    assert!(super::places(true, true, ms(310)));
-    assert!(super::places(true, false, ms(1001)));
-    // Keeping its phase at a raise: not placed.
-    assert!(!super::places(true, false, ms(1000)));
-    // Once an epoch; never unpaced.
-    assert!(!super::places(false, true, ms(2000)));
-    assert!(!super::places(true, true, Duration::ZERO));
-}
-
-#[test]
-fn a_decision_that_is_no_raise_stretches_only_what_is_left_of_the_gap() {
-    // A cold start, a raise that keeps the phase, a share that moved: kept.
-    assert!(super::keeps_progress(true, false, false));
-    assert!(super::keeps_progress(false, true, true));
-    assert!(super::keeps_progress(false, false, false));
-    // A raise that does not keep the phase counts the new gap from the last dispatch.
-    assert!(!super::keeps_progress(false, false, true));
 }

@@ -18,14 +18,14 @@ use super::access::{self, Record};
 use super::oversized;
 use super::reply::{Dialect, Reason, reply};
 use super::watch::Watch;
-use crate::attempt::{self, Attempts, Next};
+use crate::attempt::{self, Next};
 use crate::clock::{Clock, Instant};
 use crate::cost::{Unit, answer::AnswerCost};
 use crate::deadline::after;
 use crate::hints::{self, Pushback};
-use crate::lane::{Lane, Pass, Route, Settled};
+use crate::lane::{Answer, Concerns, Lane, Pass, Route, Settled};
 use crate::metrics::{Outcome, ShardedGauge};
-use crate::pacer::ShedReason;
+use crate::pacer::{ShedReason, Slot};
 use crate::route::{self, Rule, dynamodb};
 use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
@@ -110,6 +110,7 @@ pub fn handle<'a>(
                 first: Some(Request::from_parts(head, body)),
                 template,
                 readied: None,
+                deadline: ctx.arrived,
             };
             match upstream.drive(&mut attempts, &mut route, arrival).await {
                 Ended::Answer(response) => response,
@@ -125,12 +126,14 @@ pub fn handle<'a>(
 }
 
 /// One request's attempts as the driver sends them: the request to send first, a
-/// template for the ones sent again, and the one readied.
+/// template for the ones sent again, the one readied, and when the latest attempt's
+/// answer must be complete.
 struct Sender<'c, 'a> {
     ctx: &'c Ctx<'a>,
     first: Option<Request<ProxyBody>>,
     template: Option<Template>,
     readied: Option<Request<ProxyBody>>,
+    deadline: Instant,
 }
 
 impl Dispatch for Sender<'_, '_> {
@@ -156,15 +159,35 @@ impl Dispatch for Sender<'_, '_> {
         &'s mut self,
         pass: Pass,
         queued: Duration,
-        policy: &'s mut Attempts,
+        _attempt: u32,
         route: &'s Route,
     ) -> impl Future<Output = Turn<Response<ProxyBody>>> + 's {
         self.ctx.record.queued_for(queued);
+        let timeout = self.ctx.upstream.client.request_timeout();
+        self.deadline = after(pass.slot().dispatched_at, timeout);
         let request = self
             .readied
             .take()
             .unwrap_or_else(|| Request::new(ProxyBody::full("")));
-        self.ctx.attempt(request, pass, policy, route)
+        self.ctx.attempt(request, pass, route)
+    }
+
+    async fn read_throttle(
+        &mut self,
+        answer: Response<ProxyBody>,
+    ) -> Result<(Response<ProxyBody>, bool), Response<ProxyBody>> {
+        let ctx = self.ctx;
+        let (parts, body) = answer.into_parts();
+        let reading = ctx
+            .clock
+            .timeout_at(self.deadline, read_error_body_of(body));
+        let Some(Some(body)) = Box::pin(reading).await else {
+            let message = "the upstream's throttle answer broke off";
+            let reason = Reason::UpstreamUnavailable;
+            return Err(ctx.local(reason, Outcome::Error, message, None));
+        };
+        let held = !matches!(body, ProxyBody::Prefixed { .. } | ProxyBody::Stream(_));
+        Ok((Response::from_parts(parts, body), held))
     }
 }
 
@@ -286,7 +309,6 @@ impl<'a> Ctx<'a> {
         &'b self,
         mut request: Request<ProxyBody>,
         pass: Pass,
-        policy: &'b mut Attempts,
         route: &'b Route,
     ) -> impl Future<Output = Turn<Response<ProxyBody>>> + 'b {
         let upstream = self.upstream;
@@ -297,7 +319,7 @@ impl<'a> Ctx<'a> {
                 && let Err(error) = Box::pin(signer.sign(&mut request)).await
             {
                 upstream.metrics.signing_failures.inc();
-                let settled = upstream.settle(pass, Settle::Answer(None, None));
+                let settled = upstream.settle(pass, Settle::NoAnswer);
                 let message = error.to_string();
                 let answer = self.local(Reason::Signing, Outcome::Error, &message, None);
                 return Turn::Answer(answer, settled);
@@ -316,7 +338,7 @@ impl<'a> Ctx<'a> {
                 .observe(took.as_secs_f64());
             self.record.sent(took);
             match sent {
-                Ok(response) => self.answered(response, pass, policy, route).await,
+                Ok(response) => self.answered(response, pass, slot, route).await,
                 Err(SendError::Connect(cause)) => {
                     let settled = upstream.settle(pass, Settle::NoConnection(&cause));
                     let wait = settled.backoff();
@@ -332,7 +354,7 @@ impl<'a> Ctx<'a> {
                     Turn::Outcome(outcome, None, Cow::Owned(message), settled)
                 }
                 Err(error) => {
-                    let settled = upstream.settle(pass, Settle::Answer(None, None));
+                    let settled = upstream.settle(pass, Settle::NoAnswer);
                     let (reason, outcome) = match error {
                         SendError::Timeout(_) => (Reason::Timeout, Outcome::Timeout),
                         _ if error.head_too_large() => {
@@ -357,13 +379,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The upstream answered: hints, classification, and for a throttle the policy.
-    /// An answer that names its bucket (`from_response`) is judged in that bucket's lane.
+    /// The upstream answered: hints, classification, and the pass settled with the
+    /// whole answer. An answer that names its bucket (`from_response`) is judged in
+    /// that bucket's lane.
     async fn answered(
         &self,
         response: Response<Incoming>,
         pass: Pass,
-        policy: &mut Attempts,
+        slot: Slot,
         route: &Route,
     ) -> Turn<Response<ProxyBody>> {
         let upstream = self.upstream;
@@ -375,16 +398,13 @@ impl<'a> Ctx<'a> {
             Some(lane) => pass.for_lane(lane),
             None => pass,
         };
-        let windows = hints::windows(&parts.headers, self.clock.wall());
-        if windows.requests.is_some() || windows.tokens.is_some() {
-            pass.lane().apply_quota(&windows, self.clock.now());
-        }
-        let deadline = after(pass.slot().dispatched_at, upstream.client.request_timeout());
+        let reading = hints::read(&parts.headers, self.clock.wall());
+        let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
             Ok(classified) => classified,
             Err(answer) => {
                 upstream.reached(Some(status), false);
-                let settled = upstream.settle(pass, Settle::Answer(None, None));
+                let settled = upstream.settle(pass, Settle::NoAnswer);
                 return Turn::Answer(answer, settled);
             }
         };
@@ -393,50 +413,41 @@ impl<'a> Ctx<'a> {
             matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
         upstream.reached(Some(status), limited);
         let Verdict::Throttle(signal) = verdict else {
-            let settles = route.settles;
-            let (body, settled) = self.watch(pass, verdict, settles, &parts.headers, body);
+            let answer = Answer {
+                reading,
+                ..Answer::of(verdict)
+            };
+            let (body, settled) = self.watch(pass, answer, route.settles, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
             self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body), settled);
-        };
-        let pushback = hints::pushback(&parts.headers, self.clock.wall());
-        let pause = match pushback {
-            Some((Pushback::Delay(d), header)) => Some((d, header)),
-            _ => None,
         };
         let routed = bytes
             .as_deref()
             .map(|bytes| self.throttled_lanes(bytes, route))
             .unwrap_or_default();
-        let settled = if routed.is_empty() {
-            upstream.settle(pass, Settle::Answer(Some(verdict), pause))
+        let named: Vec<_> = routed
+            .iter()
+            .map(|(lane, r)| (Arc::clone(lane), r.reason.as_str(), r.resource.as_str()))
+            .collect();
+        let lanes = if named.is_empty() {
+            Concerns::Held
         } else {
-            let named: Vec<_> = routed
-                .iter()
-                .map(|(lane, r)| (Arc::clone(lane), r.reason.as_str(), r.resource.as_str()))
-                .collect();
-            upstream.settle(pass, Settle::Routed(signal, &named))
+            Concerns::Named(&named)
         };
-        if signal == throttle::Signal::Overload {
-            policy.overloaded();
-        }
-        let refused = matches!(pushback, Some((Pushback::Refuse, _)));
-        let outcome = attempt::Outcome::Throttled { refused };
-        let next = policy.after(outcome, self.elapsed(), || false);
-        if next != Next::ReadThrottle {
-            let answer = Some(Response::from_parts(parts, body));
-            return Turn::Next(next, answer, Cow::Borrowed(""), settled);
-        }
-        let reading = self.clock.timeout_at(deadline, read_error_body_of(body));
-        let Some(Some(body)) = Box::pin(reading).await else {
-            let message = "the upstream's throttle answer broke off";
-            let reason = Reason::UpstreamUnavailable;
-            return Turn::Answer(self.local(reason, Outcome::Error, message, None), settled);
+        let answer = Answer {
+            verdict,
+            reading,
+            lanes,
+            cost: None,
         };
-        let held = !matches!(body, ProxyBody::Prefixed { .. } | ProxyBody::Stream(_));
-        let outcome = attempt::Outcome::ThrottleRead { held };
-        let answer = Some(Response::from_parts(parts, body));
-        Turn::Outcome(outcome, answer, Cow::Borrowed(""), settled)
+        let settled = upstream.settle(pass, Settle::Answer(answer));
+        Turn::Throttled {
+            answer: Response::from_parts(parts, body),
+            refused: matches!(reading.wait, Some((Pushback::Refuse, _))),
+            overload: signal == throttle::Signal::Overload,
+            settled,
+        }
     }
 
     /// The verdict on an answer, reading a small error body when the head alone does
@@ -475,10 +486,6 @@ impl<'a> Ctx<'a> {
                 Err(self.local(Reason::Timeout, Outcome::Timeout, &message, None))
             }
         }
-    }
-
-    fn elapsed(&self) -> Duration {
-        self.clock.now().saturating_duration_since(self.arrived)
     }
 
     /// Hands the client the upstream's throttle: `fresh` if given, else the one kept.
@@ -606,50 +613,44 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// Records `verdict` now, or wraps `body` so it is recorded once the parts that
+    /// Settles `answer` now, or wraps `body` so it is settled once the parts that
     /// decide it have passed: a batch answer's Unprocessed* map, a gRPC answer's
-    /// trailers.
+    /// trailers; an answer that says what the request cost (`settles`) is read for it.
     fn watch(
         &self,
         pass: Pass,
-        verdict: Verdict,
+        answer: Answer<'_>,
         settles: bool,
         headers: &HeaderMap,
         body: ProxyBody,
     ) -> (ProxyBody, Settled) {
+        let verdict = answer.verdict;
         let unit = pass.lane().unit();
         let cost = (verdict == Verdict::Success && settles && unit != Unit::Requests)
             .then(|| AnswerCost::new(unit, is_event_stream(headers)));
+        let upstream = self.upstream;
         let ProxyBody::Stream(inner) = body else {
-            if let (Some(mut cost), Some(held)) = (cost, body.held()) {
+            let mut cost = cost;
+            if let (Some(cost), Some(held)) = (&mut cost, body.held()) {
                 cost.feed(held);
-                for (lane, slot) in pass.iter() {
-                    lane.settle_answer(slot, &cost);
-                }
             }
-            return (
-                body,
-                self.upstream
-                    .settle(pass, Settle::Answer(Some(verdict), None)),
-            );
+            let answer = Answer {
+                cost: cost.as_ref().filter(|_| body.held().is_some()),
+                ..answer
+            };
+            return (body, upstream.settle(pass, Settle::Answer(answer)));
         };
         let batch = verdict == Verdict::Success && self.watch_batch;
         let grpc = verdict == Verdict::Success
             && self.dialect.preset == Preset::Grpc
             && !headers.contains_key("grpc-status");
-        let upstream = Arc::clone(self.upstream);
+        let upstream = Arc::clone(upstream);
         if !batch && !grpc {
-            let charged = cost.as_ref().map(|_| {
-                pass.iter()
-                    .map(|(lane, slot)| (Arc::clone(lane), *slot))
-                    .collect()
-            });
-            let settled = self
-                .upstream
-                .settle(pass, Settle::Answer(Some(verdict), None));
-            return match (cost, charged) {
-                (Some(cost), Some(charged)) => {
-                    let watch = Watch::cost(upstream, cost, charged);
+            let bill = cost.as_ref().map(|_| pass.bill());
+            let settled = upstream.settle(pass, Settle::Answer(answer));
+            return match (cost, bill) {
+                (Some(cost), Some(bill)) => {
+                    let watch = Watch::cost(upstream, cost, bill);
                     (ProxyBody::Watched { inner, watch }, settled)
                 }
                 _ => (ProxyBody::Stream(inner), settled),
@@ -657,9 +658,9 @@ impl<'a> Ctx<'a> {
         }
         let (pass, settled) = pass.defer();
         let watch = if batch {
-            Watch::batch(upstream, pass)
+            Watch::batch(upstream, pass, answer.reading)
         } else {
-            Watch::grpc(upstream, pass)
+            Watch::grpc(upstream, pass, answer.reading)
         };
         let watch = watch.with_cost(cost);
         (ProxyBody::Watched { inner, watch }, settled)

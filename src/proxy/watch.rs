@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http_body::Frame;
 
 use crate::cost::answer::AnswerCost;
-use crate::lane::{Deferred, Lane};
-use crate::pacer::Slot;
+use crate::hints::Reading;
+use crate::lane::{Answer, Concerns, Deferred};
 use crate::route::dynamodb::unprocessed_tables;
 use crate::throttle::{Signal, UnprocessedScan, Verdict};
 use crate::transport::WatchFrames;
@@ -21,6 +21,8 @@ pub struct Watch {
     upstream: Arc<Upstream>,
     /// Taken when the verdict is recorded.
     pass: Option<Deferred>,
+    /// What the answer's head said (rate-limit windows), settled with the verdict.
+    reading: Reading,
     /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
     scan: Option<UnprocessedScan>,
     /// A gRPC answer: `grpc-status` in the trailers decides.
@@ -31,45 +33,38 @@ pub struct Watch {
     kept: Option<Vec<u8>>,
     /// Reads what the request cost, for lanes that pace in units.
     cost: Option<AnswerCost>,
-    /// The lanes to settle that cost in when the verdict was already recorded.
-    charged: Vec<(Arc<Lane>, Slot)>,
+    /// The pass whose cost is settled at the end, its verdict already recorded.
+    bill: Option<Deferred>,
 }
 
 /// The most of a batch answer kept to judge its tables one by one.
 const KEPT_MAX: usize = 1 << 20;
 
 impl Watch {
-    /// Watches a DynamoDB batch answer.
-    pub fn batch(upstream: Arc<Upstream>, pass: Deferred) -> Box<Watch> {
-        Box::new(Watch::new(
-            upstream,
-            pass,
-            Some(UnprocessedScan::default()),
-            false,
-        ))
+    /// Watches a DynamoDB batch answer, whose head said `reading`.
+    pub fn batch(upstream: Arc<Upstream>, pass: Deferred, reading: Reading) -> Box<Watch> {
+        let scan = Some(UnprocessedScan::default());
+        Box::new(Watch::new(upstream, pass, reading, scan, false))
     }
 
-    /// Watches a gRPC answer's trailers.
-    pub fn grpc(upstream: Arc<Upstream>, pass: Deferred) -> Box<Watch> {
-        Box::new(Watch::new(upstream, pass, None, true))
+    /// Watches a gRPC answer's trailers; its head said `reading`.
+    pub fn grpc(upstream: Arc<Upstream>, pass: Deferred, reading: Reading) -> Box<Watch> {
+        Box::new(Watch::new(upstream, pass, reading, None, true))
     }
 
-    /// Watches an answer only for what its request cost, to settle it in `charged`
-    /// (the lanes and slots of an attempt whose verdict is recorded).
-    pub fn cost(
-        upstream: Arc<Upstream>,
-        cost: AnswerCost,
-        charged: Vec<(Arc<Lane>, Slot)>,
-    ) -> Box<Watch> {
+    /// Watches an answer only for what its request cost, to settle it in `bill` (a
+    /// pass whose verdict is recorded).
+    pub fn cost(upstream: Arc<Upstream>, cost: AnswerCost, bill: Deferred) -> Box<Watch> {
         Box::new(Watch {
             upstream,
             pass: None,
+            reading: Reading::default(),
             scan: None,
             grpc: false,
             kept: None,
             verdict: Verdict::Success,
             cost: Some(cost),
-            charged,
+            bill: Some(bill),
         })
     }
 
@@ -82,6 +77,7 @@ impl Watch {
     fn new(
         upstream: Arc<Upstream>,
         pass: Deferred,
+        reading: Reading,
         scan: Option<UnprocessedScan>,
         grpc: bool,
     ) -> Watch {
@@ -89,43 +85,44 @@ impl Watch {
         Watch {
             upstream,
             pass: Some(pass),
+            reading,
             scan,
             grpc,
             kept,
             verdict: Verdict::Success,
             cost: None,
-            charged: Vec::new(),
+            bill: None,
         }
     }
 
     fn record(&mut self) {
-        if let Some(cost) = self.cost.take() {
-            for (lane, slot) in self.charged.drain(..) {
-                lane.settle_answer(&slot, &cost);
-            }
-            // A throttled batch used none of what it was reserved at; it stays reserved.
-            if let Some(pass) = &self.pass
-                && self.verdict == Verdict::Success
-            {
-                for (lane, slot) in pass.pass().iter() {
-                    lane.settle_answer(slot, &cost);
-                }
-            }
+        let cost = self.cost.take();
+        if let (Some(cost), Some(bill)) = (&cost, self.bill.take()) {
+            let _settled = self.upstream.settle(bill.into_pass(), Settle::Cost(cost));
         }
         let Some(pass) = self.pass.take() else {
             return;
         };
-        let pass = pass.into_pass();
-        let _settled = match (&self.kept, self.verdict) {
+        let tables;
+        let unprocessed;
+        let lanes = match (&self.kept, self.verdict) {
             (Some(kept), Verdict::Throttle(Signal::Partial)) => {
-                let tables = unprocessed_tables(kept);
-                let unprocessed = |table: &str| tables.contains(table);
-                self.upstream.settle(pass, Settle::ByTable(&unprocessed))
+                tables = unprocessed_tables(kept);
+                unprocessed = |table: &str| tables.contains(table);
+                Concerns::ByTable(&unprocessed)
             }
-            _ => self
-                .upstream
-                .settle(pass, Settle::Answer(Some(self.verdict), None)),
+            _ => Concerns::Held,
         };
+        let answer = Answer {
+            verdict: self.verdict,
+            reading: self.reading,
+            lanes,
+            // A throttled batch used none of what it was reserved at; it stays reserved.
+            cost: cost.as_ref().filter(|_| self.verdict == Verdict::Success),
+        };
+        let _settled = self
+            .upstream
+            .settle(pass.into_pass(), Settle::Answer(answer));
     }
 }
 

@@ -16,13 +16,18 @@ use crate::lane::{Pass, Route, Settled};
 use crate::pacer::ShedReason;
 use crate::transport::ConnectCause;
 
-/// What one attempt that got its slots left to do: the request's answer, or the
-/// policy's decision (or the outcome for the driver to ask it about, the retry budget
-/// last) with the answer it concerns (a throttle kept for the client) and the words
-/// for the client if it gives up. Either way its pass was settled.
+/// What one attempt that got its slots came to, its pass settled: the request's
+/// answer; an upstream throttle (its answer, whether it asked not to be retried and
+/// whether it was an overload) for the driver to ask the policy about; or another
+/// outcome, with the answer it concerns and the words for the client if it gives up.
 pub enum Turn<A> {
     Answer(A, Settled),
-    Next(Next, Option<A>, Cow<'static, str>, Settled),
+    Throttled {
+        answer: A,
+        refused: bool,
+        overload: bool,
+        settled: Settled,
+    },
     Outcome(attempt::Outcome, Option<A>, Cow<'static, str>, Settled),
 }
 
@@ -51,14 +56,23 @@ pub trait Dispatch {
     fn drop_attempt(&mut self, queued: Duration);
 
     /// Sends the readied attempt holding `pass`, `queued` after it asked for its
-    /// slots, and asks `policy` what follows an answer or a failure.
+    /// slots (`attempt`: how many the request has begun), and settles the pass.
     fn send<'s>(
         &'s mut self,
         pass: Pass,
         queued: Duration,
-        policy: &'s mut Attempts,
+        attempt: u32,
         route: &'s Route,
     ) -> impl Future<Output = Turn<Self::Answer>> + 's;
+
+    /// Reads a throttle's answer to its end, so that a retry may go (the connection
+    /// returns to the pool, and the client gets the answer unchanged if the retry
+    /// cannot go after all): the answer and whether it is held in memory, or the
+    /// client's answer if it broke off.
+    fn read_throttle(
+        &mut self,
+        answer: Self::Answer,
+    ) -> impl Future<Output = Result<(Self::Answer, bool), Self::Answer>>;
 }
 
 /// How a request's attempts ended.
@@ -145,12 +159,36 @@ impl Control {
                                 Turn::Outcome(outcome, None, self.backoff_message(), settled)
                             }
                             Admission::Open | Admission::Probe => {
-                                dispatch.send(pass, queued, &mut policy, route).await
+                                let attempt = policy.attempts();
+                                dispatch.send(pass, queued, attempt, route).await
                             }
                         };
                         match turn {
                             Turn::Answer(answer, _) => return Ended::Answer(answer),
-                            Turn::Next(next, answer, message, _) => (next, answer, message, None),
+                            Turn::Throttled {
+                                answer,
+                                refused,
+                                overload,
+                                ..
+                            } => {
+                                if overload {
+                                    policy.overloaded();
+                                }
+                                let throttled = attempt::Outcome::Throttled { refused };
+                                let next = self.decide(&mut policy, throttled, arrived);
+                                if next != Next::ReadThrottle {
+                                    (next, Some(answer), Cow::Borrowed(""), None)
+                                } else {
+                                    match dispatch.read_throttle(answer).await {
+                                        Ok((answer, held)) => {
+                                            let read = attempt::Outcome::ThrottleRead { held };
+                                            let next = self.decide(&mut policy, read, arrived);
+                                            (next, Some(answer), Cow::Borrowed(""), None)
+                                        }
+                                        Err(answer) => return Ended::Answer(answer),
+                                    }
+                                }
+                            }
                             Turn::Outcome(outcome, answer, message, _) => {
                                 let next = self.decide(&mut policy, outcome, arrived);
                                 (next, answer, message, None)

@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderValue};
 
 use super::*;
-use crate::hints::{self, Pushback, Quota};
+use crate::hints::{self, Hint, Pushback, Quota, Reading};
 use crate::metrics::Metrics;
+use crate::throttle::Signal;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -58,17 +59,31 @@ fn header(name: &'static str, value: &str) -> HeaderMap {
     headers
 }
 
+/// Settles an attempt of the default lane with `verdict` and what `reading` says, as
+/// the proxy does.
+fn answer(control: &Control, verdict: Verdict, reading: Reading) {
+    let pass = Pass::one(Arc::clone(control.lanes.default_lane()), slot(control));
+    let answer = Answer {
+        reading,
+        ..Answer::of(verdict)
+    };
+    let _ = control.settle(pass, Settle::Answer(answer));
+}
+
 /// Records a throttle carrying `headers`, as the proxy does.
 fn throttle(control: &Control, headers: &HeaderMap) {
-    let pause = match hints::pushback(headers, control.clock().wall()) {
-        Some((Pushback::Delay(delay), hint)) => Some((delay, hint)),
-        other => panic!("no delay in {headers:?}: {other:?}"),
-    };
-    let verdict = Some(Verdict::Throttle(Signal::Status));
-    control
-        .lanes
-        .default_lane()
-        .record(&slot(control), verdict, pause);
+    let reading = hints::read(headers, control.clock().wall());
+    assert!(
+        matches!(reading.wait, Some((Pushback::Delay(_), _))),
+        "no delay in {headers:?}: {reading:?}"
+    );
+    answer(control, Verdict::Throttle(Signal::Status), reading);
+}
+
+/// A success carrying `headers`' rate-limit windows.
+fn windows(control: &Control, headers: &HeaderMap) {
+    let reading = hints::read(headers, control.clock().wall());
+    answer(control, Verdict::Success, reading);
 }
 
 #[test]
@@ -146,10 +161,7 @@ fn nothing_left_with_a_huge_reset_pauses_at_most_max_pause() {
         for (name, value) in pair {
             headers.insert(name, HeaderValue::from_static(value));
         }
-        control.lanes.default_lane().apply_quota(
-            &hints::windows(&headers, control.clock().wall()),
-            control.clock().now(),
-        );
+        windows(&control, &headers);
         assert_eq!(control.paused_until(), Some(epoch() + MINUTE), "{reset}");
         assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 1);
         assert_eq!(control.capped_hint().unwrap().header, Hint::RateLimit);
@@ -161,11 +173,7 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
     let (control, _runtime, manual) = control();
     // 15 digits: the largest integer a structured field holds.
     let field = header("ratelimit", "remaining=1, reset=999999999999999");
-    let windows = hints::windows(&field, control.clock().wall());
-    control
-        .lanes
-        .default_lane()
-        .apply_quota(&windows, control.clock().now());
+    windows(&control, &field);
     assert_eq!(control.paused_until(), None, "a floor, not a pause");
     assert_eq!(control.rate_limit_floor(), Some((MINUTE, epoch() + MINUTE)));
     assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 1);
@@ -177,12 +185,7 @@ fn one_left_with_a_far_reset_spaces_by_at_most_max_pause_and_only_that_long() {
 #[test]
 fn a_window_with_plenty_left_is_used_and_a_nearly_spent_one_is_spread() {
     let (control, _runtime, manual) = control();
-    let lane = control.lanes.default_lane();
-    let apply = |field: &str| {
-        let field = header("ratelimit", field);
-        let windows = hints::windows(&field, control.clock().wall());
-        lane.apply_quota(&windows, control.clock().now());
-    };
+    let apply = |field: &str| windows(&control, &header("ratelimit", field));
     apply(r#""default";r=1;t=30"#);
     let thirty = Duration::from_secs(30);
     assert_eq!(control.rate_limit_floor(), Some((thirty, epoch() + thirty)));
@@ -243,14 +246,11 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
             limit: None,
             refills: false,
         };
-        let windows = hints::Reading {
+        let reading = Reading {
             requests: Some(quota),
-            ..hints::Reading::default()
+            ..Reading::default()
         };
-        control
-            .lanes
-            .default_lane()
-            .apply_quota(&windows, control.clock().now());
+        answer(&control, Verdict::Success, reading);
     });
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let logged: Vec<&str> = text.lines().filter(|l| l.contains("max_pause")).collect();

@@ -1,0 +1,125 @@
+//! What an answer's headers do to a lane: a throttle's wait holds it, its rate-limit
+//! windows pace or pause it (as [`rules::quota`] decides), each cut to `max_pause`;
+//! a cut is counted, shown on `/status` while it lasts and logged once per header.
+
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::rules::{self, Capped, Floor};
+use super::{CappedHint, Lane};
+use crate::clock::Instant;
+use crate::cost::Unit;
+use crate::hints::{Hint, Reading};
+use crate::throttle::Signal;
+
+impl Lane {
+    /// Counts a throttle, remembers it, and holds the lane for the pause its answer
+    /// asked for, if any.
+    pub(super) fn throttle_seen(&self, signal: Signal, pause: Option<(Duration, Hint)>) {
+        self.metrics.throttle(signal).inc();
+        self.throttled(signal.as_str(), None);
+        if let Some(link) = self.fleet.get() {
+            link.refused();
+        }
+        if let Some((asked, header)) = pause {
+            let now = self.common.clock.now();
+            let delay = self.cap(asked, header, now);
+            self.paused_by(header);
+            if self.pacer.paused_until(now).is_none() {
+                tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "paused by the upstream's Retry-After");
+            }
+            self.pacer.pause_until(now + delay);
+        }
+    }
+
+    /// Applies an answer's rate-limit windows as [`rules::quota`] says: go, pace
+    /// until the reset, or pause until it (a `ratelimit` throttle).
+    pub(super) fn apply_quota(&self, reading: &Reading) {
+        if reading.requests.is_none() && reading.tokens.is_none() {
+            return;
+        }
+        let settings = &self.common.settings;
+        let now = self.common.clock.now();
+        let units = (self.unit() != Unit::Requests).then(|| rules::UnitFacts {
+            mean: self.costs.mean().max(1.0),
+            queued: self.pacer.queued_cost(),
+            window: settings.preset.token_window(),
+        });
+        let facts = rules::QuotaFacts {
+            spend: settings.quota,
+            in_flight: u64::try_from(self.common.metrics.in_flight.get()).unwrap_or(0),
+            max: settings.max_pause.min(settings.sleeper.max_interval),
+            at: self.since_origin(now),
+            units,
+        };
+        let effects = rules::quota(reading, &self.falls, &facts);
+        if let Some(pause) = effects.pause {
+            self.quota_pause(pause, now);
+        }
+        match effects.floor {
+            Floor::Keep => {}
+            Floor::Lift if self.pacer.floor(now).is_none() => {}
+            Floor::Lift => self.pacer.set_floor(Duration::ZERO, now),
+            Floor::Set { spacing, lasts } => {
+                self.capped(lasts, Hint::RateLimit, now);
+                self.paused_by(Hint::RateLimit);
+                self.pacer.set_floor(spacing, now + lasts.duration);
+            }
+        }
+        match effects.request_floor {
+            Floor::Keep => {}
+            Floor::Lift => self.pacer.set_request_floor(Duration::ZERO, now),
+            Floor::Set { spacing, lasts } => {
+                self.capped(lasts, Hint::RateLimit, now);
+                self.paused_by(Hint::RateLimit);
+                self.pacer.set_request_floor(spacing, now + lasts.duration);
+            }
+        }
+    }
+
+    /// Holds the lane until a spent rate-limit window comes back.
+    fn quota_pause(&self, pause: Capped, now: Instant) {
+        self.capped(pause, Hint::RateLimit, now);
+        self.paused_by(Hint::RateLimit);
+        self.common.metrics.throttle(Signal::RateLimit).inc();
+        self.metrics.throttle(Signal::RateLimit).inc();
+        if self.pacer.paused_until(now).is_none() {
+            tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(pause.duration.as_millis()).unwrap_or(u64::MAX), "paused until the upstream's rate-limit window resets");
+        }
+        self.pacer.pause_until(now + pause.duration);
+    }
+
+    /// Cuts a pause a header asked for to `max_pause` (and `max_interval`).
+    fn cap(&self, asked: Duration, header: Hint, now: Instant) -> Duration {
+        let settings = &self.common.settings;
+        let capped = Capped::of(asked, settings.max_pause.min(settings.sleeper.max_interval));
+        self.capped(capped, header, now);
+        capped.duration
+    }
+
+    /// Counts a cut pause, remembers it for `/status`, and logs it the first time each
+    /// header asks for too much.
+    fn capped(&self, capped: Capped, header: Hint, now: Instant) {
+        if !capped.was_cut() {
+            return;
+        }
+        self.common.metrics.hint_capped(header).inc();
+        let until = now + capped.duration;
+        let asked = capped.asked;
+        *self.capped.lock().unwrap_or_else(PoisonError::into_inner) = Some(CappedHint {
+            header,
+            asked,
+            until,
+        });
+        if !self.common.capped_logged[header as usize].swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                upstream = %self.common.upstream,
+                header = header.as_str(),
+                asked_s = asked.as_secs_f64(),
+                max_pause_s = capped.duration.as_secs_f64(),
+                "the upstream asked for a longer pause than max_pause; capped (logged once per header)"
+            );
+        }
+    }
+}
