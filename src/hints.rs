@@ -164,7 +164,27 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
     if waits {
         reading.wait = wait::read(headers, now);
     }
-    reading
+    reading.bounded()
+}
+
+/// The longest reset or wait an answer is read as (a century): a header may say
+/// anything up to `u64::MAX` seconds, and every decision on it (a spacing spread
+/// over the window, a pause added to the clock) is arithmetic that such a value
+/// would overflow. `max_pause` (at most a day) cuts it further; `/status` shows what
+/// was asked, up to this.
+pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+impl Reading {
+    /// The reading with every duration at most [`LONGEST`].
+    fn bounded(mut self) -> Reading {
+        for quota in [&mut self.requests, &mut self.tokens].into_iter().flatten() {
+            quota.reset = quota.reset.min(LONGEST);
+        }
+        if let Some((Pushback::Delay(delay), _)) = &mut self.wait {
+            *delay = (*delay).min(LONGEST);
+        }
+        self
+    }
 }
 
 /// A gRPC request's own deadline (`grpc-timeout`: up to 8 digits and a unit H, M, S,

@@ -53,8 +53,11 @@ pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decisio
     let fall = if fall.is_finite() { fall.max(1.0) } else { 1.0 };
     // This sidecar's requests the window still holds.
     let ours = window.remaining as f64 / fall;
+    // `until` is a header's, so as large as it said: divided as a float, never
+    // past what a `Duration` holds (a count below 1 would stretch it).
     let spread = |count: f64| Decision::Pace {
-        spacing: until.div_f64(count.max(1.0)),
+        spacing: Duration::try_from_secs_f64(until.as_secs_f64() / count.max(1.0))
+            .map_or(until, |spacing| spacing.min(until)),
         until,
     };
     // What refills in `until` is what was used: in this sidecar's requests.
@@ -233,6 +236,64 @@ mod tests {
             decide(Spend::Use, window(18, 60, None, false), 16, 1.0),
             Decision::Go
         );
+    }
+
+    /// Every combination of extreme counts, resets, falls and requests in flight gives
+    /// a decision whose durations are no longer than the window (a header's reset of
+    /// `u64::MAX` seconds once overflowed the spacing spread over it).
+    #[test]
+    fn decide_holds_at_the_extremes() {
+        let counts = [0, 1, 2, 1000, u64::MAX - 1, u64::MAX];
+        let resets = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_secs(1),
+            Duration::from_secs(u64::MAX / 2),
+            Duration::MAX,
+        ];
+        let falls = [
+            0.0,
+            1.0,
+            0.5,
+            1e300,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NAN,
+            -1.0,
+        ];
+        for (&remaining, &reset, &fall) in itertools3(&counts, &resets, &falls) {
+            for limit in [None, Some(0), Some(1), Some(u64::MAX)] {
+                for refills in [false, true] {
+                    for spend in [Spend::Use, Spend::Smooth] {
+                        for in_flight in [0, 1, u64::MAX] {
+                            let w = Quota {
+                                remaining,
+                                reset,
+                                limit,
+                                refills,
+                            };
+                            match decide(spend, w, in_flight, fall) {
+                                Decision::Go => {}
+                                Decision::Pace { spacing, until } => {
+                                    assert_eq!(until, reset, "{w:?}");
+                                    assert!(spacing <= until, "{w:?} {fall}");
+                                }
+                                Decision::Pause { until } => assert_eq!(until, reset),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn itertools3<'a, A, B, C>(
+        a: &'a [A],
+        b: &'a [B],
+        c: &'a [C],
+    ) -> impl Iterator<Item = (&'a A, &'a B, &'a C)> {
+        a.iter()
+            .flat_map(move |x| b.iter().flat_map(move |y| c.iter().map(move |z| (x, y, z))))
     }
 
     #[test]

@@ -114,3 +114,115 @@ async fn ratelimit_remaining_one_with_a_far_reset_spaces_by_max_pause_and_shows_
     assert_eq!(capped(proxy.admin, "ratelimit").await, 2.0);
     assert_eq!(requests(proxy.admin, "shed").await, 0.0);
 }
+
+/// Resets and waits of about 1e20 s, in every dialect's spelling: each request is
+/// answered and nothing panics (one such header once made every request's task panic:
+/// the spacing spread over the window overflowed before the window was capped).
+#[tokio::test]
+async fn a_reset_of_1e20_seconds_in_any_dialect_leaves_every_request_answered() {
+    const HUGE: &str = "99999999999999999999";
+    let dialects: [(&str, &[(&str, &str)]); 7] = [
+        (
+            "x-ratelimit reset-after",
+            &[
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", "1"),
+                ("x-ratelimit-reset-after", HUGE),
+            ],
+        ),
+        (
+            "x-ratelimit epoch reset",
+            &[("x-ratelimit-remaining", "1"), ("x-ratelimit-reset", HUGE)],
+        ),
+        (
+            "ietf",
+            &[("ratelimit-remaining", "1"), ("ratelimit-reset", HUGE)],
+        ),
+        (
+            "ietf structured",
+            &[("ratelimit", r#""default";r=1;t=999999999999999"#)],
+        ),
+        (
+            "openai",
+            &[
+                ("x-ratelimit-limit-requests", "5000"),
+                ("x-ratelimit-remaining-requests", "1"),
+                ("x-ratelimit-reset-requests", "99999999999999999999s"),
+                ("x-ratelimit-limit-tokens", "5000"),
+                ("x-ratelimit-remaining-tokens", "1"),
+                ("x-ratelimit-reset-tokens", "2562047h47m16s"),
+            ],
+        ),
+        (
+            "anthropic",
+            &[
+                ("anthropic-ratelimit-requests-limit", "5000"),
+                ("anthropic-ratelimit-requests-remaining", "1"),
+                ("anthropic-ratelimit-requests-reset", "9999-12-31T23:59:59Z"),
+            ],
+        ),
+        (
+            "x-rate-limit",
+            &[
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", HUGE),
+            ],
+        ),
+    ];
+    for (dialect, headers) in dialects {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        let up = upstream(move |_| {
+            let headers = headers.clone();
+            async move {
+                let pairs: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                respond(200, &pairs, "")
+            }
+        })
+        .await;
+        // A short max_pause: whatever the window asks, the next request waits at most
+        // this long (or is shed at once), so every one of them is answered promptly.
+        let config = "max_pause = \"200ms\"\n[upstream.retry]\nmax_attempts = 1\n";
+        let proxy = proxy(up.addr, config).await;
+        let url = format!("http://{}/", proxy.addr);
+        for _ in 0..3 {
+            let answer = get(&url).await;
+            assert!(
+                matches!(answer.status.as_u16(), 200 | 429 | 503),
+                "{dialect}: {} {}",
+                answer.status,
+                answer.text()
+            );
+        }
+        assert_eq!(requests(proxy.admin, "error").await, 0.0, "{dialect}");
+    }
+}
+
+/// A throttle asking for a wait of 1e20 s in each wait header: answered, not dropped.
+#[tokio::test]
+async fn a_wait_of_1e20_seconds_on_a_throttle_is_answered() {
+    for (name, value) in [
+        ("retry-after", "99999999999999999999"),
+        ("retry-after-ms", "99999999999999999999"),
+        ("x-amz-retry-after", "99999999999999999999"),
+        ("grpc-retry-pushback-ms", "99999999999999999999"),
+    ] {
+        let up = upstream(move |_| async move { respond(429, &[(name, value)], "") }).await;
+        let config = "max_pause = \"200ms\"\n[upstream.retry]\nmax_attempts = 1\n";
+        let proxy = proxy(up.addr, config).await;
+        let url = format!("http://{}/", proxy.addr);
+        for _ in 0..2 {
+            let answer = get(&url).await;
+            assert!(
+                matches!(answer.status.as_u16(), 429 | 503),
+                "{name}: {}",
+                answer.status
+            );
+        }
+    }
+}

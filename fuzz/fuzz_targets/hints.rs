@@ -1,13 +1,16 @@
-//! Hint readers on arbitrary header values. The first 8 bytes are the wall-clock time
-//! (seconds since 1970); the rest is split at `\n` into the values of the headers below,
-//! in order. Reading must never panic, and what it yields must be usable: a pause or
-//! window capped at a minute can be added to a clock reading.
+//! Hint readers on arbitrary header values, and the decisions production takes on
+//! what they read. The first 8 bytes are the wall-clock time (seconds since 1970); the
+//! rest is split at `\n` into the values of the headers below, in order. Reading and
+//! deciding must never panic, and what they yield must be usable: every pause and
+//! floor within `max_pause`, and addable to a clock reading.
 
 #![no_main]
 
 use std::time::{Duration, SystemTime};
 
-use easeoff::hints::{self, Pushback};
+use easeoff::hints::{self, Pushback, TokenWindow};
+use easeoff::lane::rules::{self, Floor, QuotaEffects, QuotaFacts, UnitFacts};
+use easeoff::quota::{Falls, Spend};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 
@@ -66,20 +69,60 @@ fuzz_target!(|data: &[u8]| {
             headers.append(HeaderName::from_static(name), value);
         }
     }
-    let max = Duration::from_secs(60);
-    let instant = std::time::Instant::now();
     let reading = hints::read(&headers, now);
-    if let Some((Pushback::Delay(delay), _)) = reading.wait {
-        let (capped, _) = hints::cap(delay, max);
-        let _ = instant + capped;
-    }
-    for quota in [reading.requests, reading.tokens, reading.binding()]
-        .into_iter()
-        .flatten()
-    {
-        let (reset, _) = hints::cap(quota.reset, max);
-        let _ = instant + reset + quota.spacing().min(reset);
-    }
-    assert_eq!(hints::quota(&headers, now), reading.binding());
     let _ = hints::grpc_timeout(&headers);
+    // What production does with the reading: the lane's rules (which run
+    // `quota::decide` and learn the windows' falls), in every kind of lane, twice so
+    // that a fall is learned, and the effects added to a clock reading.
+    let falls = Falls::default();
+    let instant = std::time::Instant::now();
+    for facts in facts() {
+        for at in [Duration::ZERO, Duration::from_millis(5)] {
+            let facts = QuotaFacts { at, ..facts };
+            let effects = rules::quota(&reading, &falls, &facts);
+            check(&effects, facts.max, instant);
+        }
+    }
+    if let Some((Pushback::Delay(delay), _)) = reading.wait {
+        let capped = rules::Capped::of(delay, Duration::from_secs(86_400));
+        let _ = instant + capped.duration;
+    }
 });
+
+/// A lane that paces in requests and one in tokens for each vendor's window, with
+/// nothing and a lot in flight, under a minute's and a day's `max_pause`.
+fn facts() -> impl Iterator<Item = QuotaFacts> {
+    let units = [
+        None,
+        Some(TokenWindow::USED),
+        Some(TokenWindow::OPENAI),
+        Some(TokenWindow::ANTHROPIC),
+    ];
+    units.into_iter().flat_map(|window| {
+        [(0, 60), (u64::MAX, 86_400)].map(move |(in_flight, max)| QuotaFacts {
+            spend: Spend::Use,
+            in_flight,
+            max: Duration::from_secs(max),
+            at: Duration::ZERO,
+            units: window.map(|window| UnitFacts {
+                mean: 120.0,
+                queued: u64::MAX,
+                window,
+            }),
+        })
+    })
+}
+
+/// Every duration the effects hold is at most `max` and can be added to the clock.
+fn check(effects: &QuotaEffects, max: Duration, instant: std::time::Instant) {
+    if let Some(pause) = effects.pause {
+        assert!(pause.duration <= max);
+        let _ = instant + pause.duration;
+    }
+    for floor in [effects.floor, effects.request_floor] {
+        if let Floor::Set { spacing, lasts } = floor {
+            assert!(spacing <= lasts.duration && lasts.duration <= max);
+            let _ = instant + lasts.duration;
+        }
+    }
+}

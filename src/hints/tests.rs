@@ -522,9 +522,28 @@ fn policies_with_huge_numbers_are_compared_without_overflow() {
     let max = "999999999999999";
     let field = format!(r#""a";r={max};t={max}, "b";r=1;t={max}"#);
     let headers = with(&[("ratelimit", field.as_str())]);
+    // The policy with less left per second binds; its reset is read as a century.
+    assert_eq!(read(&headers, now()).requests, q(1, LONGEST, None));
+}
+
+#[test]
+fn every_reset_and_wait_is_read_as_at_most_a_century() {
+    let huge = "99999999999999999999";
+    let reading = read(
+        &with(&[
+            ("x-ratelimit-remaining", "1"),
+            ("x-ratelimit-reset-after", huge),
+            ("x-ratelimit-remaining-tokens", "1"),
+            ("x-ratelimit-reset-tokens", "2562047h47m16s"),
+            ("retry-after", huge),
+        ]),
+        now(),
+    );
+    assert_eq!(reading.requests.map(|q| q.reset), Some(LONGEST));
+    assert_eq!(reading.tokens.map(|q| q.reset), Some(LONGEST));
     assert_eq!(
-        read(&headers, now()).requests,
-        q(1, secs(999_999_999_999_999), None)
+        reading.wait,
+        Some((Pushback::Delay(LONGEST), Hint::RetryAfter))
     );
 }
 
