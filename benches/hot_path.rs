@@ -98,7 +98,7 @@ fn pacer(c: &mut Criterion) {
     let _entered = runtime.enter();
     let mut g = c.benchmark_group("pacer");
     let deadline = Instant::now() + Duration::from_secs(3600);
-    let limits = Limits { max_waiting: 1000 };
+    let limits = Limits::waiting(1000);
     let fast = Pacer::new(Mode::Pace, limits);
     g.bench_function("acquire_interval_0", |b| {
         b.iter(|| now_or_never(fast.acquire(black_box(deadline))))

@@ -33,6 +33,18 @@ crate::spelled::spelled! {
 }
 
 impl Unit {
+    /// The most one request is reserved or settled at, in thousandths: two million
+    /// tokens (the largest context window sold), or 16,384 capacity units (a 16 MiB
+    /// request, DynamoDB's largest, written at a unit a KiB). An estimate or an
+    /// answer's count past it is a client's or an upstream's mistake, not a cost.
+    pub fn most(self) -> u64 {
+        match self {
+            Unit::Requests => ONE,
+            Unit::Tokens => 2_000_000,
+            Unit::Capacity => 16_384 * ONE,
+        }
+    }
+
     /// Thousandths of this unit as the lane's own units (tokens, capacity units).
     #[allow(clippy::cast_precision_loss, reason = "counts for metrics")]
     pub fn count(self, thousandths: u64) -> f64 {

@@ -88,6 +88,9 @@ pub struct Lane {
     overloads: overloads::Overloads,
     /// What the lane's requests were reserved at and settled at.
     costs: Costs,
+    /// The largest limit the lane's token window has stated, in thousandths of the
+    /// lane's unit; 0 before any.
+    window_limit: AtomicU64,
     /// The fleet epoch the lane last took its place in the fleet's schedule in
     /// ([`rules::places`]); `u64::MAX` before the first.
     placed: AtomicU64,
@@ -111,6 +114,7 @@ impl Lane {
         let clock = &common.clock;
         let limits = Limits {
             max_waiting: settings.queue.max_waiting,
+            max_gap: settings.max_pause,
         };
         let controller = Controller::new(&settings.sleeper, rng);
         let pacer = Pacer::with_clock(settings.sleeper.mode, limits, clock.clone());
@@ -140,6 +144,7 @@ impl Lane {
             falls: Falls::default(),
             overloads: overloads::Overloads::default(),
             costs: Costs::default(),
+            window_limit: AtomicU64::new(0),
             placed: AtomicU64::new(u64::MAX),
         }
     }
@@ -312,6 +317,7 @@ impl Lane {
     /// throttles.
     pub async fn acquire(&self, deadline: Instant, patient: bool, cost: u64) -> Result<Slot, Shed> {
         let clock = &self.common.clock;
+        let cost = self.reserved(cost);
         if let Some(link) = self.fleet() {
             link.arrived();
         }
@@ -349,6 +355,29 @@ impl Lane {
         };
         self.dispatched(&slot, cost);
         Ok(slot)
+    }
+
+    /// What a request estimated at `estimate` is reserved at ([`rules::reservation`]).
+    fn reserved(&self, estimate: u64) -> u64 {
+        let unit = self.unit();
+        if unit == Unit::Requests {
+            return estimate;
+        }
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a mean of bounded costs"
+        )]
+        let mean = self.costs.mean() as u64;
+        rules::reservation(estimate, self.window_limit(), unit.most(), mean)
+    }
+
+    /// The limit the lane's token window stated, if one did and the window counts
+    /// the lane's whole requests (Anthropic's binding window may count input or
+    /// output alone, which one request can pass).
+    fn window_limit(&self) -> Option<u64> {
+        let whole = self.common.settings.preset.token_window().least_share >= 1.0;
+        Some(self.window_limit.load(Ordering::Relaxed)).filter(|l| *l > 0 && whole)
     }
 
     /// Counts a dispatch and its wait.
@@ -457,6 +486,7 @@ impl Lane {
         let Some(actual) = answer.cost(table) else {
             return;
         };
+        let actual = rules::settlement(actual, self.window_limit(), self.unit().most());
         let window = self.common.settings.preset.token_window();
         self.pacer
             .settle(slot.cost, rules::charged(slot.cost, actual, window));

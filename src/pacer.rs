@@ -95,11 +95,25 @@ crate::spelled::spelled! {
 /// the memory they hold.
 pub const PATIENT_WAITING: usize = 1000;
 
-/// Bounds on waiting (config `[upstream.queue]`).
+/// Bounds on waiting (config `[upstream.queue]`, `max_pause`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Requests waiting at once; more are shed.
     pub max_waiting: usize,
+    /// The longest gap one dispatch leaves after it, whatever it cost (unless one
+    /// unit's spacing is longer): no single request holds the lane longer.
+    pub max_gap: Duration,
+}
+
+impl Limits {
+    /// `max_waiting` waiters, and no gap longer than a day (the longest
+    /// `max_pause`).
+    pub const fn waiting(max_waiting: usize) -> Limits {
+        Limits {
+            max_waiting,
+            max_gap: Duration::from_secs(24 * 3600),
+        }
+    }
 }
 
 /// One upstream's pacing state, shared by its requests and its release task.
@@ -697,7 +711,11 @@ impl Shared {
     fn keep_progress(&self, old: u64, new: u64) {
         let now = self.ns(self.clock.now());
         let cost = u64::try_from(self.gap_cost.load(Ordering::Relaxed)).unwrap_or(0);
-        let gap = |interval: u64| nanos(scale(Duration::from_nanos(interval), cost, ONE));
+        let max_gap = self.limits.max_gap;
+        let gap = |interval: u64| {
+            let spacing = Duration::from_nanos(interval);
+            nanos(scale(spacing, cost, ONE).min(spacing.max(max_gap)))
+        };
         let _ = self
             .last_dispatch_ns
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
@@ -774,15 +792,18 @@ impl Shared {
     }
 
     /// The gap after a dispatch of `cost`: the spacing × the cost, at least the
-    /// request floor.
+    /// request floor; past one unit's spacing, at most `max_gap`.
     fn gap(&self, now: Instant, cost: u64) -> Duration {
-        let spaced = scale(self.spacing(now), cost, ONE);
+        let spacing = self.spacing(now);
+        let spaced = scale(spacing, cost, ONE).min(spacing.max(self.limits.max_gap));
         spaced.max(self.request_floor(now))
     }
 
     /// The gaps of `count` waiting requests that cost `cost` together.
     fn gaps(&self, now: Instant, n: usize, cost: u64) -> Duration {
-        let spaced = scale(self.spacing(now), cost, ONE);
+        let spacing = self.spacing(now);
+        let most = spacing.max(self.limits.max_gap).saturating_mul(count(n));
+        let spaced = scale(spacing, cost, ONE).min(most);
         spaced.max(self.request_floor(now).saturating_mul(count(n)))
     }
 

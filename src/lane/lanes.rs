@@ -4,7 +4,7 @@
 //! one hash lookup per request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -24,6 +24,13 @@ use crate::sleeper::Mode;
 /// Lanes by name. Names come from requests, but `max_lanes` bounds how many a client
 /// can make, so a fast seeded hash is safe here.
 type LaneMap = HashMap<Box<str>, Arc<Lane>, RandomState>;
+
+/// How often a full set of lanes is swept for idle ones when new names keep coming;
+/// scrapes drop idle lanes too (`Lanes::drop_idle`).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// No sweep yet.
+const NEVER: u64 = u64::MAX;
 
 /// One upstream's lanes.
 pub struct Lanes {
@@ -49,6 +56,11 @@ pub struct Lanes {
     drain_by: Mutex<Option<Instant>>,
     /// The fleet every lane joins, once the upstream joined it.
     fleet: OnceLock<Arc<Fleet>>,
+    /// Nanoseconds after the lanes' time zero of the last sweep for room; [`NEVER`]
+    /// before the first.
+    swept_ns: AtomicU64,
+    /// Sweeps so far.
+    sweeps: AtomicUsize,
 }
 
 impl Lanes {
@@ -104,6 +116,8 @@ impl Lanes {
             reach,
             drain_by: Mutex::new(None),
             fleet: OnceLock::new(),
+            swept_ns: AtomicU64::new(NEVER),
+            sweeps: AtomicUsize::new(0),
         }
     }
 
@@ -265,16 +279,30 @@ impl Lanes {
         if name == route::DEFAULT {
             return Arc::clone(&self.default);
         }
-        if let Some(lane) = self.read().get(name) {
-            return Arc::clone(lane);
+        let max_lanes = self.settings.lanes.max_lanes;
+        let now = self.clock.now();
+        let mut sweep = false;
+        {
+            let others = self.read();
+            if let Some(lane) = others.get(name) {
+                return Arc::clone(lane);
+            }
+            // Full: a new name shares `overflow` under the read lock, unless a sweep
+            // is due (a client cycling names would otherwise take the write lock and
+            // walk every lane for each request).
+            if !room_for(&others, name, max_lanes) {
+                sweep = self.sweep_due(now);
+                if let Some(lane) = others.get(route::OVERFLOW).filter(|_| !sweep) {
+                    return Arc::clone(lane);
+                }
+            }
         }
         let mut others = self.write();
         if let Some(lane) = others.get(name) {
             return Arc::clone(lane);
         }
-        let max_lanes = self.settings.lanes.max_lanes;
-        if !room_for(&others, name, max_lanes) {
-            self.sweep(&mut others, self.clock.now());
+        if sweep {
+            self.sweep(&mut others, now);
         }
         let name = if room_for(&others, name, max_lanes) {
             name
@@ -405,7 +433,27 @@ impl Lanes {
         self.other_metrics.near_limit.set(near);
     }
 
+    /// Whether a sweep for room may run at `now`: at most once every [`SWEEP_EVERY`]
+    /// (the first at once). Claims it when it may.
+    fn sweep_due(&self, now: Instant) -> bool {
+        let now_ns = u64::try_from(now.saturating_duration_since(self.common.origin).as_nanos())
+            .unwrap_or(u64::MAX - 1);
+        let every = u64::try_from(SWEEP_EVERY.as_nanos()).unwrap_or(u64::MAX);
+        let last = self.swept_ns.load(Ordering::Relaxed);
+        (last == NEVER || now_ns.saturating_sub(last) >= every)
+            && self
+                .swept_ns
+                .compare_exchange(last, now_ns, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Sweeps for room so far.
+    pub fn sweeps(&self) -> usize {
+        self.sweeps.load(Ordering::Relaxed)
+    }
+
     fn sweep(&self, others: &mut LaneMap, now: Instant) {
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
         let idle = self.settings.lanes.lane_idle;
         let before = others.len();
         others.retain(|name, lane| {

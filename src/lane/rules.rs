@@ -231,6 +231,25 @@ fn floor(spacing: Duration, lasts: Capped) -> Floor {
     }
 }
 
+/// What a request estimated at `estimate` is reserved at in a lane (thousandths):
+/// at most the unit's bound (`most`, [`crate::cost::Unit::most`]). A request
+/// estimated past the whole of its window (`limit`, once the answers told it)
+/// cannot be admitted (the vendors answer "request too large"): it is reserved at
+/// the lane's mean (`mean`) and left to the vendor to refuse, so one client's
+/// `max_tokens` of 10^12 does not hold everyone else's requests.
+pub fn reservation(estimate: u64, limit: Option<u64>, most: u64, mean: u64) -> u64 {
+    match limit {
+        Some(limit) if estimate > limit => mean.clamp(1, limit.max(1)),
+        _ => estimate.min(most),
+    }
+}
+
+/// What an answer's own count (`actual`) is taken as: at most the window's limit
+/// (when known) and the unit's bound; an upstream can count past neither.
+pub fn settlement(actual: u64, limit: Option<u64>, most: u64) -> u64 {
+    actual.min(most).min(limit.unwrap_or(u64::MAX))
+}
+
 /// What an answer's own count of a request's cost (`actual`) charges the lane's
 /// schedule, against its reservation (`reserved`), by how the vendor's window
 /// counts (`window`).

@@ -151,6 +151,36 @@ fn lanes_are_bounded_and_the_rest_share_overflow() {
     assert_eq!(series, 4 + 1, "metrics_lanes by name and `other`:\n{text}");
 }
 
+/// A client cycling lane names at `max_lanes` takes `overflow` under the read lock:
+/// the lanes are swept for idle ones at most once a second, not once a request.
+#[test]
+fn new_names_at_max_lanes_go_to_overflow_without_a_sweep_each() {
+    let (control, _metrics, runtime, manual) = control(Preset::None, by_tenant(8, 8));
+    let _inside = runtime.enter();
+    let route = |i: usize| control.lanes.route(&tenant(&format!("t{i}")), None);
+    // Six named lanes beside `default`, and a place kept for `overflow`: full.
+    let held: Vec<_> = (0..6).map(route).collect();
+    let before = control.lanes.sweeps();
+    for i in 6..1006 {
+        assert_eq!(route(i).first.name(), "overflow");
+    }
+    assert_eq!(
+        control.lanes.sweeps() - before,
+        1,
+        "one sweep for a thousand names"
+    );
+    manual.advance(Duration::from_secs(1));
+    for i in 1006..2006 {
+        assert_eq!(route(i).first.name(), "overflow");
+    }
+    assert_eq!(
+        control.lanes.sweeps() - before,
+        2,
+        "and one more a second later"
+    );
+    drop(held);
+}
+
 #[test]
 fn idle_lanes_are_dropped_and_their_series_withdrawn() {
     let lanes = LaneSettings {

@@ -41,6 +41,11 @@ impl Lane {
         }
         let settings = &self.common.settings;
         let now = self.common.clock.now();
+        if let Some(limit) = reading.tokens.and_then(|w| w.limit)
+            && self.unit() == Unit::Tokens
+        {
+            self.window_limit.fetch_max(limit, Ordering::Relaxed);
+        }
         let units = (self.unit() != Unit::Requests).then(|| rules::UnitFacts {
             mean: self.costs.mean().max(1.0),
             queued: self.pacer.queued_cost(),

@@ -9,7 +9,7 @@ const MS: Duration = Duration::from_millis(1);
 /// Grants recorded as (request number, time since the test's start).
 type Grants = Arc<Mutex<Vec<(usize, Duration)>>>;
 
-const OPEN: Limits = Limits { max_waiting: 1000 };
+const OPEN: Limits = Limits::waiting(1000);
 
 fn pacer(mode: Mode) -> Pacer {
     Pacer::new(mode, OPEN)
@@ -313,7 +313,7 @@ async fn observed_spacing_follows_the_dispatches() {
 
 #[tokio::test(start_paused = true)]
 async fn beyond_max_waiting_a_request_is_shed_at_once_with_its_slot_time() {
-    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 10 });
+    let pacer = Pacer::new(Mode::Pace, Limits::waiting(10));
     pacer.set_interval(1000 * MS, 1);
     let t0 = Instant::now();
     // The slot at t0 is taken; the next ten wait for t0 + 1 s ... t0 + 10 s.
@@ -564,7 +564,7 @@ async fn a_drain_serves_the_slots_before_its_deadline_and_sheds_the_rest_at_once
 
 #[tokio::test(start_paused = true)]
 async fn a_shed_says_whether_the_queue_the_deadline_or_the_drain_turned_it_away() {
-    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 1 });
+    let pacer = Pacer::new(Mode::Pace, Limits::waiting(1));
     pacer.set_interval(1000 * MS, 1);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
@@ -602,7 +602,7 @@ async fn start_patient(
 
 #[tokio::test(start_paused = true)]
 async fn a_patient_request_waits_past_max_waiting_and_only_its_deadline_sheds_it() {
-    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 1 });
+    let pacer = Pacer::new(Mode::Pace, Limits::waiting(1));
     pacer.set_interval(100 * MS, 1);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
@@ -624,7 +624,7 @@ async fn a_patient_request_waits_past_max_waiting_and_only_its_deadline_sheds_it
 
 #[tokio::test(start_paused = true)]
 async fn patient_requests_are_still_bounded_in_number() {
-    let pacer = Pacer::new(Mode::Pace, Limits { max_waiting: 1 });
+    let pacer = Pacer::new(Mode::Pace, Limits::waiting(1));
     pacer.set_interval(1000 * MS, 1);
     let t0 = Instant::now();
     pacer.acquire(far()).await.unwrap();
@@ -792,6 +792,29 @@ async fn settling_moves_the_gap_still_ahead_and_never_before_now() {
     let fourth = pacer.acquire_costing(far(), false, ONE).await.unwrap();
     assert_eq!(fourth.dispatched_at - t0, 120 * MS);
     assert!(!fourth.held);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_single_request_holds_the_lane_longer_than_max_gap_whatever_it_cost() {
+    let limits = Limits {
+        max_gap: Duration::from_secs(2),
+        ..OPEN
+    };
+    let pacer = Pacer::new(Mode::Pace, limits);
+    pacer.set_interval(10 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    // Reserved at 10^12 units (three centuries at 10 ms), then settled at more
+    // still: the next waits 2 s.
+    let first = pacer.acquire_costing(far(), false, u64::MAX).await.unwrap();
+    pacer.settle(first.cost, u64::MAX);
+    let second = start_costing(&pacer, 1, ONE, t0, &grants).await;
+    finish(vec![second]).await;
+    assert_eq!(grants_of(&grants), [(1, 2000 * MS)]);
+    // A spacing of one unit longer than max_gap still holds whole.
+    pacer.set_interval(3000 * MS, 2);
+    let third = pacer.acquire_costing(far(), false, ONE).await.unwrap();
+    let fourth = pacer.acquire_costing(far(), false, ONE).await.unwrap();
+    assert_eq!(fourth.dispatched_at - third.dispatched_at, 3000 * MS);
 }
 
 #[tokio::test(start_paused = true)]

@@ -250,6 +250,29 @@ fn a_spent_window_of_either_kind_pauses_a_unit_lane_for_the_later_reset() {
 }
 
 #[test]
+fn a_reservation_is_bounded_and_one_past_the_whole_window_is_reserved_at_the_mean() {
+    let most = 2_000_000;
+    assert_eq!(reservation(1_200, None, most, 900), 1_200);
+    assert_eq!(reservation(1_000_000_000_000, None, most, 900), most);
+    // 30,000 tokens a minute: a request for more can never be admitted.
+    assert_eq!(reservation(1_000_000_000_000, Some(30_000), most, 900), 900);
+    assert_eq!(reservation(30_000, Some(30_000), most, 900), 30_000);
+    assert_eq!(
+        reservation(40_000, Some(30_000), most, 0),
+        1,
+        "never nothing"
+    );
+    assert_eq!(reservation(40_000, Some(500), most, 900), 500);
+}
+
+#[test]
+fn a_settlement_is_at_most_the_window_and_the_units_bound() {
+    assert_eq!(settlement(u64::MAX, None, 2_000_000), 2_000_000);
+    assert_eq!(settlement(u64::MAX, Some(30_000), 2_000_000), 30_000);
+    assert_eq!(settlement(1_234, Some(30_000), 2_000_000), 1_234);
+}
+
+#[test]
 fn openais_window_counts_a_request_at_its_reservation_and_others_at_their_answer() {
     assert_eq!(charged(120, 80, TokenWindow::OPENAI), 120);
     assert_eq!(charged(120, 300, TokenWindow::OPENAI), 300);
