@@ -88,6 +88,9 @@ pub struct Lane {
     overloads: overloads::Overloads,
     /// What the lane's requests were reserved at and settled at.
     costs: Costs,
+    /// When the request went (nanoseconds since the lanes' time zero) whose answer
+    /// set or lifted the floors in force; 0 before any.
+    floors_from: AtomicU64,
     /// The largest limit the lane's token window has stated, in thousandths of the
     /// lane's unit; 0 before any.
     window_limit: AtomicU64,
@@ -145,6 +148,7 @@ impl Lane {
             overloads: overloads::Overloads::default(),
             costs: Costs::default(),
             window_limit: AtomicU64::new(0),
+            floors_from: AtomicU64::new(0),
             placed: AtomicU64::new(u64::MAX),
         }
     }

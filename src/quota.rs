@@ -127,56 +127,70 @@ pub struct Falls {
 }
 
 /// How fast a window's remaining falls per answer, learned from consecutive answers
-/// (a moving average: answers overtake each other). A bucket that refills gains
-/// between two answers what it refills in the time between them; that is added back,
-/// or a bucket paced at its refill rate would seem not to fall at all. Lock-free:
-/// every answer with a rate-limit header passes here; the remaining and the time are
-/// two atomics, and an answer that slips between another's two stores only blurs one
-/// sample of the average.
+/// as a moving average of signed samples. Answers overtake each other (several are
+/// in flight), so one may show more left than the one before: that rise counts
+/// against the falls around it, and the average of a run of answers is the fall
+/// over the run, whatever their order (counting only the falls read 2.3 where each
+/// answer took 1, with four in flight). A bucket that refills gains between two
+/// answers what it refills in the time between them; that is added back, or a
+/// bucket paced at its refill rate would seem not to fall at all. A new window (a
+/// rise whose reset moved later than the answers' order explains) teaches nothing.
+/// Lock-free: every answer with a rate-limit header passes here; an answer that
+/// slips between another's stores only blurs one sample of the average.
 #[derive(Debug)]
 pub struct Fall {
     last: AtomicU64,
     /// Nanoseconds since the lane's origin of the `last` answer.
     last_at: AtomicU64,
-    /// f64 bits; 0 until a first fall is seen.
+    /// The `last` answer's reset, in nanoseconds.
+    last_reset: AtomicU64,
+    /// f64 bits; NaN until a first sample.
     average: AtomicU64,
 }
+
+/// How much later a window's reset may read between two answers of one window: a
+/// reset in whole seconds moves by up to one as the clock turns.
+const NEW_WINDOW_SLACK: Duration = Duration::from_secs(1);
 
 impl Default for Fall {
     fn default() -> Fall {
         Fall {
             last: AtomicU64::new(u64::MAX),
             last_at: AtomicU64::new(0),
-            average: AtomicU64::new(0),
+            last_reset: AtomicU64::new(0),
+            average: AtomicU64::new(f64::NAN.to_bits()),
         }
     }
 }
 
 impl Fall {
     /// Takes one answer's `window`, seen `at` (since a fixed origin); returns the
-    /// average fall per answer so far, or `unknown` before any.
+    /// average fall per answer so far, or `unknown` before a positive one.
     pub fn observe(&self, window: Quota, at: Duration, unknown: f64) -> f64 {
         let remaining = window.remaining;
         let at_ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+        let reset_ns = u64::try_from(window.reset.as_nanos()).unwrap_or(u64::MAX);
         let last = self.last.swap(remaining, Relaxed);
         let last_at = self.last_at.swap(at_ns, Relaxed);
+        let last_reset = self.last_reset.swap(reset_ns, Relaxed);
         let average = f64::from_bits(self.average.load(Relaxed));
-        let known = if average > 0.0 { average } else { unknown };
+        let known = |average: f64| if average > 0.0 { average } else { unknown };
         if last == u64::MAX {
-            return known;
+            return known(average);
         }
         let sample = last as f64 - remaining as f64 + refilled(window, last, at_ns, last_at);
-        // A rise beyond the refill (a new window) teaches nothing.
-        if sample <= 0.0 {
-            return known;
+        let slack = u64::try_from(NEW_WINDOW_SLACK.as_nanos()).unwrap_or(u64::MAX);
+        let new_window = !window.refills && reset_ns > last_reset.saturating_add(slack);
+        if sample < 0.0 && new_window {
+            return known(average);
         }
-        let next = if average > 0.0 {
-            0.8 * average + 0.2 * sample
-        } else {
+        let next = if average.is_nan() {
             sample
+        } else {
+            0.8 * average + 0.2 * sample
         };
         self.average.store(next.to_bits(), Relaxed);
-        next
+        known(next)
     }
 }
 
@@ -412,16 +426,42 @@ mod tests {
     fn the_fall_is_learned_from_consecutive_answers() {
         let f = Fall::default();
         let at = Duration::from_secs;
-        let w = |remaining| window(remaining, 3600, Some(5000), false);
+        // An hour's window, its reset read at each answer.
+        let w = |remaining, s: u64| window(remaining, 3600 - s, Some(5000), false);
         assert_eq!(
-            f.observe(w(100), at(1), 1.0),
+            f.observe(w(100, 1), at(1), 1.0),
             1.0,
             "nothing to compare with yet"
         );
-        assert_eq!(f.observe(w(97), at(2), 1.0), 3.0);
-        assert_eq!(f.observe(w(96), at(3), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
-        // A new window teaches nothing.
-        assert_eq!(f.observe(w(5000), at(4), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+        assert_eq!(f.observe(w(97, 2), at(2), 1.0), 3.0);
+        assert_eq!(f.observe(w(96, 3), at(3), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+        // A new window (its reset an hour away again) teaches nothing.
+        let new = window(5000, 3600, Some(5000), false);
+        assert_eq!(f.observe(new, at(4), 1.0), 0.8 * 3.0 + 0.2 * 1.0);
+    }
+
+    /// Four requests in flight, each taking one from the window, their answers
+    /// arriving out of order: the average stays near one (a sidecar alone on its
+    /// key paces at what its window allows), where counting only the falls read
+    /// about 2.3.
+    #[test]
+    fn answers_out_of_order_teach_the_fall_they_took_together() {
+        let f = Fall::default();
+        let mut seen = Vec::new();
+        let mut remaining = 4000;
+        for round in 0..100u64 {
+            // Sent 4000, 3999, 3998, 3997 left; answered in the order 2nd, 4th, 1st, 3rd.
+            for k in [1, 3, 0, 2] {
+                let at = Duration::from_millis(round * 40 + k * 10);
+                let w = window(remaining - k, 3000 - round, Some(5000), false);
+                seen.push(f.observe(w, at, 1.0));
+            }
+            remaining -= 4;
+        }
+        let last: Vec<f64> = seen[seen.len() - 8..].to_vec();
+        let mean = last.iter().sum::<f64>() / last.len() as f64;
+        assert!((mean - 1.0).abs() < 0.25, "{last:?}");
+        assert!(last.iter().all(|fall| *fall < 1.5), "{last:?}");
     }
 
     #[test]

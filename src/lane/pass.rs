@@ -152,7 +152,8 @@ impl Pass {
     /// The windows go to the first lane, the cost and the verdict to the lanes the
     /// answer concerns.
     fn answered(&self, answer: &Answer<'_>) {
-        self.lane().apply_quota(&answer.reading);
+        self.lane()
+            .apply_quota(&answer.reading, self.slot().dispatched_at);
         if let Some(cost) = answer.cost {
             for (lane, slot) in self.iter() {
                 lane.settle_cost(slot, cost);

@@ -223,6 +223,15 @@ pub fn quota(reading: &Reading, falls: &Falls, facts: &QuotaFacts) -> QuotaEffec
     }
 }
 
+/// Whether the answer to a request sent at `sent` may move the lane's floors, set by
+/// the answer to one sent at `floors_from` (both nanoseconds since the lane's time
+/// zero): only one at least as fresh. Answers overtake each other; a stale one that
+/// still saw plenty left would lift the floor a fresher one set near the reserve,
+/// and the requests it held would go out in a burst.
+pub fn fresher(sent: u64, floors_from: u64) -> bool {
+    sent >= floors_from
+}
+
 /// A floor of `spacing` while `lasts`: never wider than the window itself.
 fn floor(spacing: Duration, lasts: Capped) -> Floor {
     Floor::Set {

@@ -151,6 +151,54 @@ fn lanes_are_bounded_and_the_rest_share_overflow() {
     assert_eq!(series, 4 + 1, "metrics_lanes by name and `other`:\n{text}");
 }
 
+/// Two requests in flight: the later one's answer sees the window near its reserve
+/// and sets a floor; the earlier one's answer, overtaken, still saw plenty left. It
+/// leaves the floor be (lifting it let the requests it held go out in a burst).
+#[test]
+fn a_stale_answer_does_not_lift_a_floor_a_fresher_one_set() {
+    let (control, _metrics, runtime, manual) = control(Preset::None, LaneSettings::default());
+    let _inside = runtime.enter();
+    let far = control.clock().now() + Duration::from_secs(3600);
+    let route = control.lanes.route(&tenant("a"), None);
+    let acquire = || {
+        let pass = runtime
+            .block_on(control.acquire_route(&route, far, false))
+            .unwrap();
+        manual.advance(Duration::from_millis(10));
+        pass
+    };
+    let (earlier, later) = (acquire(), acquire());
+    let window = |remaining| Reading {
+        requests: Some(Quota {
+            remaining,
+            reset: Duration::from_secs(30),
+            limit: Some(1000),
+            refills: false,
+        }),
+        ..Reading::default()
+    };
+    let settle = |pass, reading| {
+        let answer = Answer {
+            reading,
+            ..Answer::of(Verdict::Success)
+        };
+        let _ = control.settle(pass, Settle::Answer(answer));
+    };
+    settle(later, window(10));
+    assert!(
+        control.rate_limit_floor().is_some(),
+        "10 of 1000 left: a floor"
+    );
+    settle(earlier, window(500));
+    assert!(
+        control.rate_limit_floor().is_some(),
+        "the stale answer lifts nothing"
+    );
+    // A fresher answer that sees plenty left lifts it.
+    settle(acquire(), window(500));
+    assert_eq!(control.rate_limit_floor(), None);
+}
+
 /// A client cycling lane names at `max_lanes` takes `overflow` under the read lock:
 /// the lanes are swept for idle ones at most once a second, not once a request.
 #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::rules::{self, Capped, Floor};
-use super::{CappedHint, Lane};
+use super::{CappedHint, Lane, nanos_since};
 use crate::clock::Instant;
 use crate::cost::Unit;
 use crate::hints::{Hint, Reading};
@@ -34,8 +34,10 @@ impl Lane {
     }
 
     /// Applies an answer's rate-limit windows as [`rules::quota`] says: go, pace
-    /// until the reset, or pause until it (a `ratelimit` throttle).
-    pub(super) fn apply_quota(&self, reading: &Reading) {
+    /// until the reset, or pause until it (a `ratelimit` throttle). `dispatched`:
+    /// when the request it answers went, so that an answer older than the one behind
+    /// the floors in force leaves them be ([`rules::fresher`]).
+    pub(super) fn apply_quota(&self, reading: &Reading, dispatched: Instant) {
         if reading.requests.is_none() && reading.tokens.is_none() {
             return;
         }
@@ -58,9 +60,17 @@ impl Lane {
             at: self.since_origin(now),
             units,
         };
-        let effects = rules::quota(reading, &self.falls, &facts);
+        let mut effects = rules::quota(reading, &self.falls, &facts);
         if let Some(pause) = effects.pause {
             self.quota_pause(pause, now);
+        }
+        let sent = nanos_since(self.common.origin, dispatched);
+        let floors = self.floors_from.load(Ordering::Relaxed);
+        if !rules::fresher(sent, floors) {
+            effects.floor = Floor::Keep;
+            effects.request_floor = Floor::Keep;
+        } else if effects.floor != Floor::Keep || effects.request_floor != Floor::Keep {
+            self.floors_from.fetch_max(sent, Ordering::Relaxed);
         }
         match effects.floor {
             Floor::Keep => {}

@@ -190,7 +190,8 @@ fn a_window_with_plenty_left_is_used_and_a_nearly_spent_one_is_spread() {
     let thirty = Duration::from_secs(30);
     assert_eq!(control.rate_limit_floor(), Some((thirty, epoch() + thirty)));
     manual.advance(Duration::from_millis(1));
-    apply(r#""default";r=10;t=30"#);
+    // A new window: its reset a minute away.
+    apply(r#""default";r=10;t=60"#);
     let go = "10 left, nothing in flight: go";
     assert_eq!(
         control.rate_limit_floor(),
@@ -198,10 +199,10 @@ fn a_window_with_plenty_left_is_used_and_a_nearly_spent_one_is_spread() {
         "{go}, and the floor is lifted"
     );
     // 10 to 1 in one answer: others spend 9 for each of ours, so 1 holds none of ours.
-    apply(r#""default";r=1;t=30"#);
+    apply(r#""default";r=1;t=60"#);
     assert_eq!(
         control.paused_until(),
-        Some(epoch() + thirty + Duration::from_millis(1))
+        Some(epoch() + MINUTE + Duration::from_millis(1))
     );
     assert_eq!(control.metrics.hint_capped(Hint::RateLimit).get(), 0);
 }

@@ -273,6 +273,14 @@ fn a_settlement_is_at_most_the_window_and_the_units_bound() {
 }
 
 #[test]
+fn only_an_answer_at_least_as_fresh_as_the_floors_moves_them() {
+    assert!(fresher(20, 10));
+    assert!(fresher(10, 10));
+    assert!(!fresher(9, 10));
+    assert!(fresher(0, 0), "no floor yet");
+}
+
+#[test]
 fn openais_window_counts_a_request_at_its_reservation_and_others_at_their_answer() {
     assert_eq!(charged(120, 80, TokenWindow::OPENAI), 120);
     assert_eq!(charged(120, 300, TokenWindow::OPENAI), 300);
