@@ -277,3 +277,96 @@ fn entries_that_dispatch_nothing_cannot_starve_a_member_that_does() {
     assert!(shares[6..].iter().all(|s| *s >= 0.5), "{shares:?}");
     assert!(shares[11] > 0.99, "{shares:?}");
 }
+
+/// A lane that sent a claim of 1e9 and proposed nothing, answered with `answer`;
+/// grace lasts two syncs.
+fn answered(answer: &Answer, ticked: bool) -> Answered<'_> {
+    Answered {
+        answer,
+        sent: Sent {
+            claim: 1e9,
+            wanted: 1e9,
+            used: 0.0,
+            proposal: None,
+        },
+        cold: None,
+        rejoin: 2,
+        ticked,
+    }
+}
+
+/// A cold lane is held at a fiftieth of the start's 10/s, a 5 s spacing, once, and
+/// not once it has a decision.
+#[test]
+fn a_cold_lane_is_held_at_a_fiftieth_of_the_start_until_it_has_a_decision() {
+    let mut state = LaneState::default();
+    let held = hold_cold(&mut state).unwrap();
+    assert!(held.cold, "{held:?}");
+    assert_eq!(
+        (held.interval, held.share, held.members),
+        (Duration::from_millis(100), 1.0 / 50.0, 1)
+    );
+    assert_eq!(held.member_interval(), Duration::from_secs(5));
+    assert_eq!(state.last, Some(held));
+    assert_eq!(state.cold_read, Duration::from_millis(100));
+    assert_eq!(hold_cold(&mut state), None);
+}
+
+/// Going on alone: the spacing of the last share, at most an equal share of the
+/// peak, becomes the member's own interval, and its proposals are scaled back by
+/// that share until it returns; nothing to go on from without a decision.
+#[test]
+fn going_alone_keeps_the_spacing_of_at_most_an_equal_share_of_the_peak() {
+    let mut state = LaneState::default();
+    assert_eq!(go_local(&mut state), None);
+    state.last = Some(decide(shared(10), 1e9, &[1e9]));
+    state.peak_members = 4;
+    let alone = go_local(&mut state).unwrap();
+    assert!(alone.local, "{alone:?}");
+    assert_eq!(
+        (alone.interval, alone.epoch, alone.share, alone.members),
+        (Duration::from_millis(40), 2, 1.0, 1)
+    );
+    assert_eq!(alone.rescale, 4.0);
+    assert_eq!(state.scale, Some(0.25));
+    assert_eq!(
+        propose(&state, 40_000, 2, None, 0.0).interval,
+        Duration::from_millis(10)
+    );
+}
+
+/// Back from going on alone to a fleet that counts fewer members than its peak: an
+/// equal share of the peak for its ticks of grace (a round between ticks is none of
+/// them), then the fleet's own share; with the others back, the fleet's at once.
+#[test]
+fn a_lane_back_from_alone_holds_an_equal_share_of_the_peak_for_its_ticks_of_grace() {
+    let returning = LaneState {
+        scale: Some(0.25),
+        peak_members: 4,
+        ..LaneState::default()
+    };
+    let mut state = returning;
+    let lone = Answer {
+        shared: Some(shared(10)),
+        ..Answer::default()
+    };
+    let back = from_answer(&mut state, &answered(&lone, true)).unwrap();
+    assert_eq!((back.members, back.share, back.rescale), (1, 0.25, 0.25));
+    assert_eq!((state.scale, state.rejoining), (None, 1));
+    let between = from_answer(&mut state, &answered(&lone, false)).unwrap();
+    assert_eq!((between.share, between.rescale), (0.25, 1.0));
+    assert_eq!(state.rejoining, 1);
+    let last = from_answer(&mut state, &answered(&lone, true)).unwrap();
+    assert_eq!((last.share, state.rejoining), (0.25, 0));
+    let after = from_answer(&mut state, &answered(&lone, true)).unwrap();
+    assert_eq!(after.share, 1.0);
+
+    let mut state = returning;
+    let all = Answer {
+        shared: Some(shared(10)),
+        others: vec![1e9; 3],
+        ..Answer::default()
+    };
+    let back = from_answer(&mut state, &answered(&all, true)).unwrap();
+    assert_eq!((back.members, back.share, state.rejoining), (4, 0.25, 0));
+}
