@@ -11,7 +11,8 @@
 //! `sync_interval`, in one pipelined round trip (`store.rs`): those that carry demand,
 //! have something new to report, or would otherwise let their entry reach half the
 //! member TTL (`due.rs`); idle lanes skip rounds. The merge rule (one raise
-//! per fleet-wide burst, growth at one sidecar's pace) is `learning.rs`'s. The request
+//! per fleet-wide burst, growth at one sidecar's pace) is `learning.rs`'s; what a
+//! lane proposes and what it decides from an answer are `decide.rs`'s, pure. The request
 //! path only bumps an atomic ([`LaneLink::arrived`]); decisions reach the lane through
 //! the callback it gave to `join`, from the sync task. When Redis does not answer two
 //! syncs in a row (at most `3 × sync_interval` after the last good one), each lane is
@@ -20,6 +21,7 @@
 //! fleet` runs the same rounds ([`Fleet::sync_in`]) against `memory.rs`, which applies
 //! the same rules as the script.
 
+mod decide;
 mod demand;
 mod due;
 mod fault;
@@ -42,10 +44,11 @@ use crate::clock::{Clock, Instant};
 use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
+use decide::{Answered, LaneState, Learned, Sent};
+pub use decide::{COLD_GROWTH, COLD_RATE, Decision, Place, decide, seat_phase, unpaced_share};
 use demand::{Demand, Used};
 pub use fault::Fault;
 pub use fingerprint::fingerprint;
-use learning::{Proposal, Shared};
 pub use memory::Memory;
 use store::{Answer, Report, Store, Timings};
 
@@ -65,124 +68,6 @@ const KEY_TTL_MEMBER_TTLS: u32 = 12;
 const OTHER_SERIES: &str = "other";
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
 const NONE: u64 = u64::MAX;
-/// How many syncs a lane remembers the most members it shared with (a minute at the
-/// default 250 ms): going on alone, it takes no more than an equal share of that
-/// many, though the others' entries may have expired in a Redis that half-answered.
-const PEAK_SYNCS: u32 = 240;
-/// How long a lane back from going on alone keeps to an equal share of its recent
-/// peak while fewer members are live: the others' entries expired during an outage
-/// longer than `member_ttl`, and they come back within one reconnection wait of it.
-const REJOIN_HOLD: Duration = Duration::from_secs(4);
-
-/// The fleet rate, per second, a lane that starts cold begins at (see
-/// [`LaneLink::start_cold`]): low enough that a fleet of any size starting together
-/// does not throttle a small table, and a few doublings from most tables' capacity.
-pub const COLD_RATE: f64 = 10.0;
-/// How much a cold lane's rate grows at each sync while its member uses its share,
-/// as TCP's slow start grows every round trip; less than doubling, so the step that
-/// meets the first throttle overshoots the capacity by at most half.
-pub const COLD_GROWTH: f64 = 1.5;
-/// How far below the fleet's cold rate last read the estimate a cold start's first
-/// throttle makes lies: half a step of [`COLD_GROWTH`] (geometrically).
-const COLD_STEP_BACK: f64 = 1.224_744_871_391_589; // COLD_GROWTH.sqrt()
-/// The share a cold lane paces at until the summary counts its member: below most
-/// fleets' equal share, so that its first slot lies out until the share is known, and
-/// a spacing (5 s at [`COLD_RATE`]) that keeps a few queued requests within
-/// `queue.max_wait`'s default.
-const COLD_HOLD_SHARE: f64 = 1.0 / 50.0;
-
-/// What the fleet decided for one lane at a sync.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Decision {
-    /// The fleet-wide interval `I_f`; 0 leaves the lane unpaced.
-    pub interval: Duration,
-    /// The fleet's epoch for the lane.
-    pub epoch: u64,
-    /// This member's fraction of the fleet rate, in (0, 1].
-    pub share: f64,
-    /// Live members sharing the lane, this one included.
-    pub members: u32,
-    /// The fleet rate, requests per second (`1 / interval`); 0 while unpaced.
-    pub rate: f64,
-    /// Redis stopped answering: the lane goes on alone from its last allocation
-    /// (`interval` is then this member's own and `share` 1) until the fleet returns.
-    pub local: bool,
-    /// What the lane multiplies its learned intervals by before taking this decision:
-    /// `1 / share` when it goes on alone (its interval becomes its own), the share it
-    /// had then when it returns to the fleet, 1 otherwise.
-    pub rescale: f64,
-    /// This member raised in the burst the fleet's interval comes from, and the raise
-    /// that landed is not its own: it takes the fleet's as a raise, though the epoch
-    /// is the one its own raise reached.
-    pub outraised: bool,
-    /// The fleet's first raise since it was unpaced: an estimate from one burst, as
-    /// a sidecar's own raise from 0 is, so the lane keeps growing from it as from one.
-    pub first: bool,
-    /// The lane starts cold: the fleet has learned nothing yet, and the interval is
-    /// the start's (see [`LaneLink::start_cold`]).
-    pub cold: bool,
-    /// This member's place in the fleet's schedule, once it has a seat and the lane
-    /// has had a raise (see [`Place`]).
-    pub place: Option<Place>,
-}
-
-/// Where a member's slots fall in the fleet's schedule. The store counts the fleet's
-/// progress in slots of the fleet interval (`progress`, moving at the interval in
-/// force, so it does not jump when the interval changes); a member at share `s`
-/// takes one slot in `1 / s` and puts its own at `phase` of them: when `progress ×
-/// s − phase` is whole. Members with equal shares and phases spread over [0, 1)
-/// (`seat_phase`) dispatch evenly spread over their spacing, where phases drawn at
-/// random bunch.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Place {
-    /// The fraction of its spacing this member's slots lie at.
-    pub phase: f64,
-    /// The fleet's progress at the answer, in fleet slots.
-    pub progress: f64,
-}
-
-impl Place {
-    /// How far ahead of now, in spacings (in [0, 1)), the member's next place in the
-    /// schedule lies at `share`.
-    pub fn ahead(&self, share: f64) -> f64 {
-        let ahead = (self.phase - self.progress * share).rem_euclid(1.0);
-        if ahead.is_finite() { ahead } else { 0.0 }
-    }
-}
-
-impl Decision {
-    /// A decision to pace at `share` of the fleet `interval` shared by `members`, in
-    /// `epoch`, and nothing else: its rate is the interval's, and no flag is set.
-    pub fn new(interval: Duration, epoch: u64, share: f64, members: u32) -> Decision {
-        Decision {
-            interval,
-            epoch,
-            share,
-            members,
-            rate: if interval.is_zero() {
-                0.0
-            } else {
-                1.0 / interval.as_secs_f64()
-            },
-            local: false,
-            rescale: 1.0,
-            outraised: false,
-            first: false,
-            cold: false,
-            place: None,
-        }
-    }
-
-    /// The spacing this member's pacer keeps: `interval / share`.
-    pub fn member_interval(&self) -> Duration {
-        if self.interval.is_zero() {
-            return Duration::ZERO;
-        }
-        Duration::try_from_secs_f64(self.interval.as_secs_f64() / self.share)
-            .unwrap_or(Duration::MAX)
-    }
-}
-
 /// One process's membership in the fleet; owns the sync task.
 pub struct Fleet {
     inner: Arc<Inner>,
@@ -248,22 +133,12 @@ struct LaneCell {
 struct LaneSync {
     demand: Demand,
     used: Used,
-    last: Option<Decision>,
-    /// While on its own, the lane's interval is this member's; proposals are scaled
-    /// back to the fleet's by the share it last had.
-    scale: Option<f64>,
-    /// The most members of the last [`PEAK_SYNCS`] decisions, and how many syncs ago.
-    peak_members: u32,
-    peak_age: u32,
-    /// Syncs left in which the lane, back from going on alone, takes no more than an
-    /// equal share of `peak_members` while fewer are live ([`REJOIN_HOLD`]).
-    rejoining: u32,
+    /// What the decision rules keep of the lane (`decide.rs`).
+    state: LaneState,
     /// Why this lane alone could not sync (its key), while it cannot.
     fault: Option<Fault>,
     /// Whether a live member of the lane runs other settings (its fingerprint differs).
     differs: bool,
-    /// The other live members' recent dispatch rates, summed, at the last answer.
-    others_used: f64,
     /// What the last answered sync wrote for the lane (`None` before the first).
     reported: Option<due::Entry>,
     /// Time since the lane's last answered sync.
@@ -271,20 +146,13 @@ struct LaneSync {
     /// When the lane's summary that last counted this member was written
     /// (`Answer::counted_in`).
     counted_in: u64,
-    /// The fleet's interval as the last cold decision read it, before its own step.
-    cold_read: Duration,
-    /// The cold start is over without a throttle (it grew past its shortest
-    /// interval, or the fleet went unpaced): the lane does not start cold again.
-    warm: bool,
-    /// The seat the store gave this member in the lane (`Answer::seat`).
-    seat: Option<u64>,
 }
 
 impl LaneSync {
     /// Held for a first answer ([`LaneLink::hold_cold`]): it has a decision, but no
     /// round has answered for it yet.
     fn held(&self) -> bool {
-        self.reported.is_none() && self.last.is_some()
+        self.reported.is_none() && self.state.last.is_some()
     }
 }
 
@@ -313,14 +181,14 @@ impl LaneLink {
 
     /// The latest decision for this lane, if any.
     pub fn last(&self) -> Option<Decision> {
-        lock(&self.cell.sync).last
+        lock(&self.cell.sync).state.last
     }
 
     /// Starts the lane cold: while the fleet has learned nothing for it, the member
     /// paces at its share of [`COLD_RATE`] instead of going unpaced, its first request
     /// at a random point of its first spacing, and the rate grows by [`COLD_GROWTH`]
     /// at each sync in which its demand met its allotment, until the first throttle
-    /// (the fleet goes back two steps, see `proposal`) or until
+    /// (the fleet goes back two steps, see `decide::proposal`) or until
     /// the interval would fall below `floor` (the lane goes unpaced). Members that
     /// start together therefore reach the capacity together from below, in a few
     /// syncs, instead of each sending unpaced into a throttle storm.
@@ -343,17 +211,11 @@ impl LaneLink {
         if c.cold.get().is_none() {
             return false;
         }
-        let cold = Duration::from_secs_f64(1.0 / COLD_RATE);
-        let held = Decision {
-            cold: true,
-            ..Decision::new(cold, 0, COLD_HOLD_SHARE, 1)
-        };
+        // Held while the share is stored, so an answer's share cannot come between.
         let mut sync = lock(&c.sync);
-        if sync.last.is_some() {
+        let Some(held) = decide::hold_cold(&mut sync.state) else {
             return false;
-        }
-        sync.last = Some(held);
-        sync.cold_read = cold;
+        };
         c.share.store(held.share.to_bits(), Ordering::Relaxed);
         true
     }
@@ -469,9 +331,9 @@ impl Fleet {
     pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Option<Duration>) {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
-        let when = elapsed.map_or((Duration::ZERO, true), |e| (e, false));
-        let round = prepare(&lanes, when, &inner.settings, usize::MAX);
-        if round.lanes.is_empty() && when.1 {
+        let trigger = elapsed.map_or(Trigger::Raises, |elapsed| Trigger::Tick { elapsed });
+        let round = prepare(&lanes, trigger, &inner.settings, usize::MAX);
+        if round.lanes.is_empty() && !round.ticked {
             return;
         }
         let answers = memory.sync(&inner.member, &round.reports, now, timings(&inner.settings));
@@ -677,7 +539,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         last_round = now;
         let lanes = live_lanes(&inner);
         let started = clock.now();
-        let result = sync_round(&inner, &mut store, &lanes, (elapsed, false), room).await;
+        let result = sync_round(&inner, &mut store, &lanes, Trigger::Tick { elapsed }, room).await;
         let took = clock.now().saturating_duration_since(started);
         metrics.sync.observe(took.as_secs_f64());
         let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
@@ -756,7 +618,7 @@ async fn raise_round(inner: &Inner, store: &mut Store, room: usize) -> bool {
         .any(|lane| lane.raised_from.load(Ordering::Relaxed) != NONE);
     if raised {
         // A failed round keeps the raises for the tick's round, which counts the failure.
-        let _ = sync_round(inner, store, &lanes, (Duration::ZERO, true), room).await;
+        let _ = sync_round(inner, store, &lanes, Trigger::Raises, room).await;
     }
     raised
 }
@@ -812,12 +674,12 @@ async fn sync_round(
     inner: &Inner,
     store: &mut Store,
     lanes: &[Arc<LaneCell>],
-    when: (Duration, bool),
+    trigger: Trigger,
     room: usize,
 ) -> Result<(), (Fault, String)> {
     let settings = &inner.settings;
-    let round = prepare(lanes, when, settings, room);
-    if round.lanes.is_empty() && when.1 {
+    let round = prepare(lanes, trigger, settings, room);
+    if round.lanes.is_empty() && !round.ticked {
         return Ok(());
     }
     let answers = tokio::time::timeout(
@@ -858,6 +720,15 @@ fn alone(inner: &Inner, fault: Fault, error: &str) {
     );
 }
 
+/// What sets a round off.
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// A tick, `elapsed` after the last tick's round: every lane's counts are sampled.
+    Tick { elapsed: Duration },
+    /// Raises between ticks: only the lanes that raised report, and nothing is sampled.
+    Raises,
+}
+
 /// What one sync sends for the lanes that are due, and what it keeps to read the
 /// answers; each vector in the order of `lanes`.
 struct Round<'a> {
@@ -865,11 +736,8 @@ struct Round<'a> {
     reports: Vec<Report<'a>>,
     /// Per lane, what its entry says once this sync is answered.
     entries: Vec<due::Entry>,
-    demands: Vec<f64>,
-    /// What each lane's demand asks for, unbounded by its dispatch rate.
-    wanted: Vec<f64>,
-    /// Per lane, this member's recent dispatch rate.
-    used: Vec<f64>,
+    /// Per lane, what the decision rules read of what it sent.
+    sent: Vec<Sent>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
     raised: Vec<u64>,
     /// A tick's round, not one of raises between ticks: it counts as a sync for
@@ -890,14 +758,14 @@ fn timings(settings: &FleetSettings) -> Timings {
     }
 }
 
-/// Samples every lane's demand, `elapsed` after the last round, and what the lanes
-/// that are due (`due.rs`) report: every urgent one, and as many new, returning or refreshing
-/// ones as `due::spare` leaves room for; the others skip the round. With
-/// `raises_only` (a round between ticks), only the lanes that raised report, and
-/// nothing is sampled.
+/// Samples every lane's demand, `elapsed` after the last tick's round, and what the
+/// lanes that are due (`due.rs`) report: every urgent one, and as many new, returning
+/// or refreshing ones as `due::spare` leaves room for; the others skip the round.
+/// Between ticks (`Trigger::Raises`), only the lanes that raised report, and nothing
+/// is sampled.
 fn prepare<'a>(
     lanes: &'a [Arc<LaneCell>],
-    (elapsed, raises_only): (Duration, bool),
+    trigger: Trigger,
     settings: &FleetSettings,
     room: usize,
 ) -> Round<'a> {
@@ -905,47 +773,30 @@ fn prepare<'a>(
         lanes: Vec::new(),
         reports: Vec::new(),
         entries: Vec::new(),
-        demands: Vec::new(),
-        wanted: Vec::new(),
-        used: Vec::new(),
+        sent: Vec::new(),
         raised: Vec::new(),
-        ticked: !raises_only,
+        ticked: matches!(trigger, Trigger::Tick { .. }),
+    };
+    let Trigger::Tick { elapsed } = trigger else {
+        for lane in lanes {
+            round.add_raise(lane);
+        }
+        return round;
     };
     let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
         let mut sync = lock(&lane.sync);
-        if raises_only {
-            // Between ticks: only the raise goes, with what the lane last reported,
-            // and its counts wait for the tick (over a few milliseconds they would
-            // read as a spike of demand).
-            let micros = lane.interval.load(Ordering::Relaxed);
-            let raised = lane.raised_from.load(Ordering::Relaxed) != NONE;
-            let Some(last) = sync.reported.filter(|_| raised && micros != NONE) else {
-                continue;
-            };
-            let entry = due::Entry {
-                proposal: Some((micros, lane.epoch.load(Ordering::Relaxed))),
-                ..last
-            };
-            round.add(lane, &sync, entry, 0.0);
-            continue;
-        }
         let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
         let waiting = match lane.queue.get() {
             Some(probe) => probe(),
             None => lane.waiting.load(Ordering::Relaxed),
         };
         let demand = sync.demand.update(arrivals, waiting, elapsed);
-        let warm = sync.last.is_some_and(|last| !last.cold);
+        let warm = sync.state.last.is_some_and(|last| !last.cold);
         let demand = demand::floored(demand, sync.demand.floor(), warm);
         let refused = lane.refused.swap(0, Ordering::Relaxed);
         let used = sync.used.update(arrivals, refused, waiting, elapsed);
-        // The larger of its allotment and an equal share: an allotment alone would
-        // hold every share where it is (each member claiming what it has).
-        let allotted = sync.last.filter(|last| !last.local).map_or(0.0, |last| {
-            (last.share * last.rate).max(last.rate / f64::from(last.members.max(1)))
-        });
-        let used = demand::queued(used, waiting, allotted);
+        let used = demand::queued(used, waiting, sync.state.allotted());
         sync.since = sync.since.saturating_add(elapsed);
         let micros = lane.interval.load(Ordering::Relaxed);
         let epoch = lane.epoch.load(Ordering::Relaxed);
@@ -960,7 +811,7 @@ fn prepare<'a>(
             now: entry,
             busy: arrivals > 0 || waiting > 0,
             raised: from != NONE,
-            rejoining: sync.scale.is_some() || sync.rejoining > 0 || sync.fault.is_some(),
+            rejoining: sync.state.returning() || sync.fault.is_some(),
             since: sync.since,
             spread: lane.spread,
         };
@@ -982,9 +833,15 @@ impl<'a> Round<'a> {
     fn add(&mut self, lane: &'a Arc<LaneCell>, sync: &LaneSync, entry: due::Entry, wanted: f64) {
         let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
         let (demand, used) = (entry.demand, entry.used);
-        let proposal = entry
-            .proposal
-            .map(|(micros, epoch)| proposal(sync, micros, epoch, from, used));
+        let raised_from = (from != NONE).then_some(from);
+        let proposal = entry.proposal.map(|(micros, epoch)| {
+            let learned = Learned {
+                micros,
+                epoch,
+                raised_from,
+            };
+            decide::proposal(&sync.state, learned, used)
+        });
         self.reports.push(Report {
             key: &lane.key,
             demand,
@@ -992,58 +849,34 @@ impl<'a> Round<'a> {
             fingerprint: &lane.fingerprint,
             proposal,
             counted_in: sync.counted_in,
-            seat: sync.seat,
+            seat: sync.state.seat,
         });
         self.lanes.push(lane);
         self.entries.push(entry);
-        self.demands.push(demand::claim(demand, used));
-        self.wanted.push(wanted);
-        self.used.push(used);
+        self.sent.push(Sent {
+            claim: demand::claim(demand, used),
+            wanted,
+            used,
+            proposal,
+        });
         self.raised.push(from);
     }
-}
 
-/// What a lane at `micros` and `epoch` proposes, with the earliest epoch it raised
-/// from since the last sync (`from`, [`NONE`] if none) and its dispatch rate `used`.
-#[allow(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "float to integer `as` saturates, as wanted here"
-)]
-fn proposal(sync: &LaneSync, micros: u64, epoch: u64, from: u64, used: f64) -> Proposal {
-    let scale = sync.scale.unwrap_or(1.0);
-    let interval = Duration::from_micros((micros as f64 * scale) as u64);
-    // The entries read at a raise from an unpaced fleet were written before its load
-    // came (a cold start): the floor waits for the next raise, whose entries tell.
-    let paced = sync.last.is_some_and(|d| !d.interval.is_zero());
-    let cold = sync.last.filter(|d| d.cold);
-    Proposal {
-        interval: match cold {
-            _ if from == NONE => interval,
-            // The cold start's last step throttled: back half a step below the
-            // fleet's interval this member read, or below what the members'
-            // dispatches got through if that was slower. The upstream's burst hides
-            // an overshoot for a while (a bucket holding a tenth of a second hides up
-            // to 40 % past it for a sync of 250 ms), so the throttle came a little
-            // past the capacity, and a whole step back wasted it. The members pace at
-            // equal shares of the cold rate, and where many of them send little, what
-            // got through is the capacity, the rate only what the busy ones were
-            // allotted times the members. Not its own raise: a member a step behind
-            // the fleet would take it back further.
-            Some(_) => {
-                let through = used + sync.others_used;
-                let spacing = (through.is_finite() && through > 0.0)
-                    .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
-                    .flatten();
-                spacing
-                    .map_or(sync.cold_read, |s| s.max(sync.cold_read))
-                    .mul_f64(COLD_STEP_BACK)
-            }
-            None if paced => learning::cap_raise(interval, used + sync.others_used),
-            None => interval,
-        },
-        epoch,
-        raised_from: (from != NONE).then_some(from),
+    /// Between ticks: adds `lane`'s raise, if it raised since the last sync, with
+    /// what it last reported; its counts wait for the tick (over a few milliseconds
+    /// they would read as a spike of demand).
+    fn add_raise(&mut self, lane: &'a Arc<LaneCell>) {
+        let sync = lock(&lane.sync);
+        let micros = lane.interval.load(Ordering::Relaxed);
+        let raised = lane.raised_from.load(Ordering::Relaxed) != NONE;
+        let Some(last) = sync.reported.filter(|_| raised && micros != NONE) else {
+            return;
+        };
+        let entry = due::Entry {
+            proposal: Some((micros, lane.epoch.load(Ordering::Relaxed))),
+            ..last
+        };
+        self.add(lane, &sync, entry, 0.0);
     }
 }
 
@@ -1068,7 +901,7 @@ fn conclude(
     };
     let mut answered = false;
     let mut failure = None;
-    let rejoin = rejoin_syncs(inner.settings.sync_interval);
+    let rejoin = decide::rejoin_syncs(inner.settings.sync_interval);
     for (i, answer) in answers.into_iter().enumerate() {
         let lane = &lanes[i];
         match answer {
@@ -1081,10 +914,14 @@ fn conclude(
                     sync.since = Duration::ZERO;
                     sync.counted_in = answer.counted_in;
                 }
-                let proposal = round.reports[i].proposal;
-                let demand = (round.demands[i], round.wanted[i]);
-                let syncs = (rejoin, round.ticked);
-                apply(lane, &answer, (demand, round.used[i], proposal), syncs);
+                let answered = Answered {
+                    answer: &answer,
+                    sent: round.sent[i],
+                    cold: lane.cold.get().copied(),
+                    rejoin,
+                    ticked: round.ticked,
+                };
+                apply(lane, &answered);
             }
             Err(error) => {
                 lane.raised_from
@@ -1140,64 +977,17 @@ fn lane_back(inner: &Inner, lane: &LaneCell) {
     }
 }
 
-/// The syncs [`REJOIN_HOLD`] spans, at least one.
-fn rejoin_syncs(sync_interval: Duration) -> u32 {
-    let syncs = REJOIN_HOLD.as_nanos() / sync_interval.as_nanos().max(1);
-    u32::try_from(syncs).unwrap_or(u32::MAX).max(1)
-}
-
-/// Turns one lane's answer into its decision and hands it to the lane; a lane back
-/// from going on alone holds its share down for `rejoin` syncs (see [`rejoined`]),
-/// counting only the rounds of ticks (`ticked`).
-fn apply(
-    lane: &LaneCell,
-    answer: &Answer,
-    ((demand, wanted), used, proposal): ((f64, f64), f64, Option<Proposal>),
-    (rejoin, ticked): (u32, bool),
-) {
+/// Turns one lane's answered sync into its decision (`decide::from_answer`) and
+/// hands it to the lane.
+fn apply(lane: &LaneCell, answered: &Answered<'_>) {
     let mut sync = lock(&lane.sync);
-    let cold = cold_interval(lane.cold.get().copied(), &mut sync, answer.shared, wanted);
-    let cold_state = cold.map(|interval| Shared { interval, epoch: 0 });
-    let Some(shared) = cold_state.or(answer.shared) else {
+    let Some(decision) = decide::from_answer(&mut sync.state, answered) else {
         return;
     };
-    let mut decision = decide(shared, demand, &answer.others);
-    decision.cold = !shared.interval.is_zero() && cold.is_some();
-    if decision.cold {
-        decision.share = cold_share(answer.counted_in, decision.members);
-    }
-    decision.outraised = proposal.is_some_and(|p| outraised(&p, shared));
-    sync.seat = sync.seat.or(answer.seat);
-    decision.place = sync
-        .seat
-        .zip(answer.progress)
-        .filter(|_| !decision.cold)
-        .map(|(seat, progress)| Place {
-            phase: seat_phase(seat),
-            progress,
-        });
-    if decision.interval.is_zero() {
-        decision.share = unpaced_share(used, &answer.others_used);
-    }
-    let differs = fingerprint::differs(&lane.fingerprint, &answer.fingerprints);
+    let differs = fingerprint::differs(&lane.fingerprint, &answered.answer.fingerprints);
     if differs != sync.differs {
         sync.differs = differs;
         settings_changed(lane, differs);
-    }
-    if let Some(scale) = sync.scale.take() {
-        decision.rescale = scale;
-        sync.rejoining = rejoin;
-    }
-    sync.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
-    rejoined(&mut sync, &mut decision, ticked);
-    // A cold start's end is no estimate: the step before went through.
-    decision.first =
-        !shared.interval.is_zero() && sync.last.is_some_and(|d| d.interval.is_zero() && !d.local);
-    sync.last = Some(decision);
-    sync.peak_age += u32::from(ticked);
-    if decision.members >= sync.peak_members || sync.peak_age > PEAK_SYNCS {
-        sync.peak_members = decision.members;
-        sync.peak_age = 0;
     }
     drop(sync);
     let m = &lane.metrics;
@@ -1211,102 +1001,9 @@ fn apply(
     // same epoch: members whose own raises from one burst lost to another's hold the
     // same epoch number with their own intervals, and one reported again would read
     // as growth and undo the raise that landed.
-    lane.epoch.store(shared.epoch, Ordering::Relaxed);
-    let micros = u64::try_from(shared.interval.as_micros()).unwrap_or(NONE - 1);
+    lane.epoch.store(decision.epoch, Ordering::Relaxed);
+    let micros = u64::try_from(decision.interval.as_micros()).unwrap_or(NONE - 1);
     lane.interval.store(micros, Ordering::Relaxed);
-}
-
-/// The fleet interval of a lane that starts cold (`cold` its shortest, if it does;
-/// see [`LaneLink::start_cold`]), from the lane's state `shared`: the start's for a
-/// lane the fleet holds nothing for, the state's while the fleet starts (epoch 0, an
-/// interval), and 0 once the start grew past `cold` (the lane goes unpaced, and the
-/// state of 0 it proposes tells the others); `None` once the fleet learned (a raise)
-/// or went unpaced. The member proposes the interval it returns, so the fleet goes
-/// as fast as its fastest member: it grows the rate when the member's demand
-/// (`wanted`, its arrivals and queue, whether or not they went) reached what the
-/// last decision allotted it (while the members' demands are met, a faster start
-/// would only throttle an unmet burst harder).
-fn cold_interval(
-    cold: Option<Duration>,
-    sync: &mut LaneSync,
-    shared: Option<Shared>,
-    wanted: f64,
-) -> Option<Duration> {
-    let floor = cold?;
-    let interval = match shared {
-        _ if sync.warm => return None,
-        None => {
-            sync.cold_read = Duration::from_secs_f64(1.0 / COLD_RATE);
-            sync.cold_read
-        }
-        Some(shared) if shared.epoch != 0 => return None,
-        Some(shared) if shared.interval.is_zero() => {
-            sync.warm = true;
-            return None;
-        }
-        Some(shared) => {
-            sync.cold_read = shared.interval;
-            match sync.last {
-                Some(last) if last.cold && wanted >= last.share * last.rate => {
-                    shared.interval.div_f64(COLD_GROWTH)
-                }
-                _ => shared.interval,
-            }
-        }
-    };
-    if interval < floor {
-        sync.warm = true;
-        return Some(Duration::ZERO);
-    }
-    Some(interval)
-}
-
-/// A cold lane's share of the fleet's cold rate among `members`: an equal one once
-/// the summary counts this member (`counted_in` not 0), [`COLD_HOLD_SHARE`] before.
-/// While a fleet starts, its members' claims trail their demand by a sync or more (a
-/// claim is at most twice what the member dispatched), so max-min shares would give
-/// the first members to start several equal shares each, and a fleet starting
-/// together sent up to two and a half times its cold rate: its first throttle came
-/// at a rate that was not the fleet's, and the start's estimate fell two steps short
-/// of the capacity. Before the summary counts the member, nor maybe the others that
-/// start with it, each would take a share of one and send at once: it holds its first
-/// request (the pacer keeps the first slot's place in the spacing as the share
-/// grows).
-fn cold_share(counted_in: u64, members: u32) -> f64 {
-    if counted_in == 0 {
-        COLD_HOLD_SHARE
-    } else {
-        1.0 / f64::from(members.max(1))
-    }
-}
-
-/// Whether a member that proposed `proposal` takes `shared` as another member's
-/// raise: it raised, and the fleet holds another interval or epoch than its raise.
-/// Members raise from the same epoch to the same next one, each at its own interval
-/// and on its own curve; one whose raise lost would otherwise keep its own curve and
-/// climb from its own cut, and its next step would undo the raise that landed.
-fn outraised(proposal: &Proposal, shared: Shared) -> bool {
-    proposal.raised_from.is_some()
-        && (proposal.interval != shared.interval || proposal.epoch != shared.epoch)
-}
-
-/// A lane back from going on alone whose decision counts fewer members than it shared
-/// with before: the others may only be slower to reconnect (their entries expired
-/// while Redis refused them), so it takes no more than an equal share of the peak,
-/// as it did alone, until they are back or its syncs of grace are over (a round
-/// between ticks, `!ticked`, is none of them).
-fn rejoined(sync: &mut LaneSync, decision: &mut Decision, ticked: bool) {
-    if sync.rejoining == 0 {
-        return;
-    }
-    if decision.members >= sync.peak_members {
-        sync.rejoining = 0;
-        return;
-    }
-    sync.rejoining -= u32::from(ticked);
-    decision.share = decision
-        .share
-        .min(1.0 / f64::from(sync.peak_members.max(1)));
 }
 
 /// One log line when a lane's live members start or stop disagreeing on its settings.
@@ -1318,63 +1015,6 @@ fn settings_changed(lane: &LaneCell, differs: bool) {
     }
 }
 
-/// The phase of `seat` in the fleet's schedule: its bits reversed behind the binary
-/// point (the van der Corput sequence), so that the seats given so far, whatever
-/// their number, lie evenly spread over [0, 1): 1 at 1/2, 2 at 1/4, 3 at 3/4, 4 at
-/// 1/8, ...
-#[allow(
-    clippy::cast_precision_loss,
-    reason = "a phase needs no more than the 53 bits an f64 keeps"
-)]
-pub fn seat_phase(seat: u64) -> f64 {
-    seat.reverse_bits() as f64 / 2f64.powi(64)
-}
-
-/// This member's decision for a lane from the fleet's state and the demands.
-pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
-    let members = others.len() + 1;
-    let mut demands = Vec::with_capacity(members);
-    demands.push(demand);
-    demands.extend_from_slice(others);
-    let share = if shared.interval.is_zero() {
-        1.0
-    } else {
-        let rate = 1.0 / shared.interval.as_secs_f64();
-        let allocations = share::max_min(&demands, rate);
-        // What nobody asked for is spread evenly, so the shares add up to the fleet
-        // rate and a member whose demand grows finds room before the next sync.
-        let spare = (rate - allocations.iter().sum::<f64>()).max(0.0) / members as f64;
-        let mine = (allocations[0] + spare) / rate;
-        // A member that asks for (almost) nothing still gets a slot now and then, so
-        // its first requests after a quiet spell are not held for a whole sync.
-        mine.max(1.0 / (2 * members) as f64).min(1.0)
-    };
-    Decision::new(
-        shared.interval,
-        shared.epoch,
-        share,
-        u32::try_from(members).unwrap_or(u32::MAX),
-    )
-}
-
-/// This member's part of an unpaced fleet's dispatches: its recent dispatch rate
-/// `used` over the fleet's (`others_used` the other live members'), or an equal part
-/// while nobody dispatches. Pacing divides the lane's interval by it, so the first
-/// throttle's interval (the observed spacing over this share) means the fleet's: each
-/// member starts from its own rate, and the fleet from the sum of them, not from one
-/// member's rate taken for the fleet's.
-pub fn unpaced_share(used: f64, others_used: &[f64]) -> f64 {
-    let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
-    let mine = sane(used);
-    let all = mine + others_used.iter().map(|u| sane(*u)).sum::<f64>();
-    let members = (others_used.len() + 1) as f64;
-    if mine > 0.0 && all > 0.0 {
-        (mine / all).clamp(1.0 / (2.0 * members), 1.0)
-    } else {
-        1.0 / members
-    }
-}
-
 /// Redis stopped answering: each lane goes on alone at its last allocation, but at
 /// no more than an equal share of the most members it recently shared with.
 fn go_local(lanes: &[Arc<LaneCell>]) {
@@ -1382,19 +1022,8 @@ fn go_local(lanes: &[Arc<LaneCell>]) {
         if unhold(lane) {
             continue;
         }
-        let last = {
-            let mut sync = lock(&lane.sync);
-            let Some(mut last) = sync.last else {
-                continue;
-            };
-            last.share = last.share.min(1.0 / f64::from(sync.peak_members.max(1)));
-            sync.scale = Some(last.share);
-            last
-        };
-        let alone = Decision {
-            local: true,
-            rescale: 1.0 / last.share,
-            ..Decision::new(last.member_interval(), last.epoch, 1.0, 1)
+        let Some(alone) = decide::go_local(&mut lock(&lane.sync).state) else {
+            continue;
         };
         lane.metrics.members.set(1.0);
         lane.metrics.share.set(1.0);
@@ -1414,7 +1043,7 @@ fn unhold(lane: &LaneCell) -> bool {
         if !sync.held() {
             return false;
         }
-        sync.last = None;
+        sync.state.last = None;
     }
     let alone = Decision {
         local: true,
@@ -1429,54 +1058,6 @@ fn unhold(lane: &LaneCell) -> bool {
 mod tests {
     use super::*;
     use crate::config::FleetSettings;
-
-    #[test]
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "a phase in [0, 1) times 10 is a tenth's index"
-    )]
-    fn seats_lie_evenly_spread_over_the_schedule_however_many_there_are() {
-        assert_eq!(seat_phase(1), 0.5);
-        assert_eq!(seat_phase(2), 0.25);
-        assert_eq!(seat_phase(3), 0.75);
-        assert_eq!(seat_phase(4), 0.125);
-        assert_eq!(seat_phase(0), 0.0);
-        // Any 100 seats in a row: every tenth of [0, 1) holds 8 to 12 of them.
-        for first in [1, 37, 1_000_003] {
-            let mut tenths = [0; 10];
-            for seat in first..first + 100 {
-                let phase = seat_phase(seat);
-                assert!((0.0..1.0).contains(&phase));
-                tenths[(phase * 10.0) as usize] += 1;
-            }
-            assert!(
-                tenths.iter().all(|n| (8..=12).contains(n)),
-                "{first}: {tenths:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_place_is_where_the_progress_at_the_share_meets_the_phase() {
-        let place = |phase, progress| Place { phase, progress };
-        // A share of a quarter: one slot in four. At progress 10 (2.5 of its own
-        // slots), phase 0.75 is a quarter of a spacing ahead.
-        assert_eq!(place(0.75, 10.0).ahead(0.25), 0.25);
-        // Phase 0.25 at 2.5: three quarters ahead (the next is at 3.25).
-        assert_eq!(place(0.25, 10.0).ahead(0.25), 0.75);
-        // At the point itself: 0.
-        assert_eq!(place(0.5, 10.0).ahead(0.25), 0.0);
-        // Nonsense progress: now.
-        assert_eq!(place(0.5, f64::NAN).ahead(0.25), 0.0);
-    }
-
-    fn shared(ms: u64) -> Shared {
-        Shared {
-            interval: Duration::from_millis(ms),
-            epoch: 2,
-        }
-    }
 
     #[test]
     fn reconnection_attempts_never_wait_longer_than_two_and_a_half_seconds() {
@@ -1580,12 +1161,12 @@ mod tests {
         first.1.learned(Duration::from_millis(20), 2, Some(1));
         let waker = tokio::time::timeout(Duration::from_millis(1), first.0.raised());
         assert!(waker.await.is_ok(), "the raise wakes the sync task");
-        let age = lock(&first.1.cell.sync).peak_age;
+        let age = lock(&first.1.cell.sync).state.peak_age;
         first
             .0
             .sync_in(&mut memory, now + Duration::from_millis(10), None);
         // Not a sync for the holds counted in syncs.
-        assert_eq!(lock(&first.1.cell.sync).peak_age, age);
+        assert_eq!(lock(&first.1.cell.sync).state.peak_age, age);
         // The raise landed; the arrivals wait for the tick, the quiet lane did not sync.
         assert_eq!(first.1.cell.arrivals.load(Ordering::Relaxed), 5);
         assert_eq!(first.1.cell.raised_from.load(Ordering::Relaxed), NONE);
@@ -1620,26 +1201,8 @@ mod tests {
         members[0].0.sync_in(&mut memory, now, Some(sync));
         // 25 got through in a quarter second. The third member dispatched nothing
         // with requests waiting: it reports half its allotment of a third of 100/s.
-        let others = lock(&members[0].1.cell.sync).others_used;
+        let others = lock(&members[0].1.cell.sync).state.others_used;
         assert!((others - (100.0 + 50.0 / 3.0)).abs() < 1e-9, "{others}");
-    }
-
-    #[test]
-    fn a_raise_that_landed_as_proposed_is_not_taken_as_another_ones() {
-        let raise = Proposal {
-            interval: Duration::from_millis(20),
-            epoch: 2,
-            raised_from: Some(1),
-        };
-        assert!(!outraised(&raise, shared(20)));
-        assert!(outraised(&raise, shared(25)));
-        let raise_to_3 = Proposal { epoch: 3, ..raise };
-        assert!(outraised(&raise_to_3, shared(20)));
-        let step = Proposal {
-            raised_from: None,
-            ..raise
-        };
-        assert!(!outraised(&step, shared(25)));
     }
 
     /// The fleet's first raise after it was unpaced is marked as the estimate it is,
@@ -1686,100 +1249,6 @@ mod tests {
         for (_, link) in members.iter().chain([&joiner]) {
             assert!(!link.last().unwrap().first);
         }
-    }
-
-    /// A lane that starts cold: the start's interval while the fleet holds nothing,
-    /// the state's while it starts, 1.5 times the rate at a sync in which the member
-    /// used what it was allotted, unpaced past the shortest interval, and nothing
-    /// once the fleet raised.
-    #[test]
-    fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
-        let floor = Duration::from_millis(1);
-        let ms = Duration::from_millis;
-        let cold = |state: Option<Shared>| Shared {
-            interval: state.map_or(ms(100), |s| s.interval),
-            epoch: 0,
-        };
-        let mut sync = LaneSync::default();
-        assert_eq!(cold_interval(None, &mut sync, None, 5.0), None);
-        assert_eq!(
-            cold_interval(Some(floor), &mut sync, None, 5.0),
-            Some(ms(100))
-        );
-        // A member that used its allotment (a tenth of 10/s) grows the fleet's 100 ms.
-        let mut last = decide(cold(None), 1.0, &[1.0; 9]);
-        last.cold = true;
-        sync.last = Some(last);
-        assert_eq!(last.share * last.rate, 1.0);
-        let state = Some(cold(None));
-        let grown = cold_interval(Some(floor), &mut sync, state, 1.0);
-        assert_eq!(grown, Some(ms(100).div_f64(COLD_GROWTH)));
-        assert_eq!(sync.cold_read, ms(100));
-        // One that did not keeps it.
-        assert_eq!(
-            cold_interval(Some(floor), &mut sync, state, 0.5),
-            Some(ms(100))
-        );
-        // Past the shortest interval: unpaced, for good.
-        let fast = Some(Shared {
-            interval: Duration::from_micros(1_400),
-            epoch: 0,
-        });
-        assert_eq!(
-            cold_interval(Some(floor), &mut sync, fast, 9.0),
-            Some(ms(0))
-        );
-        assert_eq!(cold_interval(Some(floor), &mut sync, state, 9.0), None);
-        // A raise ends the start; so does a fleet gone unpaced.
-        let mut fresh = LaneSync::default();
-        assert_eq!(
-            cold_interval(Some(floor), &mut fresh, Some(shared(20)), 9.0),
-            None
-        );
-        let unpaced = Some(Shared {
-            interval: Duration::ZERO,
-            epoch: 0,
-        });
-        assert_eq!(cold_interval(Some(floor), &mut fresh, unpaced, 9.0), None);
-        assert_eq!(cold_interval(Some(floor), &mut fresh, None, 9.0), None);
-    }
-
-    /// The throttle that ends a cold start takes the fleet back half a step
-    /// (geometrically) below the interval the member last read, or below what the
-    /// members' dispatches got through if that was slower; never to its own raise.
-    #[test]
-    fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_read_and_through()
-    {
-        let mut sync = LaneSync {
-            cold_read: Duration::from_millis(15),
-            others_used: 40.0,
-            ..LaneSync::default()
-        };
-        let mut last = decide(shared(10), 0.0, &[0.0; 3]);
-        last.cold = true;
-        sync.last = Some(last);
-        // 50/s got through, slower than the 15 ms read: half a step below it (20 ms
-        // × √1.5, 24.5 ms), whatever the member's own raise (11 ms, or 30 ms from a
-        // member a step behind).
-        let halfway = Duration::from_millis(20).mul_f64(COLD_GROWTH.sqrt());
-        assert_eq!(halfway, Duration::from_nanos(24_494_897));
-        let raise = proposal(&sync, 11_000, 1, 0, 10.0);
-        assert_eq!(raise.interval, halfway);
-        assert_eq!(raise.raised_from, Some(0));
-        let behind = proposal(&sync, 30_000, 1, 0, 10.0);
-        assert_eq!(behind.interval, halfway);
-        // 100/s got through, faster than the 15 ms read: half a step below 15 ms.
-        let through = proposal(&sync, 30_000, 1, 0, 60.0);
-        let read = Duration::from_millis(15).mul_f64(COLD_GROWTH.sqrt());
-        assert_eq!(through.interval, read);
-        // Nothing counted as got through yet: from the interval read.
-        sync.others_used = 0.0;
-        assert_eq!(proposal(&sync, 30_000, 1, 0, 0.0).interval, read);
-        // Steps are proposed as they are.
-        assert_eq!(
-            proposal(&sync, 7_000, 0, NONE, 0.0).interval,
-            Duration::from_millis(7)
-        );
     }
 
     /// Members of one lane that starts cold, each with a request waiting.
@@ -1918,38 +1387,6 @@ mod tests {
         );
     }
 
-    /// The floor a raise takes from the members' dispatch rates applies in a paced
-    /// fleet only: an unpaced fleet's entries were written before its load came.
-    #[test]
-    fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
-        let mut sync = LaneSync {
-            others_used: 0.0,
-            ..LaneSync::default()
-        };
-        let unpaced = decide(
-            Shared {
-                interval: Duration::ZERO,
-                epoch: 0,
-            },
-            0.0,
-            &[0.0; 3],
-        );
-        sync.last = Some(unpaced);
-        // 1 ms proposed at 4/s of its own: kept, not floored at 250 ms.
-        let raise = proposal(&sync, 1_000, 1, 0, 4.0);
-        assert_eq!(raise.interval, Duration::from_millis(1));
-        // Paced, with the others' entries saying 96/s: floored at 1/100 s.
-        sync.last = Some(decide(shared(1), 0.0, &[0.0; 3]));
-        sync.others_used = 96.0;
-        let raise = proposal(&sync, 1_000, 3, 2, 4.0);
-        assert_eq!(raise.interval, Duration::from_millis(10));
-        // No raise, no floor.
-        assert_eq!(
-            proposal(&sync, 1_000, 3, NONE, 4.0).interval,
-            Duration::from_millis(1)
-        );
-    }
-
     /// Three members of one lane in memory, synced until each counts three; the first
     /// member's decisions go to the returned list. Also the memory and its time.
     #[allow(clippy::type_complexity, reason = "a test's tuple")]
@@ -2021,7 +1458,7 @@ mod tests {
             go_local(&live_lanes(&fleet.inner));
         }
         now += ttl * 2;
-        let held = rejoin_syncs(sync);
+        let held = decide::rejoin_syncs(sync);
         for _ in 0..held {
             members[0].0.sync_in(&mut memory, now, Some(sync));
             assert!((last(&seen).share - 1.0 / 3.0).abs() < 1e-9);
@@ -2076,18 +1513,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_unpaced_member_holds_its_part_of_the_fleets_dispatches() {
-        assert_eq!(unpaced_share(30.0, &[10.0, 60.0]), 0.3);
-        // Before anyone dispatched, or while this member did not: an equal part.
-        assert_eq!(unpaced_share(0.0, &[0.0, 0.0, 0.0]), 0.25);
-        assert_eq!(unpaced_share(0.0, &[50.0]), 0.5);
-        assert_eq!(unpaced_share(7.0, &[]), 1.0);
-        // Never less than half an equal part; nonsense counts as nothing.
-        assert_eq!(unpaced_share(1.0, &[999.0]), 0.25);
-        assert_eq!(unpaced_share(5.0, &[f64::NAN, f64::INFINITY, -4.0]), 1.0);
-    }
-
     /// Sixteen unpaced members, 40/s each: the first throttle's observed spacing
     /// (25 ms, this member's own) turns into the fleet's, 1.5625 ms, and pacing turns
     /// it back, so no member takes its own rate for the fleet's.
@@ -2127,64 +1552,5 @@ mod tests {
             link.pacing(Duration::from_millis(2)),
             Duration::from_millis(32)
         );
-    }
-
-    #[test]
-    fn a_lone_member_paces_at_the_fleet_interval() {
-        let d = decide(shared(10), 500.0, &[]);
-        assert_eq!((d.share, d.members, d.rate), (1.0, 1, 100.0));
-        assert_eq!(d.member_interval(), Duration::from_millis(10));
-    }
-
-    #[test]
-    fn equal_demand_splits_the_fleet_rate() {
-        let d = decide(shared(10), 500.0, &[500.0, 500.0, 500.0]);
-        assert_eq!(d.share, 0.25);
-        assert_eq!(d.member_interval(), Duration::from_millis(40));
-    }
-
-    #[test]
-    fn a_light_member_gets_its_demand_and_a_heavy_one_the_rest() {
-        // 100/s: one light member at 10/s, three heavy ones split 90.
-        let light = decide(shared(10), 10.0, &[1e9, 1e9, 1e9]);
-        assert!((light.share - 0.125).abs() < 1e-12, "{}", light.share);
-        let heavy = decide(shared(10), 1e9, &[10.0, 1e9, 1e9]);
-        assert!((heavy.share - 0.3).abs() < 1e-12);
-    }
-
-    #[test]
-    fn capacity_nobody_asked_for_is_spread_evenly() {
-        // 100/s, demands 10 and 30: 60 spare, 30 each.
-        let d = decide(shared(10), 10.0, &[30.0]);
-        assert!((d.share - 0.4).abs() < 1e-12, "{}", d.share);
-        let idle = decide(shared(10), 0.0, &[0.0, 0.0, 0.0]);
-        assert_eq!(idle.share, 0.25);
-    }
-
-    #[test]
-    fn an_idle_member_keeps_a_small_share_and_an_unpaced_fleet_paces_nobody() {
-        let idle = decide(shared(10), 0.0, &[1e9]);
-        assert_eq!(idle.share, 0.25);
-        let free = decide(shared(0), 5.0, &[1e9]);
-        assert_eq!((free.member_interval(), free.rate), (Duration::ZERO, 0.0));
-    }
-
-    /// A member joining a lane where 200 entries claim a demand of 1e9 and dispatch
-    /// nothing: dispatching at what each decision gives it, its claim doubles per sync,
-    /// and it holds at least half the rate from the 7th sync on.
-    #[test]
-    fn entries_that_dispatch_nothing_cannot_starve_a_member_that_does() {
-        let fakes = vec![demand::claim(1e9, 0.0); 200];
-        let mut used = 0.0;
-        let mut shares = Vec::new();
-        for _ in 0..12 {
-            let d = decide(shared(10), demand::claim(1e9, used), &fakes);
-            used = d.share * d.rate;
-            shares.push(d.share);
-        }
-        assert_eq!(shares[0], 1.0 / 201.0);
-        assert!(shares[..6].iter().all(|s| *s < 0.5), "{shares:?}");
-        assert!(shares[6..].iter().all(|s| *s >= 0.5), "{shares:?}");
-        assert!(shares[11] > 0.99, "{shares:?}");
     }
 }

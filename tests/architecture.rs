@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "fleet/due",
             "fleet/fingerprint",
             "fleet/summary",
+            "fleet/decide",
             "observe",
             "spelled",
             "cost",
