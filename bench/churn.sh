@@ -5,7 +5,7 @@
 # easeoff's RSS and open descriptors, peak during each wave and after its idle spell.
 #
 #   bench/churn.sh [--tables 10000] [--waves 2] [--max-lanes N] [--clients 64]
-#                  [--lane-idle 5s] [--interval 2ms]     (all: --help)
+#                  [--lane-idle 5s] [--interval 2ms] [--fleet REDIS_URL]   (all: --help)
 #
 # Every process it starts is stopped on exit.
 exec "$(dirname "$0")/harness.sh" churn "$@"

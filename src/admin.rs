@@ -134,7 +134,7 @@ fn samples_of(u: &Upstream) -> Vec<(Key, Sample)> {
         let sample = Sample {
             interval_ms: ms(lane.interval()),
             waiting: lane.waiting() as u64,
-            throttles_total: Signal::ALL.iter().map(|s| m.throttle(*s).get()).sum(),
+            throttles_total: Signal::ALL.iter().map(|s| m.throttles(*s)).sum(),
             dispatches_total: Some(m.dispatches.get()),
             paused: lane.pause_left(now).is_some(),
         };
@@ -342,7 +342,7 @@ fn lanes(u: &Upstream, history: &History) -> Vec<LaneStatus> {
                 }),
                 dispatches: lane.named().then(|| lane.metrics().dispatches.get()),
                 throttles: lane.named().then(|| {
-                    by(Signal::ALL.map(|s| (s.as_str(), lane.metrics().throttle(s).get())))
+                    by(Signal::ALL.map(|s| (s.as_str(), lane.metrics().throttles(s))))
                 }),
                 last_throttle: lane.last_throttle().map(|t| ThrottleStatus {
                     words: words::throttle(&t.reason, t.resource.as_deref()),

@@ -64,8 +64,8 @@ const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(2);
 const HOLD_SYNCS: u32 = 2;
 /// A lane's hash outlives its last sync by this many member TTLs.
 const KEY_TTL_MEMBER_TTLS: u32 = 12;
-/// The lane label the lanes past `metrics_lanes` share, as in the lanes' own series.
-const OTHER_SERIES: &str = "other";
+/// The fewest lanes a join looks for gone ones among.
+const PRUNE_AT_LEAST: usize = 64;
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
 const NONE: u64 = u64::MAX;
 /// One process's membership in the fleet; owns the sync task.
@@ -80,6 +80,9 @@ struct Inner {
     settings: FleetSettings,
     member: String,
     lanes: Mutex<Vec<Arc<LaneCell>>>,
+    /// How many `lanes` may hold before a join takes the gone ones out (twice the
+    /// live ones at the last time, so each join pays for it once).
+    prune_at: AtomicUsize,
     metrics: FleetMetrics,
     connected: AtomicBool,
     /// Whether a round is expected to answer soon: from the start and while connected,
@@ -122,9 +125,8 @@ struct LaneCell {
     queue: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
     /// The shortest interval a cold start grows to, if the lane starts cold.
     cold: OnceLock<Duration>,
+    /// The lane's own gauges, or those the lanes past `metrics_lanes` share.
     metrics: FleetLaneMetrics,
-    /// Whether the lane has series of its own (else it shares [`OTHER_SERIES`]'s).
-    named: bool,
     /// The sync task's own state for the lane; only that task locks it.
     sync: Mutex<LaneSync>,
 }
@@ -274,6 +276,9 @@ impl LaneLink {
 impl Drop for LaneLink {
     fn drop(&mut self) {
         self.cell.gone.store(true, Ordering::Relaxed);
+        // Now, not at the next sync: the lanes that take this one's place among the
+        // named publish theirs at once, and while Redis is down no sync comes.
+        self.cell.metrics.withdraw();
     }
 }
 
@@ -285,6 +290,7 @@ impl Fleet {
             member: member_id(),
             settings,
             lanes: Mutex::new(Vec::new()),
+            prune_at: AtomicUsize::new(PRUNE_AT_LEAST),
             metrics: metrics.fleet(),
             connected: AtomicBool::new(false),
             answering: AtomicBool::new(true),
@@ -309,6 +315,7 @@ impl Fleet {
             member,
             settings,
             lanes: Mutex::new(Vec::new()),
+            prune_at: AtomicUsize::new(PRUNE_AT_LEAST),
             metrics: metrics.fleet(),
             connected: AtomicBool::new(true),
             answering: AtomicBool::new(true),
@@ -425,14 +432,22 @@ impl Fleet {
             on_sync,
             queue: OnceLock::new(),
             cold: OnceLock::new(),
-            metrics: self
-                .inner
-                .metrics
-                .lane(upstream, if named { lane } else { OTHER_SERIES }),
-            named,
+            metrics: if named {
+                self.inner.metrics.lane(upstream, lane)
+            } else {
+                self.inner.metrics.other_lanes(upstream)
+            },
             sync: Mutex::new(LaneSync::default()),
         });
-        lock(&self.inner.lanes).push(Arc::clone(&cell));
+        let mut lanes = lock(&self.inner.lanes);
+        // Rounds take out the lanes gone since the last; while Redis is down none
+        // comes, and a client cycling lane names would grow the registry for good.
+        let prune_at = &self.inner.prune_at;
+        if lanes.len() >= prune_at.load(Ordering::Relaxed) {
+            prune(&mut lanes);
+            prune_at.store((2 * lanes.len()).max(PRUNE_AT_LEAST), Ordering::Relaxed);
+        }
+        lanes.push(Arc::clone(&cell));
         LaneLink { cell }
     }
 
@@ -655,17 +670,24 @@ fn reconnect_backoff(sync_interval: Duration) -> ConnectBackoffSettings {
 }
 
 /// The lanes still linked; the ones whose link was dropped are taken out of the
-/// registry and their gauges withdrawn (their entries expire after `member_ttl`).
+/// registry (their entries expire after `member_ttl`).
 fn live_lanes(inner: &Inner) -> Vec<Arc<LaneCell>> {
     let mut lanes = lock(&inner.lanes);
-    lanes.retain(|lane| {
-        let gone = lane.gone.load(Ordering::Relaxed);
-        if gone && lane.named {
-            inner.metrics.remove_lane(&lane.upstream, &lane.lane);
-        }
-        !gone
-    });
+    prune(&mut lanes);
     lanes.clone()
+}
+
+/// Takes the lanes whose link was dropped out of `lanes`, and gives back the room a
+/// wave of lanes left.
+fn prune(lanes: &mut Vec<Arc<LaneCell>>) {
+    let before = lanes.len();
+    lanes.retain(|lane| !lane.gone.load(Ordering::Relaxed));
+    // A cell (and through its callbacks, the dropped lane's own block) is freed now,
+    // possibly after the trim that followed the lane's drop: it asks for another.
+    crate::trim::dropped(before - lanes.len());
+    if lanes.capacity() > 4 * lanes.len().max(PRUNE_AT_LEAST) {
+        lanes.shrink_to_fit();
+    }
 }
 
 /// One round trip for every lane that is due (`due.rs`), within `sync_interval`;
@@ -1058,6 +1080,27 @@ fn unhold(lane: &LaneCell) -> bool {
 mod tests {
     use super::*;
     use crate::config::FleetSettings;
+
+    /// Lanes that come and go while no sync runs (Redis down) leave no cell behind
+    /// past twice the live ones: joins take the gone ones out.
+    #[test]
+    fn lanes_gone_between_syncs_leave_the_registry_without_a_sync() {
+        let metrics = Metrics::new().unwrap();
+        let fleet = Fleet::driven(FleetSettings::default(), &metrics, "m".to_string());
+        let kept: Vec<LaneLink> = (0..10)
+            .map(|i| fleet.join("up", &format!("kept{i}"), true, Box::new(|_: &Decision| {})))
+            .collect();
+        let mut most = 0;
+        for i in 0..10_000 {
+            let lane = format!("t{i}");
+            drop(fleet.join("up", &lane, i % 2 == 0, Box::new(|_: &Decision| {})));
+            most = most.max(lock(&fleet.inner.lanes).len());
+        }
+        assert!(most <= PRUNE_AT_LEAST + 1, "{most} cells for {} live lanes", kept.len());
+        let text = metrics.render().unwrap();
+        let series = text.lines().filter(|l| l.starts_with("easeoff_fleet_rate{")).count();
+        assert_eq!(series, kept.len() + 1, "the kept lanes and `other`:\n{text}");
+    }
 
     #[test]
     fn reconnection_attempts_never_wait_longer_than_two_and_a_half_seconds() {

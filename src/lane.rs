@@ -72,7 +72,8 @@ pub struct Lane {
     named: bool,
     /// The latest capped hint; written only when a header asks for too much.
     capped: Mutex<Option<CappedHint>>,
-    last_throttle: Mutex<Option<LastThrottle>>,
+    /// Boxed, as most lanes are never throttled.
+    last_throttle: Mutex<Option<Box<LastThrottle>>>,
     /// The header behind the lane's latest pause or floor: its index in [`Hint::ALL`]
     /// plus one, 0 for none. An atomic, since every answer with a quota sets it.
     pause_header: AtomicU8,
@@ -80,8 +81,9 @@ pub struct Lane {
     fleet: OnceLock<LaneLink>,
     /// How many requests may go at once before the lane has learned anything.
     start: SlowStart,
-    /// In observe mode, what the upstream let through, and the time zero of its clock.
-    goodput: Option<(Goodput, Instant)>,
+    /// In observe mode, what the upstream let through, and the time zero of its clock;
+    /// boxed, as few upstreams observe.
+    goodput: Option<Box<(Goodput, Instant)>>,
     /// How fast the upstream's rate-limit windows fall per answer.
     falls: Falls,
     /// How often overloads come, which decides whether one moves the interval.
@@ -143,7 +145,7 @@ impl Lane {
             pause_header: AtomicU8::new(0),
             fleet: OnceLock::new(),
             start,
-            goodput: observe.then(|| (Goodput::default(), clock.now())),
+            goodput: observe.then(|| Box::new((Goodput::default(), clock.now()))),
             falls: Falls::default(),
             overloads: overloads::Overloads::default(),
             costs: Costs::default(),
@@ -287,16 +289,16 @@ impl Lane {
         *self
             .last_throttle
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(LastThrottle {
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(LastThrottle {
             reason: reason.to_string(),
             resource: resource.map(str::to_string),
             at,
-        });
+        }));
     }
 
     /// Remembers the header behind a pause or floor, for `/status`.
     fn paused_by(&self, header: Hint) {
-        self.metrics.paused(header).inc();
+        self.metrics.paused(header);
         self.pause_header.store(header as u8 + 1, Ordering::Relaxed);
     }
 
@@ -388,7 +390,9 @@ impl Lane {
     fn dispatched(&self, slot: &Slot, cost: u64) {
         self.metrics.dispatches.inc();
         if self.unit() != Unit::Requests {
-            self.metrics.units_reserved.inc_by(self.unit().count(cost));
+            if let Some(costs) = &self.metrics.costs {
+                costs.units_reserved.inc_by(self.unit().count(cost));
+            }
             self.costs.dispatched(cost);
         }
         let waited = slot.waited.as_secs_f64();
@@ -435,14 +439,14 @@ impl Lane {
             Some(Verdict::Throttle(signal)) => self.throttle_seen(signal, pause),
             Some(Verdict::Success) => {
                 self.overloads.success();
-                if let Some((goodput, origin)) = &self.goodput {
+                if let Some((goodput, origin)) = self.goodput.as_deref() {
                     goodput.succeeded(nanos_since(*origin, self.common.clock.now()));
                 }
             }
             Some(Verdict::Failure) | None => {}
         }
         let would_throttle = || {
-            self.goodput.as_ref().is_none_or(|(goodput, origin)| {
+            self.goodput.as_deref().is_none_or(|(goodput, origin)| {
                 let now = self.common.clock.now();
                 goodput.would_throttle(self.pacer.interval(), nanos_since(*origin, now))
             })
@@ -495,11 +499,14 @@ impl Lane {
         self.pacer
             .settle(slot.cost, rules::charged(slot.cost, actual, window));
         self.costs.settled(actual);
-        self.metrics.units_settled.inc_by(self.unit().count(actual));
-        if slot.cost > 0 {
+        let Some(costs) = &self.metrics.costs else {
+            return;
+        };
+        costs.units_settled.inc_by(self.unit().count(actual));
+        if let Some(error) = costs.error.as_ref().filter(|_| slot.cost > 0) {
             #[allow(clippy::cast_precision_loss, reason = "a ratio of costs")]
             let ratio = actual as f64 / slot.cost as f64;
-            self.metrics.cost_error.observe(ratio);
+            error.observe(ratio);
         }
     }
 

@@ -2,9 +2,10 @@
 //! which registration, the per-upstream handles and their removal all follow.
 //!
 //! Label sets are resolved once per upstream at start-up into [`UpstreamMetrics`], so
-//! the request path only touches atomics, and every family shows up on `/metrics`
-//! before the first request, zero-valued, for every upstream, outcome, signal and
-//! reason. Gauges that depend on the time of the scrape are set by `admin.rs`.
+//! the request path only touches atomics, and every upstream family shows up on
+//! `/metrics` before the first request, zero-valued, for every upstream, outcome,
+//! signal and reason. A lane's series are bounded per lane (`metrics/lane.rs`). Gauges
+//! that depend on the time of the scrape are set by `admin.rs`.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -18,8 +19,11 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+mod lane;
 mod sharded;
 
+pub use lane::{LANE_SERIES, LaneCosts, LaneMetrics, LaneSeries, reason_label};
+use lane::{LANE_FAMILIES, LaneFamilies};
 pub use sharded::{ShardedCounter, ShardedFloatCounter, ShardedGauge, ShardedHistogram};
 use sharded::{ShardedCounterVec, ShardedFloatCounterVec, ShardedGaugeVec, ShardedHistogramVec};
 
@@ -179,144 +183,6 @@ per_upstream! {
         "HTTP/2 requests left unanswered when a connection closing for too many cancelled streams ran out of time (60 s).";
 }
 
-/// Declares the per-lane families, labelled `upstream`, `lane` and, for throttles,
-/// `signal`; lanes past `metrics_lanes` share the label value `other`.
-macro_rules! per_lane {
-    ($( $field:ident: $vec:ty => $handle:ty = $name:literal, $help:literal, $kind:literal; )*) => {
-        /// One lane's metric handles (or those `other` lanes share).
-        pub struct LaneMetrics {
-            $( #[doc = $help] pub $field: $handle, )*
-            throttles: Box<[IntCounter]>,
-            pauses: Box<[IntCounter]>,
-            /// The last-throttle family and this lane's two label values, for
-            /// [`LaneMetrics::throttled`].
-            reasons: (GaugeVec, [Box<str>; 2]),
-            /// Settled over reserved cost, per settled request.
-            pub cost_error: Histogram,
-        }
-
-        #[derive(Clone)]
-        struct LaneFamilies {
-            $( $field: $vec, )*
-            throttles: IntCounterVec,
-            pauses: IntCounterVec,
-            reasons: GaugeVec,
-            cost_error: HistogramVec,
-        }
-
-        impl LaneFamilies {
-            fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-                Ok(LaneFamilies {
-                    $( $field: register(registry, <$vec>::new(Opts::new($name, $help), &["upstream", "lane"])?)?, )*
-                    throttles: register(registry, IntCounterVec::new(LANE_THROTTLES.opts(), LANE_THROTTLES.labels)?)?,
-                    pauses: register(registry, IntCounterVec::new(LANE_PAUSES.opts(), LANE_PAUSES.labels)?)?,
-                    reasons: register(registry, GaugeVec::new(LANE_LAST_THROTTLE.opts(), LANE_LAST_THROTTLE.labels)?)?,
-                    cost_error: register(registry, HistogramVec::new(
-                        HistogramOpts::new(LANE_COST_ERROR.name, LANE_COST_ERROR.help).buckets(COST_ERROR_BUCKETS.to_vec()),
-                        LANE_COST_ERROR.labels,
-                    )?)?,
-                })
-            }
-
-            fn resolve(&self, upstream: &str, lane: &str) -> LaneMetrics {
-                LaneMetrics {
-                    $( $field: self.$field.with_label_values(&[upstream, lane]), )*
-                    throttles: Signal::ALL
-                        .iter()
-                        .map(|s| self.throttles.with_label_values(&[upstream, lane, s.as_str()]))
-                        .collect(),
-                    pauses: Hint::ALL
-                        .iter()
-                        .map(|h| self.pauses.with_label_values(&[upstream, lane, h.as_str()]))
-                        .collect(),
-                    reasons: (self.reasons.clone(), [upstream.into(), lane.into()]),
-                    cost_error: self.cost_error.with_label_values(&[upstream, lane]),
-                }
-            }
-
-            fn remove(&self, upstream: &str, lane: &str) {
-                $( let _ = self.$field.remove_label_values(&[upstream, lane]); )*
-                for s in Signal::ALL {
-                    let _ = self.throttles.remove_label_values(&[upstream, lane, s.as_str()]);
-                }
-                for h in Hint::ALL {
-                    let _ = self.pauses.remove_label_values(&[upstream, lane, h.as_str()]);
-                }
-                withdraw_where(&self.reasons, &[("upstream", upstream), ("lane", lane)], |f, l| {
-                    let _ = f.remove(l);
-                });
-                let _ = self.cost_error.remove_label_values(&[upstream, lane]);
-            }
-
-            fn withdraw(&self, upstream: &str) {
-                $( withdraw(&self.$field, upstream, |f, l| { let _ = f.remove(l); }); )*
-                withdraw(&self.throttles, upstream, |f, l| { let _ = f.remove(l); });
-                withdraw(&self.pauses, upstream, |f, l| { let _ = f.remove(l); });
-                withdraw(&self.reasons, upstream, |f, l| { let _ = f.remove(l); });
-                withdraw(&self.cost_error, upstream, |f, l| { let _ = f.remove(l); });
-            }
-        }
-
-        const LANE_FAMILIES: &[Family] = &[
-            $( Family { name: $name, help: $help, kind: $kind, labels: &["upstream", "lane"] }, )*
-            LANE_THROTTLES,
-            LANE_PAUSES,
-            LANE_LAST_THROTTLE,
-            LANE_COST_ERROR,
-        ];
-    };
-}
-
-per_lane! {
-    interval: GaugeVec => Gauge = "easeoff_lane_interval_seconds",
-        "A lane's interval: the spacing between its dispatches; for lane=\"other\", the largest of the lanes not exported by name.", "gauge";
-    dispatches: ShardedCounterVec => ShardedCounter = "easeoff_lane_dispatches_total",
-        "Attempts a lane released to the upstream.", "counter";
-    waiting: IntGaugeVec => IntGauge = "easeoff_lane_queue_waiting",
-        "Requests waiting for a slot in a lane.", "gauge";
-    near_limit: GaugeVec => Gauge = "easeoff_lane_near_limit",
-        "How close a lane runs to its limit: dispatches over the last second against the rate its spacing (interval or rate-limit floor) allows; 1 is at the limit, 0 while unpaced.", "gauge";
-    units_reserved: ShardedFloatCounterVec => ShardedFloatCounter = "easeoff_lane_cost_reserved_units_total",
-        "With lanes.cost = \"tokens\" or \"capacity\": what a lane's dispatches were reserved at before they went, in its units (tokens, capacity units).", "counter";
-    units_settled: ShardedFloatCounterVec => ShardedFloatCounter = "easeoff_lane_cost_settled_units_total",
-        "With lanes.cost = \"tokens\" or \"capacity\": what the answers said those requests cost, in the lane's units, for the requests whose answer told it.", "counter";
-}
-
-/// The buckets of the estimate-error histogram: settled over reserved.
-const COST_ERROR_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0, 10.0];
-
-/// How far a lane's estimates were from what the answers said.
-const LANE_COST_ERROR: Family = Family {
-    name: "easeoff_lane_cost_estimate_ratio",
-    help: "With lanes.cost = \"tokens\" or \"capacity\": what an answer said a request cost over what it was reserved at (1 is exact; below 1 the estimate was high).",
-    kind: "histogram",
-    labels: &["upstream", "lane"],
-};
-
-/// Throttles per lane, by signal.
-const LANE_THROTTLES: Family = Family {
-    name: "easeoff_lane_throttles_total",
-    help: "Throttled attempts a lane was told of (by the answer to its own request, or one that named its table or bucket), by signal.",
-    kind: "counter",
-    labels: &["upstream", "lane", "signal"],
-};
-
-/// Pauses and rate-limit floors per lane, by the header that set them.
-const LANE_PAUSES: Family = Family {
-    name: "easeoff_lane_hint_pauses_total",
-    help: "Answers whose header paused a lane or set its rate-limit floor, by header (retry-after, ratelimit for a rate-limit window in any dialect, ...).",
-    kind: "counter",
-    labels: &["upstream", "lane", "header"],
-};
-
-/// When a lane was last throttled, by reason.
-const LANE_LAST_THROTTLE: Family = Family {
-    name: "easeoff_lane_last_throttle_timestamp_seconds",
-    help: "Unix time of a lane's last throttle, by reason: the upstream's own (a DynamoDB ThrottlingReasons code) or the signal that gave it away; unknown reasons are \"other\".",
-    kind: "gauge",
-    labels: &["upstream", "lane", "reason"],
-};
-
 /// Reloads by `result` (success, error); not tied to an upstream.
 const CONFIG_RELOADS: Family = Family {
     name: "easeoff_config_reloads_total",
@@ -466,7 +332,7 @@ pub struct FleetMetrics {
     pub sync_errors: IntCounter,
 }
 
-/// One lane's fleet gauges.
+/// One lane's fleet gauges, its own or those the lanes past `metrics_lanes` share.
 pub struct FleetLaneMetrics {
     /// `easeoff_fleet_members`.
     pub members: Gauge,
@@ -474,16 +340,43 @@ pub struct FleetLaneMetrics {
     pub share: Gauge,
     /// `easeoff_fleet_rate`.
     pub rate: Gauge,
+    /// The families and labels to withdraw the gauges from, if they are the lane's own.
+    own: Option<Box<OwnFleetLane>>,
+}
+
+/// Where a lane's own fleet gauges are withdrawn from.
+struct OwnFleetLane {
+    families: [GaugeVec; 3],
+    labels: [Box<str>; 2],
 }
 
 impl FleetMetrics {
-    /// Publishes one lane's gauges, zero-valued.
+    /// Publishes one lane's own gauges, zero-valued, until
+    /// [`FleetLaneMetrics::withdraw`].
     pub fn lane(&self, upstream: &str, lane: &str) -> FleetLaneMetrics {
+        let f = &self.families;
+        FleetLaneMetrics {
+            own: Some(Box::new(OwnFleetLane {
+                families: [f.members.clone(), f.share.clone(), f.rate.clone()],
+                labels: [upstream.into(), lane.into()],
+            })),
+            ..self.shared(upstream, lane)
+        }
+    }
+
+    /// The gauges the lanes of `upstream` past `metrics_lanes` share
+    /// (`lane="other"`), which stay while the fleet runs.
+    pub fn other_lanes(&self, upstream: &str) -> FleetLaneMetrics {
+        self.shared(upstream, lane::OTHER)
+    }
+
+    fn shared(&self, upstream: &str, lane: &str) -> FleetLaneMetrics {
         let labels = [upstream, lane];
         FleetLaneMetrics {
             members: self.families.members.with_label_values(&labels),
             share: self.families.share.with_label_values(&labels),
             rate: self.families.rate.with_label_values(&labels),
+            own: None,
         }
     }
 
@@ -491,16 +384,16 @@ impl FleetMetrics {
     pub fn redis_error(&self, class: &str) {
         self.families.redis_errors.with_label_values(&[class]).inc();
     }
+}
 
-    /// Withdraws one lane's gauges (the lane left the fleet).
-    pub fn remove_lane(&self, upstream: &str, lane: &str) {
-        let labels = [upstream, lane];
-        for family in [
-            &self.families.members,
-            &self.families.share,
-            &self.families.rate,
-        ] {
-            let _ = family.remove_label_values(&labels);
+impl FleetLaneMetrics {
+    /// Withdraws the lane's own gauges (it left the fleet); the shared ones stay.
+    pub fn withdraw(&self) {
+        if let Some(own) = &self.own {
+            let [upstream, lane] = &own.labels;
+            for family in &own.families {
+                let _ = family.remove_label_values(&[upstream, lane]);
+            }
         }
     }
 }
@@ -561,9 +454,10 @@ impl Metrics {
         self.lanes.withdraw(name);
     }
 
-    /// Resolves (and so publishes, zero-valued) one lane's label sets.
-    pub fn lane(&self, upstream: &str, lane: &str) -> LaneMetrics {
-        self.lanes.resolve(upstream, lane)
+    /// Publishes one lane's series from its start, zero-valued: its gauges and
+    /// dispatches, and what `series` asks for; the rest come on first use.
+    pub fn lane(&self, upstream: &str, lane: &str, series: LaneSeries) -> LaneMetrics {
+        self.lanes.resolve(upstream, lane, series)
     }
 
     /// Withdraws one lane's label sets (a dropped idle lane).
@@ -633,39 +527,6 @@ impl UpstreamMetrics {
             Some(counter) => counter.inc(),
             None => self.responses.make(status).inc(),
         }
-    }
-}
-
-impl LaneMetrics {
-    /// The lane's throttles counter of one signal.
-    pub fn throttle(&self, signal: Signal) -> &IntCounter {
-        &self.throttles[signal as usize]
-    }
-
-    /// The lane's counter of pauses and floors set by one header.
-    pub fn paused(&self, header: Hint) -> &IntCounter {
-        &self.pauses[header as usize]
-    }
-
-    /// Stamps the lane's last throttle of `reason` with `unix_secs`; the label is
-    /// [`reason_label`], so upstream text cannot grow the series.
-    pub fn throttled(&self, reason: &str, unix_secs: f64) {
-        let (family, [upstream, lane]) = &self.reasons;
-        family
-            .with_label_values(&[upstream, lane, reason_label(reason)])
-            .set(unix_secs);
-    }
-}
-
-/// A throttle reason as a label value: a signal's name, a DynamoDB reason every part
-/// of which DynamoDB documents, or `other`.
-pub fn reason_label(reason: &str) -> &str {
-    if Signal::ALL.iter().any(|s| s.as_str() == reason) {
-        return reason;
-    }
-    match crate::route::dynamodb::parse_reason(reason) {
-        (Some(_), Some(_), Some(_)) => reason,
-        _ => "other",
     }
 }
 
@@ -900,7 +761,13 @@ mod tests {
     fn every_declared_family_is_exported_with_its_help_and_type() {
         let m = Metrics::new().unwrap();
         let _orders = m.upstream("orders");
-        let lane = m.lane("orders", "default");
+        let every = LaneSeries {
+            costs: true,
+            histograms: true,
+        };
+        let lane = m.lane("orders", "default", every);
+        lane.throttle(Signal::Status);
+        lane.paused(Hint::RetryAfter);
         lane.throttled("status", 1.0);
         let text = m.render().unwrap();
         // Every family the registry exports is declared, and none twice.
@@ -920,7 +787,7 @@ mod tests {
     #[test]
     fn throttle_reasons_are_bounded_and_leave_with_their_lane() {
         let m = Metrics::new().unwrap();
-        let lane = m.lane("orders", "t:write");
+        let lane = m.lane("orders", "t:write", LaneSeries::default());
         lane.throttled("TableWriteKeyRangeThroughputExceeded", 5.0);
         lane.throttled("status", 6.0);
         lane.throttled("<script>anything the upstream says", 7.0);
@@ -955,9 +822,12 @@ mod tests {
             assert!(text.contains(&help), "missing {help}");
             assert!(text.contains(&kind), "missing {kind}");
         }
-        drop(lane);
-        fleet.remove_lane("orders", "default");
-        assert!(!m.render().unwrap().contains("lane=\"default\""));
+        let other = fleet.other_lanes("orders");
+        lane.withdraw();
+        other.withdraw();
+        let text = m.render().unwrap();
+        assert!(!text.contains("lane=\"default\""), "{text}");
+        assert!(text.contains("easeoff_fleet_members{lane=\"other\",upstream=\"orders\"} 0"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! `pace` mode: dispatches are spaced the current interval apart, counted from where
 //! each release was due (a release the host let go late lets the next follow it by
-//! as little as half the spacing, never before its own slot), first come first served. One release task per upstream owns the queue; the head waiter is
+//! as little as half the spacing, never before its own slot), first come first served. One release task per pacer, spawned with its first waiter, owns the queue; the head waiter is
 //! released against the interval in force at release, so a raise slows the waiting
 //! queue at once. A request whose slot lies beyond its deadline is answered with
 //! [`Shed`] as soon as that is known: on arrival, or when a raise or pause pushes its
@@ -169,6 +169,8 @@ struct Shared {
     changed: Notify,
     /// Set when the last `Pacer` handle is dropped, to end the release task.
     closed: AtomicBool,
+    /// The release task was spawned (at the first waiter).
+    releasing: AtomicBool,
     /// Nanoseconds from `origin` by which every request must be dispatched (shutdown
     /// drain); 0 means none.
     drain_by_ns: AtomicU64,
@@ -200,8 +202,9 @@ impl Pacer {
         Pacer::with_clock(mode, limits, Clock::Tokio)
     }
 
-    /// A pacer at interval 0 on `clock`; in pace mode it spawns its release task,
-    /// which ends when the last clone of the pacer is dropped.
+    /// A pacer at interval 0 on `clock`; in pace mode its first waiter spawns its
+    /// release task (on that waiter's runtime), which ends when the last clone of the
+    /// pacer is dropped.
     pub fn with_clock(mode: Mode, limits: Limits, clock: Clock) -> Pacer {
         let shared = Arc::new(Shared {
             origin: clock.now(),
@@ -225,13 +228,11 @@ impl Pacer {
             queue: Mutex::new(VecDeque::new()),
             changed: Notify::new(),
             closed: AtomicBool::new(false),
+            releasing: AtomicBool::new(false),
             provisional: AtomicBool::new(false),
             drain_by_ns: AtomicU64::new(0),
             shadow_next_ns: AtomicU64::new(0),
         });
-        if mode == Mode::Pace {
-            tokio::spawn(release(Arc::clone(&shared)));
-        }
         Pacer {
             _stop: Arc::new(StopOnDrop(Arc::clone(&shared))),
             shared,
@@ -322,6 +323,11 @@ impl Pacer {
                     s.queued_cost.fetch_add(cost, Ordering::Relaxed);
                     waiting
                 };
+                // The release task comes with the first waiter: most of a wave of
+                // new lane names never wait, and a task is a third of a lane's memory.
+                if !s.releasing.swap(true, Ordering::Relaxed) {
+                    tokio::spawn(release(Arc::clone(&self.shared)));
+                }
                 s.changed.notify_one();
                 match granted.await {
                     Ok(result) => result,

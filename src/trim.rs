@@ -1,8 +1,9 @@
 //! Gives the memory of dropped lanes back to the system. A wave of 100,000 lanes frees
 //! its memory into glibc's heaps in small pieces scattered among live ones; glibc
 //! returns only the top of a heap by itself, so without `malloc_trim` the process's
-//! RSS stays at the wave's peak. Lanes report what they drop; the periodic refresh
-//! trims once enough have gone, off the request path.
+//! RSS stays at the wave's peak. Lanes report what they drop, and the fleet the lanes'
+//! cells it lets go (later, at a sync or a join); the periodic refresh trims once
+//! enough have gone, off the request path.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

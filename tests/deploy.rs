@@ -281,7 +281,7 @@ fn label_matchers(text: &str) -> BTreeSet<String> {
 async fn exported_families() -> (BTreeMap<String, String>, String) {
     // One throttle, so the families stamped only by a throttle are shown too.
     let up = throttles_first(1, || respond(429, &[], "slow down")).await;
-    let proxy = proxy_with_absent_fleet(up.addr).await;
+    let proxy = proxy_with_absent_fleet(up.addr, "").await;
     get(&format!("http://{}/", proxy.addr)).await;
     let text = metrics(proxy.admin).await;
     let families = text

@@ -525,3 +525,82 @@ async fn a_body_past_what_easeoff_holds_is_sent_whole_in_the_lane_its_start_name
     let answer = chat(proxy.addr, late.clone()).await;
     assert_eq!(answer.text(), late.len().to_string());
 }
+
+/// What the mock answers a call that asks for answer `k` (header `x-answer`): throttles
+/// given away by five signals with pauses set by four headers, and successes that
+/// settle their cost.
+fn answer_number(k: usize) -> http::Response<Body> {
+    let json = [("content-type", "application/json")];
+    match k {
+        0 => respond(429, &[("retry-after-ms", "1")], "{}"),
+        1 => respond(429, &[("x-ms-retry-after-ms", "1")], "{}"),
+        2 => respond(503, &json, r#"{"error":{"message":"overloaded"}}"#),
+        3 => respond(
+            200,
+            &[
+                ("x-ratelimit-limit-requests", "100"),
+                ("x-ratelimit-remaining-requests", "0"),
+                ("x-ratelimit-reset-requests", "5ms"),
+            ],
+            r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+        ),
+        4 => respond(200, &[("x-upstream-says", "throttled"), ("retry-after-ms", "1")], "{}"),
+        5 => respond(400, &json, r#"{"error":{"code":"slow_down_please"}}"#),
+        _ => respond(200, &json, r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#),
+    }
+}
+
+/// Series on `/metrics` per `lane` label value, over every lane family.
+fn series_per_lane(text: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut per_lane = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("easeoff_lane_")) {
+        if let Some(rest) = line.split("lane=\"").nth(1) {
+            let lane = rest.split('"').next().unwrap_or_default().to_string();
+            *per_lane.entry(lane).or_insert(0) += 1;
+        }
+    }
+    per_lane
+}
+
+/// 40 models (OpenAI, paced in tokens), each throttled by five signals and paused by
+/// four headers: at most 16 series a lane, the 32 named and the `other` the rest share
+/// (before: 34 to 39 a lane, a histogram and every signal and header zero-valued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_models_export_at_most_sixteen_series_a_lane() {
+    let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
+        let k = req.headers()["x-answer"].to_str().unwrap().parse().unwrap();
+        answer_number(k)
+    })
+    .await;
+    let config = "preset = \"openai\"\n[upstream.retry]\nmax_attempts = 1\n[upstream.lanes]\ncost = \"tokens\"\n[upstream.throttle]\nbody_codes = [\"slow_down_please\"]\nheaders = { \"x-upstream-says\" = [\"throttled\"] }\n";
+    let proxy = proxy(up.addr, config).await;
+    let url = format!("http://{}/v1/chat/completions", proxy.addr);
+    let mut calls = tokio::task::JoinSet::new();
+    for model in 0..40 {
+        let url = url.clone();
+        calls.spawn(async move {
+            let client = client();
+            let body = format!(r#"{{"model":"m{model}","messages":[],"max_tokens":5}}"#);
+            for k in 0..7 {
+                let k = k.to_string();
+                let headers = [("content-type", "application/json"), ("x-answer", &k)];
+                send(&client, "POST", &url, &headers, Bytes::from(body.clone())).await;
+            }
+        });
+    }
+    while let Some(done) = calls.join_next().await {
+        done.unwrap();
+    }
+    let text = metrics(proxy.admin).await;
+    let per_lane = series_per_lane(&text);
+    assert_eq!(per_lane.len(), 32 + 1, "metrics_lanes by name and `other`: {per_lane:?}");
+    let signals = text
+        .lines()
+        .filter(|l| l.starts_with("easeoff_lane_throttles_total{") && l.contains("lane=\"m1\""))
+        .count();
+    assert!(signals >= 3, "a lane's throttles by several signals:\n{text}");
+    for (lane, series) in &per_lane {
+        assert!(*series <= 16, "lane {lane}: {series} series\n{text}");
+    }
+    println!("series per lane: {per_lane:?}");
+}

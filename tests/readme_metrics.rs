@@ -20,9 +20,11 @@ async fn readme_metric_table_matches_the_exported_families() {
         "too few rows parsed: {documented:?}"
     );
 
-    let up = throttles_first(1, || respond(429, &[], "")).await;
-    let proxy = proxy_with_absent_fleet(up.addr).await;
-    // One request, so label sets made on first use are exported too.
+    let up = throttles_first(1, || respond(429, &[("retry-after-ms", "1")], "")).await;
+    // Costs in tokens with their histogram: every optional family.
+    let lanes = "[upstream.lanes]\ncost = \"tokens\"\nmetrics_histograms = true\n";
+    let proxy = proxy_with_absent_fleet(up.addr, lanes).await;
+    // One throttle with a pause, so label sets made on first use are exported too.
     get(&format!("http://{}/", proxy.addr)).await;
     let exported = scraped(&metrics(proxy.admin).await);
 

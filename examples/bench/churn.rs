@@ -35,8 +35,11 @@ pub struct Options {
     pub max_lanes: Option<usize>,
     /// `lane_idle`; the idle spell is this plus 3 s.
     pub lane_idle: Duration,
-    /// A constant interval every lane paces at, so that every lane waits.
+    /// A constant interval every lane paces at, so that every lane waits; 0: the
+    /// default sleeper, under which lanes never wait.
     pub interval: Duration,
+    /// A `[fleet]` on this Redis URL.
+    pub fleet: Option<String>,
 }
 
 /// The highest RSS and descriptor count seen while sampling, and the last.
@@ -61,9 +64,22 @@ pub async fn main(o: Options) -> Result<(), String> {
         .max_lanes
         .map(|n| format!("max_lanes = {n}\n"))
         .unwrap_or_default();
+    // At interval 0 the default sleeper: lanes that never wait.
+    let sleeper = if o.interval.is_zero() {
+        String::new()
+    } else {
+        format!(
+            "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"{}us\"\n",
+            o.interval.as_micros()
+        )
+    };
+    let fleet = o
+        .fleet
+        .as_ref()
+        .map(|redis| format!("[fleet]\nredis = \"{redis}\"\n"))
+        .unwrap_or_default();
     let extra = format!(
-        "preset = \"dynamodb\"\n[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"{}us\"\n[upstream.lanes]\n{max_lanes}lane_idle = \"{}ms\"\n",
-        o.interval.as_micros(),
+        "preset = \"dynamodb\"\n{sleeper}[upstream.lanes]\n{max_lanes}lane_idle = \"{}ms\"\n{fleet}",
         o.lane_idle.as_millis()
     );
     let result = waves(&o, upstream, &work, &extra).await;
@@ -85,7 +101,7 @@ async fn waves(
     let metrics = format!("http://{}/metrics", easeoff.admin);
     let start = usage(pid).unwrap_or_default();
     let mut out = format!(
-        "start: RSS {:.1} MB, {} fds\n{:>4} {:>9} {:>7} {:>8} {:>13} {:>9} {:>13} {:>9} {:>6}\n",
+        "start: RSS {:.1} MB, {} fds\n{:>4} {:>9} {:>7} {:>8} {:>13} {:>9} {:>14} {:>7} {:>9} {:>13} {:>9} {:>6}\n",
         mb(start.rss_kb),
         start.fds,
         "wave",
@@ -94,27 +110,40 @@ async fn waves(
         "seconds",
         "peak RSS MB",
         "peak fds",
+        "alive RSS MB",
+        "alive",
+        "KiB/lane",
         "idle RSS MB",
         "idle fds",
         "lanes"
     );
+    let lanes_now = || async {
+        let page = Getter::default().get(&metrics).await.unwrap_or_default();
+        sample(&page, "easeoff_lanes{upstream=\"ddb\"}").unwrap_or(f64::NAN)
+    };
     for wave in 0..o.waves {
         let began = Instant::now();
         let (ok, errors, load) = sampled(pid, send(o, easeoff.listen, wave)).await;
         let seconds = began.elapsed().as_secs_f64();
+        // The wave's lanes at rest, before `lane_idle` drops them.
+        let alive = usage(pid).unwrap_or_default();
+        let alive_lanes = lanes_now().await;
+        let per_lane = (alive.rss_kb as f64 - start.rss_kb as f64) / (alive_lanes - 1.0);
         tokio::time::sleep(o.lane_idle + Duration::from_secs(3)).await;
         let idle = usage(pid).unwrap_or_default();
-        let page = Getter::default().get(&metrics).await.unwrap_or_default();
-        let lanes = sample(&page, "easeoff_lanes{upstream=\"ddb\"}").unwrap_or(f64::NAN);
+        let lanes = lanes_now().await;
         let _ = writeln!(
             out,
-            "{:>4} {:>9} {:>7} {:>8.1} {:>13.1} {:>9} {:>13.1} {:>9} {:>6}",
+            "{:>4} {:>9} {:>7} {:>8.1} {:>13.1} {:>9} {:>14.1} {:>7} {:>9.2} {:>13.1} {:>9} {:>6}",
             wave + 1,
             ok,
             errors,
             seconds,
             mb(load.peak_rss_kb),
             load.peak_fds,
+            mb(alive.rss_kb),
+            alive_lanes,
+            per_lane,
             mb(idle.rss_kb),
             idle.fds,
             lanes
@@ -124,7 +153,7 @@ async fn waves(
         }
     }
     out.push_str(
-        "peak: while the wave ran (sampled every 100 ms); idle: lane_idle + 3 s after it\n",
+        "peak: while the wave ran (sampled every 100 ms); alive: as it ended, its lanes at rest (KiB/lane: above the start, per lane but `default`); idle: lane_idle + 3 s after it\n",
     );
     Ok(out)
 }

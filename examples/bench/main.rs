@@ -139,9 +139,13 @@ struct ChurnArgs {
     /// The upstream's lane_idle.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     lane_idle: Duration,
-    /// The constant interval every lane paces at.
+    /// The constant interval every lane paces at; 0: the default sleeper (lanes
+    /// that never wait).
     #[arg(long, default_value = "2ms", value_parser = parse_duration)]
     interval: Duration,
+    /// Runs the sidecar in a `[fleet]` on this Redis URL (one that refuses: Redis down).
+    #[arg(long)]
+    fleet: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -196,6 +200,7 @@ fn main() -> ExitCode {
                     max_lanes: a.max_lanes,
                     lane_idle: a.lane_idle,
                     interval: a.interval,
+                    fleet: a.fleet,
                 })
                 .await
             }

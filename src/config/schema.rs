@@ -763,6 +763,8 @@ pub struct LaneSettings {
     pub idle_decay: Duration,
     /// Lanes exported by name on `/metrics`; the rest are summed as `lane="other"`.
     pub metrics_lanes: usize,
+    /// Each named lane exports the estimate-error histogram too (14 series a lane).
+    pub metrics_histograms: bool,
     /// What a lane paces in: requests, or what each costs (tokens, capacity units).
     pub cost: Unit,
 }
@@ -795,6 +797,7 @@ impl Default for LaneSettings {
             lane_idle: Duration::from_secs(300),
             idle_decay: Duration::from_secs(30),
             metrics_lanes: 32,
+            metrics_histograms: false,
             cost: Unit::Requests,
         }
     }
@@ -810,6 +813,7 @@ pub const LANES: Schema<LaneSettings> = keys!(
         lane_idle: SOME_TIME,
         idle_decay: TIME,
         metrics_lanes: Bounds::new(0, 10_000),
+        metrics_histograms: Plain,
         cost: Plain,
     }
 );

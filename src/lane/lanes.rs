@@ -17,7 +17,7 @@ use crate::config::UpstreamSettings;
 use crate::cost::{self, Unit};
 use crate::fleet::Fleet;
 use crate::hints::Hint;
-use crate::metrics::{LaneMetrics, Metrics, UpstreamMetrics};
+use crate::metrics::{LaneMetrics, LaneSeries, Metrics, UpstreamMetrics};
 use crate::route::{self, Key, Rule};
 use crate::sleeper::Mode;
 
@@ -90,7 +90,8 @@ impl Lanes {
             lanes.by.as_deref(),
             lanes.from_response.is_some(),
         );
-        let default_metrics = Arc::new(metrics.lane(&upstream, route::DEFAULT));
+        let series = lane_series(&settings);
+        let default_metrics = Arc::new(metrics.lane(&upstream, route::DEFAULT, series));
         let default = Arc::new(Lane::new(
             Key::new(&rule, route::DEFAULT),
             &common,
@@ -107,7 +108,7 @@ impl Lanes {
             learned: RwLock::new(HashMap::default()),
             hot: AtomicUsize::new(0),
             named: AtomicUsize::new(1),
-            other_metrics: Arc::new(metrics.lane(&upstream, "other")),
+            other_metrics: Arc::new(metrics.lane(&upstream, "other", series)),
             common,
             settings,
             clock,
@@ -480,7 +481,8 @@ impl Lanes {
         let named = self.named.load(Ordering::Relaxed) < self.settings.lanes.metrics_lanes;
         let metrics = if named {
             self.named.fetch_add(1, Ordering::Relaxed);
-            Arc::new(self.metrics.lane(&self.common.upstream, name))
+            let series = lane_series(&self.settings);
+            Arc::new(self.metrics.lane(&self.common.upstream, name, series))
         } else {
             Arc::clone(&self.other_metrics)
         };
@@ -504,6 +506,15 @@ impl Lanes {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, LaneMap> {
         self.others.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The series the lanes of an upstream with `settings` export besides their own.
+fn lane_series(settings: &UpstreamSettings) -> LaneSeries {
+    let costs = settings.lanes.cost != Unit::Requests;
+    LaneSeries {
+        costs,
+        histograms: costs && settings.lanes.metrics_histograms,
     }
 }
 

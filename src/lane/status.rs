@@ -39,7 +39,8 @@ impl Lane {
         self.last_throttle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .as_deref()
+            .cloned()
     }
 
     /// The header behind the lane's latest pause or floor.

@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 use http::Request;
 
 use crate::clock::{Clock, ManualClock};
-use crate::config::{LaneSettings, UpstreamSettings};
+use crate::config::{FleetSettings, LaneSettings, UpstreamSettings};
+use crate::fleet::{Fleet, Memory};
 use crate::hints::{Quota, Reading};
 use crate::lane::Answer;
 use crate::metrics::Metrics;
@@ -249,6 +250,43 @@ fn idle_lanes_are_dropped_and_their_series_withdrawn() {
     // A new request makes it again, from scratch.
     attempt(&control, &runtime, &tenant("a"), b"", Verdict::Success);
     assert_eq!(control.lanes.count(), 2);
+}
+
+/// 30,000 tenants with `[fleet]`, in waves each dropped as idle before the next,
+/// with no sync between (Redis down): each fleet family keeps `metrics_lanes` series
+/// by name and `other`'s (before: a dropped lane's series stayed until a sync, and
+/// each wave's first lanes named theirs beside them).
+#[test]
+fn fleet_series_stay_within_metrics_lanes_as_thirty_thousand_lanes_come_and_go() {
+    let lanes = LaneSettings {
+        lane_idle: Duration::from_secs(1),
+        ..by_tenant(100_000, 32)
+    };
+    let (control, metrics, runtime, manual) = control(Preset::None, lanes);
+    let _inside = runtime.enter();
+    let settings = FleetSettings::default();
+    let fleet = Arc::new(Fleet::driven(settings.clone(), &metrics, "m".into()));
+    control.join_fleet(Arc::clone(&fleet));
+    let fleet_series = || {
+        let text = metrics.render().unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("easeoff_fleet_members{"))
+            .count()
+    };
+    for wave in 0..30 {
+        for i in 0..1000 {
+            control.lanes.route(&tenant(&format!("w{wave}-t{i}")), None);
+        }
+        assert_eq!(control.lanes.count(), 1001);
+        assert!(fleet_series() <= 32 + 1, "wave {wave}: {} series", fleet_series());
+        // Past the cold hold's spacing (5 s) and `lane_idle`.
+        manual.advance(Duration::from_secs(10));
+        control.lanes.drop_idle(control.clock().now());
+        assert_eq!(control.lanes.count(), 1);
+    }
+    let mut memory = Memory::new();
+    fleet.sync_in(&mut memory, Duration::from_secs(300), Some(settings.sync_interval));
+    assert_eq!(fleet_series(), 2, "`default` and `other`");
 }
 
 #[test]

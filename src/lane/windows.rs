@@ -17,7 +17,7 @@ impl Lane {
     /// Counts a throttle, remembers it, and holds the lane for the pause its answer
     /// asked for, if any.
     pub(super) fn throttle_seen(&self, signal: Signal, pause: Option<(Duration, Hint)>) {
-        self.metrics.throttle(signal).inc();
+        self.metrics.throttle(signal);
         self.throttled(signal.as_str(), None);
         if let Some(link) = self.fleet.get() {
             link.refused();
@@ -98,7 +98,7 @@ impl Lane {
         self.capped(pause, Hint::RateLimit, now);
         self.paused_by(Hint::RateLimit);
         self.common.metrics.throttle(Signal::RateLimit).inc();
-        self.metrics.throttle(Signal::RateLimit).inc();
+        self.metrics.throttle(Signal::RateLimit);
         if self.pacer.paused_until(now).is_none() {
             tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(pause.duration.as_millis()).unwrap_or(u64::MAX), "paused until the upstream's rate-limit window resets");
         }

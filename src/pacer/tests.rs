@@ -871,3 +871,34 @@ async fn a_first_slot_phased_into_the_spacing_keeps_its_place_as_it_shrinks() {
     let slot = pacer.acquire(far()).await.unwrap();
     assert_eq!(slot.dispatched_at - t0, 11_000 * MS);
 }
+
+
+/// A pacer whose requests never wait holds no task (most of a wave of new lanes);
+/// its first waiter spawns the release task, which ends with the pacer.
+#[tokio::test(start_paused = true)]
+async fn a_pacer_holds_a_release_task_only_from_its_first_waiter() {
+    let runtime = tokio::runtime::Handle::current().metrics();
+    let before = runtime.num_alive_tasks();
+    let idle: Vec<Pacer> = (0..100).map(|_| pacer(Mode::Pace)).collect();
+    for pacer in &idle {
+        pacer.acquire(far()).await.unwrap();
+    }
+    assert_eq!(runtime.num_alive_tasks(), before, "no task for 100 idle pacers");
+    let busy = pacer(Mode::Pace);
+    busy.set_interval(100 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let handles = vec![
+        start(&busy, 0, t0, &grants).await,
+        start(&busy, 1, t0, &grants).await,
+    ];
+    finish(handles).await;
+    assert_eq!(grants_of(&grants), [(0, Duration::ZERO), (1, 100 * MS)]);
+    assert_eq!(runtime.num_alive_tasks(), before + 1, "the busy pacer's");
+    drop(busy);
+    let ended = tokio::time::timeout(Duration::from_secs(1), async {
+        while runtime.num_alive_tasks() > before {
+            tokio::task::yield_now().await;
+        }
+    });
+    assert!(ended.await.is_ok(), "the release task ends with its pacer");
+}

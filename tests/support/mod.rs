@@ -189,11 +189,11 @@ pub async fn proxy(target: SocketAddr, extra: &str) -> Proxy {
 
 /// Starts easeoff with one upstream named "up" pointing at `target` and a `[fleet]`
 /// whose Redis never answers, so the fleet's metric families are exported too.
-pub async fn proxy_with_absent_fleet(target: SocketAddr) -> Proxy {
+pub async fn proxy_with_absent_fleet(target: SocketAddr, extra: &str) -> Proxy {
     let redis = refusing_port();
     proxy_config(&format!(
         "[fleet]\nredis = \"redis://{redis}/0\"\n\n{}",
-        one_upstream(target, "")
+        one_upstream(target, extra)
     ))
     .await
 }
