@@ -179,7 +179,9 @@ impl Control {
                                 if next != Next::ReadThrottle {
                                     (next, Some(answer), Cow::Borrowed(""), None)
                                 } else {
-                                    match dispatch.read_throttle(answer).await {
+                                    // Boxed: a rare path, kept out of every
+                                    // request's future.
+                                    match Box::pin(dispatch.read_throttle(answer)).await {
                                         Ok((answer, held)) => {
                                             let read = attempt::Outcome::ThrottleRead { held };
                                             let next = self.decide(&mut policy, read, arrived);
