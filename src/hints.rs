@@ -171,7 +171,8 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
     if waits {
         reading.wait = wait::read(headers, now);
     }
-    reading.bounded()
+    reading.bound();
+    reading
 }
 
 /// The longest reset or wait an answer is read as (a century): a header may say
@@ -182,15 +183,14 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
 pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Reading {
-    /// The reading with every duration at most [`LONGEST`].
-    fn bounded(mut self) -> Reading {
+    /// Cuts every duration of the reading to at most [`LONGEST`].
+    fn bound(&mut self) {
         for quota in [&mut self.requests, &mut self.tokens].into_iter().flatten() {
             quota.reset = quota.reset.min(LONGEST);
         }
         if let Some((Pushback::Delay(delay), _)) = &mut self.wait {
             *delay = (*delay).min(LONGEST);
         }
-        self
     }
 }
 

@@ -531,12 +531,12 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
             Answer::Success => {
                 upstream.connected();
                 let success = lane::Answer::of(Verdict::Success);
-                Turn::Answer((), upstream.settle(pass, Settle::Answer(success)))
+                Turn::Answer((), upstream.settle(pass, Settle::Answer(&success)))
             }
             Answer::Throttle => {
                 upstream.connected();
                 let throttle = lane::Answer::of(Verdict::Throttle(Signal::Body));
-                let settled = upstream.settle(pass, Settle::Answer(throttle));
+                let settled = upstream.settle(pass, Settle::Answer(&throttle));
                 Turn::Throttled {
                     answer: (),
                     refused: false,

@@ -83,7 +83,7 @@ fn attempt(
         .block_on(control.acquire_route(&route, far, false))
         .unwrap();
     let slot = *pass.slot();
-    let _ = control.settle(pass, Settle::Answer(Answer::of(verdict)));
+    let _ = control.settle(pass, Settle::Answer(&Answer::of(verdict)));
     slot
 }
 
@@ -182,7 +182,7 @@ fn a_stale_answer_does_not_lift_a_floor_a_fresher_one_set() {
             reading,
             ..Answer::of(Verdict::Success)
         };
-        let _ = control.settle(pass, Settle::Answer(answer));
+        let _ = control.settle(pass, Settle::Answer(&answer));
     };
     settle(later, window(10));
     assert!(
@@ -395,7 +395,7 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
         let pass = runtime
             .block_on(control.acquire_route(&route, far, false))
             .unwrap();
-        let _ = control.settle(pass, Settle::Answer(answer));
+        let _ = control.settle(pass, Settle::Answer(&answer));
     };
     answer(None, Some(window(0, 120_000)));
     let (per_unit, _) = lane.pacer.floor(now).unwrap();

@@ -398,7 +398,6 @@ impl<'a> Ctx<'a> {
             Some(lane) => pass.for_lane(lane),
             None => pass,
         };
-        let reading = hints::read(&parts.headers, self.clock.wall());
         let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
             Ok(classified) => classified,
@@ -412,12 +411,14 @@ impl<'a> Ctx<'a> {
         let limited =
             matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
         upstream.reached(Some(status), limited);
+        // Read after the classification, so that the reading is not held across it.
+        let reading = hints::read(&parts.headers, self.clock.wall());
         let Verdict::Throttle(signal) = verdict else {
             let answer = Answer {
                 reading,
                 ..Answer::of(verdict)
             };
-            let (body, settled) = self.watch(pass, answer, route.settles, &parts.headers, body);
+            let (body, settled) = self.watch(pass, &answer, route.settles, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
             self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body), settled);
@@ -441,7 +442,7 @@ impl<'a> Ctx<'a> {
             lanes,
             cost: None,
         };
-        let settled = upstream.settle(pass, Settle::Answer(answer));
+        let settled = upstream.settle(pass, Settle::Answer(&answer));
         Turn::Throttled {
             answer: Response::from_parts(parts, body),
             refused: matches!(reading.wait, Some((Pushback::Refuse, _))),
@@ -619,7 +620,7 @@ impl<'a> Ctx<'a> {
     fn watch(
         &self,
         pass: Pass,
-        answer: Answer<'_>,
+        answer: &Answer<'_>,
         settles: bool,
         headers: &HeaderMap,
         body: ProxyBody,
@@ -636,26 +637,26 @@ impl<'a> Ctx<'a> {
             }
             let answer = Answer {
                 cost: cost.as_ref().filter(|_| body.held().is_some()),
-                ..answer
+                ..*answer
             };
-            return (body, upstream.settle(pass, Settle::Answer(answer)));
+            return (body, upstream.settle(pass, Settle::Answer(&answer)));
         };
         let batch = verdict == Verdict::Success && self.watch_batch;
         let grpc = verdict == Verdict::Success
             && self.dialect.preset == Preset::Grpc
             && !headers.contains_key("grpc-status");
-        let upstream = Arc::clone(upstream);
         if !batch && !grpc {
             let bill = cost.as_ref().map(|_| pass.bill());
             let settled = upstream.settle(pass, Settle::Answer(answer));
             return match (cost, bill) {
                 (Some(cost), Some(bill)) => {
-                    let watch = Watch::cost(upstream, cost, bill);
+                    let watch = Watch::cost(Arc::clone(upstream), cost, bill);
                     (ProxyBody::Watched { inner, watch }, settled)
                 }
                 _ => (ProxyBody::Stream(inner), settled),
             };
         }
+        let upstream = Arc::clone(upstream);
         let (pass, settled) = pass.defer();
         let watch = if batch {
             Watch::batch(upstream, pass, answer.reading)

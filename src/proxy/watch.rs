@@ -122,7 +122,7 @@ impl Watch {
         };
         let _settled = self
             .upstream
-            .settle(pass.into_pass(), Settle::Answer(answer));
+            .settle(pass.into_pass(), Settle::Answer(&answer));
     }
 }
 

@@ -67,7 +67,7 @@ fn answer(control: &Control, verdict: Verdict, reading: Reading) {
         reading,
         ..Answer::of(verdict)
     };
-    let _ = control.settle(pass, Settle::Answer(answer));
+    let _ = control.settle(pass, Settle::Answer(&answer));
 }
 
 /// Records a throttle carrying `headers`, as the proxy does.
