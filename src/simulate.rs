@@ -541,6 +541,7 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
                     answer: (),
                     refused: false,
                     overload: false,
+                    read_by: upstream.clock().now(),
                     settled,
                 }
             }
@@ -555,7 +556,7 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
     }
 
     /// The modelled answer is always held.
-    async fn read_throttle(&mut self, answer: ()) -> Result<((), bool), ()> {
+    async fn read_throttle(&mut self, answer: (), _read_by: Instant) -> Result<((), bool), ()> {
         Ok((answer, true))
     }
 }

@@ -25,7 +25,7 @@ use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::lane::{Answer, Concerns, Lane, Pass, Route, Settled};
 use crate::metrics::{Outcome, ShardedGauge};
-use crate::pacer::{ShedReason, Slot};
+use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
 use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
@@ -110,7 +110,6 @@ pub fn handle<'a>(
                 first: Some(Request::from_parts(head, body)),
                 template,
                 readied: None,
-                deadline: ctx.arrived,
             };
             match upstream.drive(&mut attempts, &mut route, arrival).await {
                 Ended::Answer(response) => response,
@@ -133,7 +132,6 @@ struct Sender<'c, 'a> {
     first: Option<Request<ProxyBody>>,
     template: Option<Template>,
     readied: Option<Request<ProxyBody>>,
-    deadline: Instant,
 }
 
 impl Dispatch for Sender<'_, '_> {
@@ -163,8 +161,6 @@ impl Dispatch for Sender<'_, '_> {
         route: &'s Route,
     ) -> impl Future<Output = Turn<Response<ProxyBody>>> + 's {
         self.ctx.record.queued_for(queued);
-        let timeout = self.ctx.upstream.client.request_timeout();
-        self.deadline = after(pass.slot().dispatched_at, timeout);
         let request = self
             .readied
             .take()
@@ -175,12 +171,11 @@ impl Dispatch for Sender<'_, '_> {
     async fn read_throttle(
         &mut self,
         answer: Response<ProxyBody>,
+        read_by: Instant,
     ) -> Result<(Response<ProxyBody>, bool), Response<ProxyBody>> {
         let ctx = self.ctx;
         let (parts, body) = answer.into_parts();
-        let reading = ctx
-            .clock
-            .timeout_at(self.deadline, read_error_body_of(body));
+        let reading = ctx.clock.timeout_at(read_by, read_error_body_of(body));
         let Some(Some(body)) = Box::pin(reading).await else {
             let message = "the upstream's throttle answer broke off";
             let reason = Reason::UpstreamUnavailable;
@@ -338,7 +333,10 @@ impl<'a> Ctx<'a> {
                 .observe(took.as_secs_f64());
             self.record.sent(took);
             match sent {
-                Ok(response) => self.answered(response, pass, slot, route).await,
+                Ok(response) => {
+                    let read_by = after(slot.dispatched_at, upstream.client.request_timeout());
+                    self.answered(response, pass, read_by, route).await
+                }
                 Err(SendError::Connect(cause)) => {
                     let settled = upstream.settle(pass, Settle::NoConnection(&cause));
                     let wait = settled.backoff();
@@ -386,7 +384,7 @@ impl<'a> Ctx<'a> {
         &self,
         response: Response<Incoming>,
         pass: Pass,
-        slot: Slot,
+        deadline: Instant,
         route: &Route,
     ) -> Turn<Response<ProxyBody>> {
         let upstream = self.upstream;
@@ -398,7 +396,6 @@ impl<'a> Ctx<'a> {
             Some(lane) => pass.for_lane(lane),
             None => pass,
         };
-        let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
             Ok(classified) => classified,
             Err(answer) => {
@@ -447,6 +444,7 @@ impl<'a> Ctx<'a> {
             answer: Response::from_parts(parts, body),
             refused: matches!(reading.wait, Some((Pushback::Refuse, _))),
             overload: signal == throttle::Signal::Overload,
+            read_by: deadline,
             settled,
         }
     }
