@@ -147,10 +147,15 @@ fn may_wait(name: &str) -> bool {
     name.len() >= "retry-after".len() && matches!(name.as_bytes()[0], b'r' | b'x' | b'g' | b's')
 }
 
-/// Everything the answer says: its windows and its wait. Every answer passes here, so
-/// one pass over the names comes first: an answer without any rate-limit or wait
-/// field costs no look-up.
+/// Everything the answer says: its windows and its wait ([`stated`], or nothing).
 pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
+    stated(headers, now).unwrap_or_default()
+}
+
+/// Everything the answer says, if it states anything. Every answer passes here, so
+/// one pass over the names comes first: an answer without any rate-limit or wait
+/// field costs no look-up, and no reading to carry.
+pub fn stated(headers: &HeaderMap, now: SystemTime) -> Option<Reading> {
     let mut present = 0u32;
     let mut waits = false;
     for name in headers.keys() {
@@ -162,6 +167,9 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
         }
         waits |= may_wait(name) && WAITS.contains(&name);
     }
+    if present == 0 && !waits {
+        return None;
+    }
     let mut reading = Reading::default();
     for (i, family) in FAMILIES.iter().enumerate() {
         if present & (1 << i) != 0 {
@@ -172,7 +180,7 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
         reading.wait = wait::read(headers, now);
     }
     reading.bound();
-    reading
+    Some(reading)
 }
 
 /// The longest reset or wait an answer is read as (a century): a header may say

@@ -177,9 +177,9 @@ fn a_stale_answer_does_not_lift_a_floor_a_fresher_one_set() {
         }),
         ..Reading::default()
     };
-    let settle = |pass, reading| {
+    let settle = |pass, reading: Reading| {
         let answer = Answer {
-            reading,
+            reading: Some(&reading),
             ..Answer::of(Verdict::Success)
         };
         let _ = control.settle(pass, Settle::Answer(&answer));
@@ -380,12 +380,13 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
     // A spent bucket of 120,000 tokens a minute is paced at 90 % of its refill:
     // 60 s / 108,000 a token, 555.6 ms per thousand.
     let answer = |requests, tokens| {
+        let reading = Reading {
+            requests,
+            tokens,
+            wait: None,
+        };
         let answer = Answer {
-            reading: Reading {
-                requests,
-                tokens,
-                wait: None,
-            },
+            reading: Some(&reading),
             ..Answer::of(Verdict::Success)
         };
         let far = now + Duration::from_secs(3600);

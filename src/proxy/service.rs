@@ -409,10 +409,10 @@ impl<'a> Ctx<'a> {
             matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
         upstream.reached(Some(status), limited);
         // Read after the classification, so that the reading is not held across it.
-        let reading = hints::read(&parts.headers, self.clock.wall());
+        let reading = hints::stated(&parts.headers, self.clock.wall());
         let Verdict::Throttle(signal) = verdict else {
             let answer = Answer {
-                reading,
+                reading: reading.as_ref(),
                 ..Answer::of(verdict)
             };
             let (body, settled) = self.watch(pass, &answer, route.settles, &parts.headers, body);
@@ -435,14 +435,14 @@ impl<'a> Ctx<'a> {
         };
         let answer = Answer {
             verdict,
-            reading,
+            reading: reading.as_ref(),
             lanes,
             cost: None,
         };
         let settled = upstream.settle(pass, Settle::Answer(&answer));
         Turn::Throttled {
             answer: Response::from_parts(parts, body),
-            refused: matches!(reading.wait, Some((Pushback::Refuse, _))),
+            refused: matches!(reading.and_then(|r| r.wait), Some((Pushback::Refuse, _))),
             overload: signal == throttle::Signal::Overload,
             read_by: deadline,
             settled,
@@ -657,9 +657,9 @@ impl<'a> Ctx<'a> {
         let upstream = Arc::clone(upstream);
         let (pass, settled) = pass.defer();
         let watch = if batch {
-            Watch::batch(upstream, pass, answer.reading)
+            Watch::batch(upstream, pass, answer.reading.copied())
         } else {
-            Watch::grpc(upstream, pass, answer.reading)
+            Watch::grpc(upstream, pass, answer.reading.copied())
         };
         let watch = watch.with_cost(cost);
         (ProxyBody::Watched { inner, watch }, settled)
