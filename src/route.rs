@@ -34,6 +34,10 @@ pub enum Part {
     Method,
     /// A request header's value (empty when absent).
     Header(HeaderName),
+    /// A request header whose value is a secret (a credential, or a header
+    /// `secret_headers` names): the lane is named by [`hashed`] of it, so the value
+    /// reaches no metric label, `/status`, log line or Redis key.
+    Secret(HeaderName),
     /// The first N segments of the path (`path:1` of `/pkg.Service/Method` is the gRPC
     /// service).
     Path(usize),
@@ -46,15 +50,26 @@ impl fmt::Display for Part {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Part::Method => f.write_str("method"),
-            Part::Header(name) => write!(f, "header:{name}"),
+            Part::Header(name) | Part::Secret(name) => write!(f, "header:{name}"),
             Part::Path(n) => write!(f, "path:{n}"),
             Part::Body(field) => write!(f, "body:{field}"),
         }
     }
 }
 
+/// The headers that carry credentials: a lane they name is named by a hash of the
+/// value ([`Part::Secret`]), whatever the config says.
+pub const CREDENTIALS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+];
+
 /// `method`, `header:NAME`, `path:N` (N from 1 to 16), `body:FIELD` or `service` (a
-/// gRPC service: `path:1`).
+/// gRPC service: `path:1`). A header in [`CREDENTIALS`] is a [`Part::Secret`].
 pub fn parse_part(text: &str) -> Result<Part, String> {
     let bad = || {
         format!(
@@ -68,7 +83,13 @@ pub fn parse_part(text: &str) -> Result<Part, String> {
     }
     if let Some(name) = text.strip_prefix("header:") {
         return HeaderName::from_bytes(name.as_bytes())
-            .map(Part::Header)
+            .map(|name| {
+                if CREDENTIALS.contains(&name.as_str()) {
+                    Part::Secret(name)
+                } else {
+                    Part::Header(name)
+                }
+            })
             .map_err(|_| bad());
     }
     if let Some(field) = text.strip_prefix("body:") {
@@ -295,6 +316,11 @@ fn joined(parts: &[Part], head: &Parts, body: Option<&[u8]>) -> Name {
                 let value = String::from_utf8_lossy(value.unwrap_or(b""));
                 push_cut(&mut name, &value, MAX_NAME)
             }
+            Part::Secret(header) => {
+                let value = head.headers.get(header).map_or(&b""[..], |v| v.as_bytes());
+                let hashed = (!value.is_empty()).then(|| hashed(value));
+                push_cut(&mut name, hashed.as_deref().unwrap_or(""), MAX_NAME)
+            }
             Part::Path(n) => push_cut(&mut name, path_prefix(head.uri.path(), *n), MAX_NAME),
             Part::Body(field) => {
                 let value = body.and_then(|b| json::top_level_string(b, field));
@@ -304,6 +330,22 @@ fn joined(parts: &[Part], head: &Parts, body: Option<&[u8]>) -> Name {
         if !whole || (i + 1 < parts.len() && !push_cut(&mut name, "|", MAX_NAME)) {
             break;
         }
+    }
+    name
+}
+
+/// How a secret names a lane: `key:` and the first 12 hex digits of its SHA-256. Not
+/// keyed, so every member of a fleet names the lane alike; 48 bits hide a credential
+/// (an API key's entropy is far above that) but not a value that can be guessed.
+pub fn hashed(secret: &[u8]) -> ArrayString<16> {
+    use sha2::Digest;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = sha2::Sha256::digest(secret);
+    let mut name = ArrayString::new();
+    name.push_str("key:");
+    for byte in &digest[..6] {
+        name.push(char::from(HEX[usize::from(byte >> 4)]));
+        name.push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     name
 }
@@ -464,6 +506,34 @@ mod tests {
         assert_eq!(keys(&rule, &h, None).names(), ["POST|acme|/v1/items"]);
         let h = head("GET", "/", &[]);
         assert_eq!(keys(&rule, &h, None).names(), ["GET||/"]);
+    }
+
+    #[test]
+    fn a_credential_header_names_its_lane_by_a_hash_of_its_value() {
+        // The first 12 hex digits of SHA-256("Bearer sk-live-123"), as `sha256sum` gives.
+        let rule = Rule::Parts(vec![
+            parse_part("header:authorization").unwrap(),
+            Part::Method,
+        ]);
+        let h = head("POST", "/", &[("authorization", "Bearer sk-live-123")]);
+        assert_eq!(keys(&rule, &h, None).names(), ["key:af7d75077050|POST"]);
+        for header in [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "x-api-key",
+            "api-key",
+        ] {
+            let rule = Rule::Parts(vec![parse_part(&format!("header:{header}")).unwrap()]);
+            let h = head("GET", "/", &[(header, "sk-ant-1")]);
+            assert_eq!(
+                keys(&rule, &h, None).names(),
+                ["key:1a0712036efd"],
+                "{header}"
+            );
+            // Absent: no lane of its own, as for any header.
+            assert!(keys(&rule, &head("GET", "/", &[]), None).is_default());
+        }
     }
 
     #[test]
