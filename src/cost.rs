@@ -17,6 +17,7 @@ pub const ONE: u64 = 1000;
 pub mod answer;
 pub mod dynamodb;
 pub mod llm;
+mod shape;
 
 crate::spelled::spelled! {
     fn name;

@@ -52,6 +52,35 @@ async fn a_streamed_answers_usage_settles_what_the_request_was_reserved_at() {
     .await;
 }
 
+/// An Anthropic stream that ends after its text, before `message_delta` says what it
+/// took (a dropped connection, a client gone).
+fn cut_stream() -> String {
+    let text = "x".repeat(400);
+    format!(
+        "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":500,\"output_tokens\":1}}}}}}\n\n\
+         event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
+    )
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_its_end_settles_the_output_it_showed() {
+    let up = upstream(|_| async {
+        respond(200, &[("content-type", "text/event-stream")], cut_stream())
+    })
+    .await;
+    let proxy = proxy(up.addr, "preset = \"anthropic\"\n").await;
+    let body = r#"{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"012345678901234567890123456789012345"}]}"#;
+    let answer = post(proxy.addr, "/v1/messages", &[], body.into()).await;
+    assert_eq!(answer.text(), cut_stream());
+    // 500 in, and 400 characters out: 100 tokens, not the 1 of `message_start`.
+    wait_until(
+        Duration::from_secs(5),
+        "the shown output settled",
+        || async { units(proxy.admin, "m").await == (60.0, 600.0, 1.0) },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_body_past_what_easeoff_holds_is_sent_whole_and_reserved_at_its_length() {
     let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {

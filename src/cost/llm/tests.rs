@@ -88,7 +88,7 @@ fn responses_completed_event_settles_the_call() {
 }
 
 #[test]
-fn a_line_longer_than_the_cap_is_skipped_not_held() {
+fn a_line_longer_than_the_cap_is_not_held() {
     let mut stream = StreamUsage::default();
     let long = format!(
         "data: {{\"usage\":{{\"prompt_tokens\":1}},\"pad\":\"{}\"}}",
@@ -113,4 +113,54 @@ fn the_estimate_reads_fields_in_any_order_and_skips_what_is_not_a_count() {
     let body = br#"{"max_tokens": "lots", "tools": [{"n": 1.5, "d": null}], "prompt": "abcd"}"#;
     assert_eq!(estimate(body), Some(tokens(1, 0)));
     assert_eq!(estimate(br#"{"prompt": "a"} x"#), None);
+}
+
+#[test]
+fn a_stream_cut_before_its_end_keeps_the_output_it_showed() {
+    let mut stream = StreamUsage::default();
+    stream.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n");
+    let text = "x".repeat(200);
+    for _ in 0..2 {
+        let delta = format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
+        );
+        stream.feed(delta.as_bytes());
+    }
+    // A tool call's arguments and a thinking block are output too; their names are not.
+    stream.feed(b"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\": 1}\"}}\n\n");
+    stream.feed(b"data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hmm.\"}}\n\n");
+    // Cut here: 400 + 8 + 4 characters shown, 103 tokens, not the 1 of message_start.
+    assert_eq!(stream.tokens(), Some(tokens(25, 103)));
+    // Its end reports what the answer took, which stands.
+    stream.feed(b"data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":90}}\n\n");
+    assert_eq!(stream.tokens(), Some(tokens(25, 90)));
+}
+
+#[test]
+fn an_openai_stream_cut_before_its_usage_counts_what_it_showed() {
+    // Chat Completions (with `include_usage`, every chunk says `"usage":null`) and
+    // Responses: no usage yet, so nothing to settle; the reservation stands.
+    let mut chat = StreamUsage::default();
+    chat.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hello there\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}],\"usage\":null}\n\n");
+    assert_eq!(chat.tokens(), None);
+    assert_eq!(chat.seen, 13);
+    let mut responses = StreamUsage::default();
+    responses.feed(b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hello\"}\n\n");
+    assert_eq!(responses.seen, 5);
+}
+
+#[test]
+fn a_final_line_longer_than_the_cap_still_settles() {
+    // Responses' `response.completed` repeats the whole answer before its usage.
+    let text = "y".repeat(3 * MAX_LINE);
+    let completed = format!(
+        "event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"output\":[{{\"content\":[{{\"text\":\"{text} \\\"usage\\\": {{}}\"}}]}}],\"usage\":{{\"input_tokens\":3,\"output_tokens\":4}},\"user\":null}}}}\n\n"
+    );
+    let mut stream = StreamUsage::default();
+    for chunk in completed.as_bytes().chunks(1000) {
+        stream.feed(chunk);
+    }
+    assert_eq!(stream.tokens(), Some(tokens(3, 4)));
+    let held = stream.line.capacity() + stream.tail.capacity();
+    assert!(held <= 3 * MAX_LINE, "held {held}");
 }
