@@ -1,13 +1,20 @@
 //! An LLM API request's tokens: estimated from the request the way the vendors' own
 //! limiters do (OpenAI counts a prompt's characters over four plus the most the answer
-//! may take, `max_tokens`), settled from the answer's `usage`, which OpenAI's Chat
-//! Completions and Responses APIs and Anthropic's Messages API each spell their own
-//! way, and which a streamed answer carries in its events.
+//! may take, `max_tokens`; images by their size, `media.rs`), settled from the
+//! answer's `usage`, which OpenAI's Chat Completions and Responses APIs and
+//! Anthropic's Messages API each spell their own way, and which a streamed answer
+//! carries in its events.
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed};
 
 use super::shape::{Any, Shape};
+
+mod media;
+mod prompt;
+
+pub use media::{AUDIO_TOKENS, FILE_TOKENS};
+pub use prompt::{UNREAD_TOKENS, estimate, estimate_held};
 
 /// Tokens in and out of one call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,150 +32,9 @@ impl Tokens {
     }
 }
 
-/// The request fields whose text is prompt: chat messages, a system prompt, a
-/// completion's prompt, a Responses or embeddings input, instructions, tools.
-const PROMPT_FIELDS: [&str; 6] = [
-    "messages",
-    "system",
-    "prompt",
-    "input",
-    "instructions",
-    "tools",
-];
-
-/// The fields that bound the answer's length, by API.
-const OUTPUT_FIELDS: [&str; 3] = ["max_completion_tokens", "max_output_tokens", "max_tokens"];
-
 /// About four characters a token, rounded up: OpenAI's documented rule of thumb, and
 /// what its limiter counts before the model has seen the prompt.
 pub const CHARS_PER_TOKEN: u64 = 4;
-
-/// What a request will cost at most: its prompt's characters over four, and its
-/// `max_tokens` (0 when it sets none). `None` for a body that is not a JSON object.
-/// Read as it is parsed, without building the body's values: a long prompt costs
-/// no allocation of its size.
-pub fn estimate(body: &[u8]) -> Option<Tokens> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let read = de::Deserializer::deserialize_map(&mut de, RequestVisitor).ok()?;
-    de.end().ok()?;
-    let output = read.outputs.into_iter().flatten().next().unwrap_or(0);
-    Some(Tokens {
-        input: read.chars.div_ceil(CHARS_PER_TOKEN),
-        output,
-    })
-}
-
-/// What [`estimate`] reads of a request: its prompt's characters, and each of
-/// [`OUTPUT_FIELDS`] it sets.
-#[derive(Default)]
-struct Read {
-    chars: u64,
-    outputs: [Option<u64>; OUTPUT_FIELDS.len()],
-}
-
-/// A top-level field of a request, as [`estimate`] sees it.
-enum Field {
-    Prompt,
-    Output(usize),
-    Other,
-}
-
-impl<'de> de::Deserialize<'de> for Field {
-    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Field, D::Error> {
-        struct Name;
-        impl de::Visitor<'_> for Name {
-            type Value = Field;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_str<E: de::Error>(self, name: &str) -> Result<Field, E> {
-                Ok(if PROMPT_FIELDS.contains(&name) {
-                    Field::Prompt
-                } else if let Some(i) = OUTPUT_FIELDS.iter().position(|f| *f == name) {
-                    Field::Output(i)
-                } else {
-                    Field::Other
-                })
-            }
-        }
-        deserializer.deserialize_str(Name)
-    }
-}
-
-struct RequestVisitor;
-
-impl<'de> de::Visitor<'de> for RequestVisitor {
-    type Value = Read;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
-        let mut read = Read::default();
-        while let Some(field) = map.next_key::<Field>()? {
-            match field {
-                Field::Prompt => read.chars += map.next_value_seed(Any(Chars))?,
-                Field::Output(i) => read.outputs[i] = map.next_value_seed(Any(Count))?,
-                Field::Other => {
-                    map.next_value::<de::IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(read)
-    }
-}
-
-/// The characters of every string in a value (message texts, their roles and part
-/// types alike: the vendors' counts include a few tokens of framing per message).
-struct Chars;
-
-impl<'de> Shape<'de> for Chars {
-    type Value = u64;
-
-    fn other(self) -> u64 {
-        0
-    }
-
-    fn text<E: de::Error>(self, text: &str) -> Result<u64, E> {
-        Ok(text.chars().count() as u64)
-    }
-
-    fn list<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
-        let mut chars = 0u64;
-        while let Some(n) = seq.next_element_seed(Any(Chars))? {
-            chars = chars.saturating_add(n);
-        }
-        Ok(chars)
-    }
-
-    fn object<A: de::MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-        let mut chars = 0u64;
-        while map.next_key::<de::IgnoredAny>()?.is_some() {
-            chars = chars.saturating_add(map.next_value_seed(Any(Chars))?);
-        }
-        Ok(chars)
-    }
-}
-
-/// A whole number of tokens, or `None` for any other value (which is skipped).
-struct Count;
-
-impl Shape<'_> for Count {
-    type Value = Option<u64>;
-
-    fn other(self) -> Option<u64> {
-        None
-    }
-
-    fn unsigned(self, n: u64) -> Option<u64> {
-        Some(n)
-    }
-
-    fn signed(self, n: i64) -> Option<u64> {
-        u64::try_from(n).ok()
-    }
-}
 
 /// `usage` as the three APIs spell it.
 #[derive(Debug, Default, Deserialize)]
