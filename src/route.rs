@@ -9,6 +9,8 @@
 pub mod dynamodb;
 mod json;
 
+pub use json::FieldScan;
+
 use std::borrow::Cow;
 use std::fmt;
 
@@ -139,6 +141,17 @@ impl Rule {
         }
     }
 
+    /// A scan for the body fields the rule names (`body:FIELD`), to read a body on
+    /// past what is held until they have passed, holding at most `most` bytes; `None`
+    /// when it names none (or `most` is 0).
+    pub fn scan(&self, most: u64) -> Option<BodyScan<'_>> {
+        let Rule::Parts(parts) = self else {
+            return None;
+        };
+        let fields = FieldScan::new(parts)?;
+        (most > 0).then_some(BodyScan { fields, most })
+    }
+
     /// Whether the rule reads the request body.
     pub fn reads_body(&self) -> bool {
         match self {
@@ -147,6 +160,15 @@ impl Rule {
             Rule::Single => false,
         }
     }
+}
+
+/// How far a body is read on to find the fields that name its lane.
+#[derive(Debug)]
+pub struct BodyScan<'a> {
+    /// What has passed of the fields.
+    pub fields: FieldScan<'a>,
+    /// The most of the body held while looking.
+    pub most: u64,
 }
 
 /// The lanes a request takes a slot in, sorted and without repeats (so two requests
@@ -493,6 +515,70 @@ mod tests {
         }
         assert!(keys(&rule, &h, None).is_default());
         assert!(!Rule::Parts(vec![Part::Method]).reads_body());
+    }
+
+    /// Where a scan for `rule`'s body fields ends in `body` fed `chunk` bytes at a
+    /// time: the index of the last byte it needed, or `None` if it never ended.
+    fn scan_end(rule: &Rule, body: &[u8], chunk: usize) -> Option<usize> {
+        let mut scan = rule.scan(1).unwrap().fields;
+        let mut fed = 0;
+        for piece in body.chunks(chunk) {
+            if scan.feed(piece) {
+                // Find the byte within the piece: feed it again one byte at a time.
+                let mut again = rule.scan(1).unwrap().fields;
+                for (i, b) in body.iter().enumerate() {
+                    if again.feed(std::slice::from_ref(b)) {
+                        assert!(i < fed + piece.len());
+                        return Some(i);
+                    }
+                }
+            }
+            fed += piece.len();
+        }
+        None
+    }
+
+    #[test]
+    fn a_scan_ends_once_the_body_fields_have_passed_wherever_they_are() {
+        let rule = Rule::of(Preset::OpenAi, None, false);
+        let h = head("POST", "/v1/chat/completions", &[]);
+        let prompt = "p\\\" \\u0022model\\\":\\\"no\\\"".repeat(50);
+        for body in [
+            // openai-python's order, and anthropic-python's.
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"{prompt}","model":"no"}}],"model":"gpt-4o","stream":true}}"#
+            ),
+            format!(
+                r#"{{"max_tokens":10, "messages" : [{{"content":"{prompt}"}}], "model" : "gpt-4o" }}"#
+            ),
+            format!(
+                r#"{{"input":{{"a":[1,{{"b":"]}}"}}]}},"mod\u0065l":"gpt-4o","x":[{prompt:?}]}}"#
+            ),
+        ] {
+            let bytes = body.as_bytes();
+            let end = scan_end(&rule, bytes, 1).unwrap();
+            // Just past the field's value: what is held then names the lane.
+            assert!(matches!(bytes[end], b',' | b'}'), "{body}");
+            assert_eq!(keys(&rule, &h, Some(&bytes[..=end])).names(), ["gpt-4o"]);
+            for chunk in [7, 4096, bytes.len()] {
+                assert_eq!(scan_end(&rule, bytes, chunk), Some(end), "{chunk}");
+            }
+        }
+        // No such field: the object's end; no object: at once.
+        let absent = br#"{"messages":[{"model":"x"}], "n": 1}"#;
+        assert_eq!(scan_end(&rule, absent, 3), Some(absent.len() - 1));
+        assert_eq!(scan_end(&rule, b"--boundary\r\n", 4), Some(0));
+        assert_eq!(scan_end(&rule, br#"{"messages":[1,2"#, 4), None);
+        // Every body part, in any order; none without one, or with 0 bytes to hold.
+        let two = Rule::Parts(vec![
+            Part::Body("a".into()),
+            Part::Method,
+            Part::Body("b".into()),
+        ]);
+        let body = br#"{"b":1,"c":{"a":2},"a":"x","d":3}"#;
+        assert_eq!(scan_end(&two, body, 5), Some(body.len() - 7));
+        assert!(Rule::Parts(vec![Part::Method]).scan(1 << 20).is_none());
+        assert!(rule.scan(0).is_none());
     }
 
     #[test]

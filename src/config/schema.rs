@@ -755,6 +755,9 @@ pub struct LaneSettings {
     /// Headers whose values name lanes only as a hash, beside the credential headers
     /// (`route::CREDENTIALS`), which always do.
     pub secret_headers: Vec<HeaderName>,
+    /// The most of a body held while reading on past `retry.max_body_bytes` for the
+    /// `body:` fields that name its lane; 0: place it by what is held.
+    pub max_scan_bytes: u64,
     /// A response header in which the upstream names the bucket a request counted against.
     pub from_response: Option<HeaderName>,
     /// Lanes per upstream; later keys share the lane `overflow`.
@@ -794,6 +797,7 @@ impl Default for LaneSettings {
         LaneSettings {
             by: None,
             secret_headers: Vec::new(),
+            max_scan_bytes: 4 << 20,
             from_response: None,
             max_lanes: 256,
             lane_idle: Duration::from_secs(300),
@@ -810,6 +814,7 @@ pub const LANES: Schema<LaneSettings> = keys!(
     LaneSettings {
         by: LaneParts,
         secret_headers: HeaderNames,
+        max_scan_bytes: Size(Bounds::new(0, 1 << 30)),
         from_response: HeaderKey,
         max_lanes: Bounds::new(1, 100_000),
         lane_idle: SOME_TIME,

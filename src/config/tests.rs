@@ -815,3 +815,16 @@ fn a_header_marked_secret_and_every_credential_header_name_lanes_by_a_hash() {
         ]
     );
 }
+
+#[test]
+fn a_body_is_read_on_for_its_lane_fields_up_to_max_scan_bytes() {
+    let lanes = |text: &str| {
+        let text = format!("{MINIMAL}[upstream.lanes]\n{text}\n");
+        parse(&text).unwrap().upstreams.remove(0).lanes
+    };
+    assert_eq!(lanes("").max_scan_bytes, 4 << 20);
+    assert_eq!(lanes("max_scan_bytes = \"16MiB\"").max_scan_bytes, 16 << 20);
+    assert_eq!(lanes("max_scan_bytes = 0").max_scan_bytes, 0);
+    let bad = format!("{MINIMAL}[upstream.lanes]\nmax_scan_bytes = \"2GiB\"\n");
+    assert!(problems(&bad)[0].contains("max_scan_bytes"), "{:?}", problems(&bad));
+}
