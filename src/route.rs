@@ -364,10 +364,11 @@ pub fn hashed(secret: &[u8]) -> ArrayString<16> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = sha2::Sha256::digest(secret);
     let mut name = ArrayString::new();
-    name.push_str("key:");
+    // Never fails: "key:" and 12 digits are the 16 bytes of room.
+    let _ = name.try_push_str("key:");
     for byte in &digest[..6] {
-        name.push(char::from(HEX[usize::from(byte >> 4)]));
-        name.push(char::from(HEX[usize::from(byte & 0xf)]));
+        let _ = name.try_push(char::from(HEX[usize::from(byte >> 4)]));
+        let _ = name.try_push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     name
 }

@@ -826,5 +826,9 @@ fn a_body_is_read_on_for_its_lane_fields_up_to_max_scan_bytes() {
     assert_eq!(lanes("max_scan_bytes = \"16MiB\"").max_scan_bytes, 16 << 20);
     assert_eq!(lanes("max_scan_bytes = 0").max_scan_bytes, 0);
     let bad = format!("{MINIMAL}[upstream.lanes]\nmax_scan_bytes = \"2GiB\"\n");
-    assert!(problems(&bad)[0].contains("max_scan_bytes"), "{:?}", problems(&bad));
+    assert!(
+        problems(&bad)[0].contains("max_scan_bytes"),
+        "{:?}",
+        problems(&bad)
+    );
 }
