@@ -265,7 +265,11 @@ impl<'a> Ctx<'a> {
             upstream.lanes.rule().reads_body() || upstream.settings.lanes.cost != Unit::Requests;
         // A body to sign past `hold` is refused below, unread.
         let read = if routed && !signed_body {
-            read_start(body, hold, Some(idle)).await
+            let scan = upstream
+                .lanes
+                .rule()
+                .scan(upstream.settings.lanes.max_scan_bytes);
+            read_start(body, hold, scan, Some(idle)).await
         } else if retry.max_attempts > 1 || signed_body {
             read_up_to(body, hold, Some(idle)).await
         } else {
