@@ -408,9 +408,10 @@ impl<'a> Ctx<'a> {
                 return Turn::Answer(answer, settled);
             }
         };
-        // A rate limit answered with 403 (GitHub's) is no refusal of the credentials.
-        let limited =
-            matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
+        // A rate limit answered with 403 (GitHub's) is no refusal of the credentials;
+        // only a 401 or 403 asks (seven header look-ups are no cost for every answer).
+        let limited = matches!(status, 401 | 403)
+            && (matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers));
         upstream.reached(Some(status), limited);
         // Read after the classification, so that the reading is not held across it.
         let reading = hints::stated(&parts.headers, self.clock.wall());
