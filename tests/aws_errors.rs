@@ -45,10 +45,11 @@ async fn a_dead_upstream_is_named_service_unavailable_at_once_and_retried_by_the
     assert_eq!(report["status"], 502);
     assert_eq!(report["attempts"], 3, "botocore retries a 502");
     // A refused connection is answered at once, not after easeoff's own connection
-    // retries (23 s with the preset's 10 attempts); the bound leaves room for a slow
-    // machine, far below that.
+    // retries (23 s with the preset's 10 attempts): none was made, and the bound leaves
+    // a loaded host room, far below that.
+    assert_eq!(retries(proxy.admin, "connect").await, 0.0);
     let first = report["first_answer_s"].as_f64().unwrap();
-    assert!(first < 5.0, "first answer after {first} s");
+    assert!(first < 10.0, "first answer after {first} s");
     assert!(
         report["message"]
             .as_str()
