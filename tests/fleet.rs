@@ -314,13 +314,11 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 const KEY: &str = "easeoff:{test:orders:default}:state";
 const SYNC_ERRORS: &str = "easeoff_fleet_sync_errors_total";
 
-/// The entries (`m:` fields) in the lane's hash.
-fn entries(redis: &Redis) -> usize {
-    redis
-        .hash(KEY)
-        .iter()
-        .filter(|(f, _)| f.starts_with("m:"))
-        .count()
+/// The members' entries (`m:` fields) in a lane's hash.
+fn entries(redis: &Redis, key: &str) -> Vec<(String, String)> {
+    let mut fields = redis.hash(key);
+    fields.retain(|(f, _)| f.starts_with("m:"));
+    fields
 }
 
 /// A lane that raises all the time (every attempt throttled, each round trip a
@@ -581,7 +579,7 @@ async fn a_member_that_dies_is_forgotten_after_member_ttl_and_one_that_leaves_at
     leaves.fleet.leave().await;
     // At once: its entry went with the leave, where an expiry would take the TTL.
     assert_eq!(
-        entries(&redis),
+        entries(&redis, KEY).len(),
         2,
         "the member that left is still in the hash"
     );
@@ -600,7 +598,7 @@ async fn a_member_that_dies_is_forgotten_after_member_ttl_and_one_that_leaves_at
     .await;
     assert!(died.elapsed() >= ttl - sync, "{:?}", died.elapsed());
     assert!(died.elapsed() < ttl * 2, "{:?}", died.elapsed());
-    assert_eq!(entries(&redis), 1);
+    assert_eq!(entries(&redis, KEY).len(), 1);
     let mut c = redis.connection().unwrap();
     let ttl: i64 = redis::cmd("PTTL").arg(KEY).query(&mut c).unwrap();
     assert!(ttl > 0, "every key has a TTL, got {ttl}");
@@ -687,10 +685,9 @@ async fn sidecar(admin: std::net::SocketAddr) -> (serde_json::Value, serde_json:
 async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at_once() {
     let Some(redis) = Redis::start() else { return };
     let up = support::throttles_first(1, || support::respond(429, &[], "")).await;
-    // A leave waits one sync for Redis: 500 ms, which a loaded host keeps to. The TTL
-    // is three times PATIENCE, so only a leave lets B see A gone in that time.
+    // A leave waits one sync for Redis: 500 ms, which a loaded host keeps to.
     let config = format!(
-        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"500ms\"\nmember_ttl = \"30s\"\n\n\
+        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"500ms\"\nmember_ttl = \"5s\"\n\n\
          [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
          [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
          [upstream.retry]\nmax_attempts = 1\n",
@@ -725,8 +722,11 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
     );
     assert_eq!(up.count(), 1, "B sent nothing");
 
-    // Stopped (as on SIGTERM), A deletes its entry: B is alone long before member_ttl.
+    // Stopped (as on SIGTERM), A deletes its entry, where an expiry would take
+    // member_ttl: B's is the one left at once, and B is alone at its next sync.
     a.stop().await.unwrap();
+    let left = entries(&redis, "easeoff:{e2e:up:default}:state");
+    assert_eq!(left.len(), 1, "A's entry outlived its leave: {left:?}");
     support::wait_until(PATIENCE, "A to leave", || async {
         sidecar(b.admin).await.1["fleet"]["members"] == 1
     })
@@ -1075,11 +1075,7 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
             "no sync over TLS: {:?}",
             redis.hash(key)
         );
-        members = redis
-            .hash(key)
-            .iter()
-            .filter(|(f, _)| f.starts_with("m:"))
-            .count();
+        members = entries(&redis, key).len();
         tokio::time::sleep(ms(10)).await;
     }
     assert_eq!(members, 1);
