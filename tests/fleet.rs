@@ -19,8 +19,10 @@ use easeoff::metrics::Metrics;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::task::JoinSet;
 
-const SYNC: Duration = Duration::from_millis(50);
-const MEMBER_TTL: Duration = Duration::from_secs(1);
+/// The default's: a sync's round trip must come within it, and a loaded host's took
+/// longer than 50 ms, timing rounds out (two in a row put the lanes on their own).
+const SYNC: Duration = Duration::from_millis(250);
+const MEMBER_TTL: Duration = Duration::from_secs(5);
 /// Every wait for a condition gives up after this.
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -356,7 +358,7 @@ async fn a_raise_storm_costs_at_most_one_round_between_ticks() {
         }
     });
     let (before, started) = (member.count(), Instant::now());
-    tokio::time::sleep(SYNC * 20).await;
+    tokio::time::sleep(SYNC * 12).await;
     let rounds = (member.count() - before) as f64;
     let ticks = started.elapsed().as_secs_f64() / SYNC.as_secs_f64();
     storm.abort();
@@ -632,8 +634,14 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
     let lanes = ["a:write", "a:read", "b:write"];
     let mut members = Vec::new();
     let mut links = Vec::new();
+    // Idle lanes sync to refresh their entries, every three eighths to half of the
+    // TTL: a short one makes the syncs counted here come quickly.
+    let quick = || FleetSettings {
+        member_ttl: Duration::from_secs(1),
+        ..settings(&url)
+    };
     for _ in 0..3 {
-        let m = Member::join(&url, lanes[0]);
+        let m = Member::join_with(quick(), lanes[0]);
         let seen = Arc::clone(&m.decisions);
         for lane in &lanes[1..] {
             let seen = Arc::clone(&seen);
@@ -659,8 +667,8 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
         .query::<()>(&mut c)
         .unwrap();
     let before: usize = members.iter().map(Member::count).sum();
-    // Twenty syncs' worth of decisions, counted per member and lane.
-    wait_for("twenty syncs", || {
+    // Twenty syncs' worth of decisions, counted per member and lane (about 10 s).
+    support::wait_until(PATIENCE * 3, "twenty syncs", || async {
         members.iter().map(Member::count).sum::<usize>() >= before + 20 * 9
     })
     .await;
@@ -923,13 +931,13 @@ async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
         late.last().is_some_and(|d| d.share >= 0.8 * 0.25)
     })
     .await;
-    // Counted in its syncs (2 s at 50 ms), which a loaded host makes slower, not fewer.
+    // Counted in its syncs (2 s at 250 ms), which a loaded host makes slower, not fewer.
     let syncs = late.count();
     eprintln!(
         "fair share at sync {syncs}, {:?} after joining",
         joined.elapsed()
     );
-    assert!(syncs <= 40, "fair share only at sync {syncs}");
+    assert!(syncs <= 8, "fair share only at sync {syncs}");
     wait_for("the others to make room", || {
         members
             .iter()
@@ -947,11 +955,11 @@ async fn after_a_long_outage_the_fleet_is_back_within_its_capped_backoff_of_redi
         members.iter().all(|m| m.connected() == 0.0)
     })
     .await;
-    // Twelve more failed attempts: the backoff, stepping by 1.6 from one sync (50 ms),
-    // would now wait over 18 s without its cap; with it, 2.4 s at most. PATIENCE lies
+    // Ten more failed attempts: the backoff, stepping by 1.6 from one sync (250 ms),
+    // would now wait over 20 s without its cap; with it, 2.4 s at most. PATIENCE lies
     // between, with room for a loaded host.
     let errors = SYNC_ERRORS;
-    let floor: Vec<f64> = members.iter().map(|m| m.sample(errors) + 12.0).collect();
+    let floor: Vec<f64> = members.iter().map(|m| m.sample(errors) + 10.0).collect();
     let deadline = Instant::now() + PATIENCE * 5;
     while !members
         .iter()
@@ -960,7 +968,7 @@ async fn after_a_long_outage_the_fleet_is_back_within_its_capped_backoff_of_redi
     {
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for twelve failed attempts"
+            "timed out waiting for ten failed attempts"
         );
         tokio::time::sleep(ms(20)).await;
     }
@@ -1086,7 +1094,7 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
     let config = |group: &str, ca: &str| {
         format!(
             "[fleet]\nredis = \"rediss://127.0.0.1:{tls_port}/0\"\ngroup = \"{group}\"\n\
-             sync_interval = \"50ms\"\n{ca}\n\
+             sync_interval = \"250ms\"\n{ca}\n\
              [server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
              [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
             up.addr
@@ -1157,6 +1165,10 @@ async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
         .collect();
     members[0].link.learned(ms(10), 1, None);
     links[0].learned(ms(10), 1, None);
+    // Requests waiting: lane a syncs every round, not only to refresh its entry.
+    for m in &members {
+        m.link.waiting(1);
+    }
     let last_b = |i: usize| seen[i].lock().unwrap().last().copied();
     let shared = |d: Option<Decision>| d.is_some_and(|d| d.members == 2 && !d.local);
     wait_for("both lanes shared by both members", || {
@@ -1364,7 +1376,7 @@ async fn a_group_shared_by_two_configurations_is_shown_on_status() {
     let Some(redis) = Redis::start() else { return };
     let config = |url: &str| {
         format!(
-            "[fleet]\nredis = \"{}\"\ngroup = \"two\"\nsync_interval = \"50ms\"\n\n\
+            "[fleet]\nredis = \"{}\"\ngroup = \"two\"\nsync_interval = \"250ms\"\n\n\
              [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
              [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"{url}\"\n",
             redis.url()
