@@ -5,7 +5,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use support::*;
@@ -46,7 +45,7 @@ async fn a_streamed_answers_usage_settles_what_the_request_was_reserved_at() {
         STREAM,
         "the stream reaches the client as it was"
     );
-    wait_until(Duration::from_secs(5), "the usage settled", || async {
+    eventually("the usage settled", || async {
         units(proxy.admin, "m").await == (60.0, 600.0, 1.0)
     })
     .await;
@@ -148,7 +147,7 @@ async fn a_dynamodb_write_is_reserved_at_its_items_size_and_settled_from_consume
     assert_eq!(answer.status, 200);
     let answer = post(proxy.addr, "/", &headers, body).await;
     assert_eq!(answer.status, 200);
-    wait_until(Duration::from_secs(5), "the capacity settled", || async {
+    eventually("the capacity settled", || async {
         units(proxy.admin, "orders:write").await == (16.0, 9.0, 1.0)
     })
     .await;

@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const SECOND: Duration = Duration::from_secs(1);
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_in_the_upstream_path_is_not_shown() {
     let up = upstream(|_| async { ok() }).await;
@@ -239,11 +237,9 @@ async fn user_signals_are_ignored_and_sigint_drains() {
     let url = easeoff.url("up");
     let in_flight = tokio::spawn(async move { get(&url).await });
     let up = &up;
-    wait_until(
-        5 * SECOND,
-        "the request to reach the upstream",
-        || async move { up.count() == 1 },
-    )
+    eventually("the request to reach the upstream", || async move {
+        up.count() == 1
+    })
     .await;
     let started = Instant::now();
     easeoff.signal("INT");
