@@ -219,6 +219,12 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
         "b keeps its learned interval"
     );
     assert_eq!(interval_of(admin, "a").await, 0.0, "a starts afresh");
+    // The counter moves before the log line is written and read back from the pipe.
+    let easeoff_ref = &easeoff;
+    eventually("the reload's log line", || async move {
+        !easeoff_ref.logged("config reloaded", "rebuilt").is_empty()
+    })
+    .await;
     assert_eq!(easeoff.logged("config reloaded", "rebuilt"), ["[\"a\"]"]);
     load.progress(10).await;
     // Counters carry on for both: the learning request is still counted.
