@@ -72,11 +72,9 @@ async fn a_stream_cut_before_its_end_settles_the_output_it_showed() {
     let answer = post(proxy.addr, "/v1/messages", &[], body.into()).await;
     assert_eq!(answer.text(), cut_stream());
     // 500 in, and 400 characters out: 100 tokens, not the 1 of `message_start`.
-    wait_until(
-        Duration::from_secs(5),
-        "the shown output settled",
-        || async { units(proxy.admin, "m").await == (60.0, 600.0, 1.0) },
-    )
+    eventually("the shown output settled", || async {
+        units(proxy.admin, "m").await == (60.0, 600.0, 1.0)
+    })
     .await;
 }
 

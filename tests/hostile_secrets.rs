@@ -101,10 +101,7 @@ impl Redis {
         let redis = Redis(child, port);
         let started = Instant::now();
         while redis.keys().is_none() {
-            assert!(
-                started.elapsed() < 10 * SECOND,
-                "redis-server did not answer"
-            );
+            assert!(started.elapsed() < PATIENCE, "redis-server did not answer");
             std::thread::sleep(Duration::from_millis(10));
         }
         Some(redis)
@@ -179,7 +176,7 @@ async fn a_token_that_names_a_lane_is_not_published() {
         ("/metrics", metrics(easeoff.admin).await),
     ];
     if let Some(redis) = &redis {
-        wait_until(10 * SECOND, "the lanes to reach Redis", || async {
+        wait_until(PATIENCE, "the lanes to reach Redis", || async {
             redis.keys().unwrap_or_default().matches(":state").count() >= 2
         })
         .await;
