@@ -5,8 +5,9 @@
 //!
 //! Estimates are made before sending, so they are what a careful client could know:
 //! a DynamoDB write's item is in the request, a read's is not (a read is costed at one
-//! item); a prompt's tokens are about its characters over four, the answer's at most
-//! its `max_tokens`. What the upstream reports settles them.
+//! item); a prompt's tokens are about its characters over four (its images by their
+//! size, its sounds and files a fixed figure), the answer's at most its
+//! `max_tokens`. What the upstream reports settles them.
 
 use http::HeaderMap;
 
@@ -17,6 +18,7 @@ pub const ONE: u64 = 1000;
 pub mod answer;
 pub mod dynamodb;
 pub mod llm;
+mod shape;
 
 crate::spelled::spelled! {
     fn name;
@@ -57,9 +59,10 @@ impl Unit {
 
 /// A request's cost in a lane that counts `unit`, before it goes, in thousandths of a
 /// unit (for tokens, one thousandth is one token): from its body as far as it is held
-/// (`body`), else from its length. `table` is the lane's DynamoDB table, for a
-/// request that spans several. A request that cannot be read is never refused for
-/// it: it costs what its length suggests, or one unit.
+/// (`body`; for tokens, the rest at the tokens a byte of what was read, bounded),
+/// else from its length (for tokens, at most [`llm::UNREAD_TOKENS`]). `table` is the
+/// lane's DynamoDB table, for a request that spans several. A request that cannot be
+/// read is never refused for it: it costs what its length suggests, or one unit.
 pub fn reserve(unit: Unit, headers: &HeaderMap, body: Option<&[u8]>, table: Option<&str>) -> u64 {
     let length = headers
         .get(http::header::CONTENT_LENGTH)
@@ -68,9 +71,9 @@ pub fn reserve(unit: Unit, headers: &HeaderMap, body: Option<&[u8]>, table: Opti
     match unit {
         Unit::Requests => ONE,
         Unit::Tokens => body
-            .and_then(llm::estimate)
+            .and_then(|body| llm::estimate_held(body, length))
             .map(llm::Tokens::total)
-            .or_else(|| length.map(|n| n.div_ceil(llm::CHARS_PER_TOKEN)))
+            .or_else(|| length.map(|n| n.div_ceil(llm::CHARS_PER_TOKEN).min(llm::UNREAD_TOKENS)))
             .unwrap_or(ONE)
             .max(1),
         Unit::Capacity => capacity(headers, body, table, length),

@@ -140,10 +140,22 @@ const WAITS: [&str; 7] = [
     "stripe-should-retry",
 ];
 
-/// Everything the answer says: its windows and its wait. Every answer passes here, so
-/// one pass over the names comes first: an answer without any rate-limit or wait
-/// field costs no look-up.
+/// Whether `name` could be one of [`WAITS`]: the common names of every answer
+/// (`date`, `server`, `content-type`, ...) are told apart by length and first letter
+/// without a comparison each.
+fn may_wait(name: &str) -> bool {
+    name.len() >= "retry-after".len() && matches!(name.as_bytes()[0], b'r' | b'x' | b'g' | b's')
+}
+
+/// Everything the answer says: its windows and its wait ([`stated`], or nothing).
 pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
+    stated(headers, now).unwrap_or_default()
+}
+
+/// Everything the answer says, if it states anything. Every answer passes here, so
+/// one pass over the names comes first: an answer without any rate-limit or wait
+/// field costs no look-up, and no reading to carry.
+pub fn stated(headers: &HeaderMap, now: SystemTime) -> Option<Reading> {
     let mut present = 0u32;
     let mut waits = false;
     for name in headers.keys() {
@@ -153,7 +165,10 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
                 present |= 1 << i;
             }
         }
-        waits |= WAITS.contains(&name);
+        waits |= may_wait(name) && WAITS.contains(&name);
+    }
+    if present == 0 && !waits {
+        return None;
     }
     let mut reading = Reading::default();
     for (i, family) in FAMILIES.iter().enumerate() {
@@ -164,7 +179,8 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
     if waits {
         reading.wait = wait::read(headers, now);
     }
-    reading.bounded()
+    reading.bound();
+    Some(reading)
 }
 
 /// The longest reset or wait an answer is read as (a century): a header may say
@@ -175,15 +191,14 @@ pub fn read(headers: &HeaderMap, now: SystemTime) -> Reading {
 pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Reading {
-    /// The reading with every duration at most [`LONGEST`].
-    fn bounded(mut self) -> Reading {
+    /// Cuts every duration of the reading to at most [`LONGEST`].
+    fn bound(&mut self) {
         for quota in [&mut self.requests, &mut self.tokens].into_iter().flatten() {
             quota.reset = quota.reset.min(LONGEST);
         }
         if let Some((Pushback::Delay(delay), _)) = &mut self.wait {
             *delay = (*delay).min(LONGEST);
         }
-        self
     }
 }
 

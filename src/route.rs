@@ -12,6 +12,8 @@ mod key;
 
 pub use key::Key;
 
+pub use json::FieldScan;
+
 use std::borrow::Cow;
 use std::fmt;
 
@@ -37,6 +39,10 @@ pub enum Part {
     Method,
     /// A request header's value (empty when absent).
     Header(HeaderName),
+    /// A request header whose value is a secret (a credential, or a header
+    /// `secret_headers` names): the lane is named by [`hashed`] of it, so the value
+    /// reaches no metric label, `/status`, log line or Redis key.
+    Secret(HeaderName),
     /// The first N segments of the path (`path:1` of `/pkg.Service/Method` is the gRPC
     /// service).
     Path(usize),
@@ -49,15 +55,26 @@ impl fmt::Display for Part {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Part::Method => f.write_str("method"),
-            Part::Header(name) => write!(f, "header:{name}"),
+            Part::Header(name) | Part::Secret(name) => write!(f, "header:{name}"),
             Part::Path(n) => write!(f, "path:{n}"),
             Part::Body(field) => write!(f, "body:{field}"),
         }
     }
 }
 
+/// The headers that carry credentials: a lane they name is named by a hash of the
+/// value ([`Part::Secret`]), whatever the config says.
+pub const CREDENTIALS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+];
+
 /// `method`, `header:NAME`, `path:N` (N from 1 to 16), `body:FIELD` or `service` (a
-/// gRPC service: `path:1`).
+/// gRPC service: `path:1`). A header in [`CREDENTIALS`] is a [`Part::Secret`].
 pub fn parse_part(text: &str) -> Result<Part, String> {
     let bad = || {
         format!(
@@ -71,7 +88,13 @@ pub fn parse_part(text: &str) -> Result<Part, String> {
     }
     if let Some(name) = text.strip_prefix("header:") {
         return HeaderName::from_bytes(name.as_bytes())
-            .map(Part::Header)
+            .map(|name| {
+                if CREDENTIALS.contains(&name.as_str()) {
+                    Part::Secret(name)
+                } else {
+                    Part::Header(name)
+                }
+            })
             .map_err(|_| bad());
     }
     if let Some(field) = text.strip_prefix("body:") {
@@ -121,6 +144,17 @@ impl Rule {
         }
     }
 
+    /// A scan for the body fields the rule names (`body:FIELD`), to read a body on
+    /// past what is held until they have passed, holding at most `most` bytes; `None`
+    /// when it names none (or `most` is 0).
+    pub fn scan(&self, most: u64) -> Option<BodyScan<'_>> {
+        let Rule::Parts(parts) = self else {
+            return None;
+        };
+        let fields = FieldScan::new(parts)?;
+        (most > 0).then_some(BodyScan { fields, most })
+    }
+
     /// Whether the rule reads the request body.
     pub fn reads_body(&self) -> bool {
         match self {
@@ -129,6 +163,15 @@ impl Rule {
             Rule::Single => false,
         }
     }
+}
+
+/// How far a body is read on to find the fields that name its lane.
+#[derive(Debug)]
+pub struct BodyScan<'a> {
+    /// What has passed of the fields.
+    pub fields: FieldScan<'a>,
+    /// The most of the body held while looking.
+    pub most: u64,
 }
 
 /// The lanes a request takes a slot in, sorted and without repeats (so two requests
@@ -298,6 +341,11 @@ fn joined(parts: &[Part], head: &Parts, body: Option<&[u8]>) -> Name {
                 let value = String::from_utf8_lossy(value.unwrap_or(b""));
                 push_cut(&mut name, &value, MAX_NAME)
             }
+            Part::Secret(header) => {
+                let value = head.headers.get(header).map_or(&b""[..], |v| v.as_bytes());
+                let hashed = (!value.is_empty()).then(|| hashed(value));
+                push_cut(&mut name, hashed.as_deref().unwrap_or(""), MAX_NAME)
+            }
             Part::Path(n) => push_cut(&mut name, path_prefix(head.uri.path(), *n), MAX_NAME),
             Part::Body(field) => {
                 let value = body.and_then(|b| json::top_level_string(b, field));
@@ -307,6 +355,23 @@ fn joined(parts: &[Part], head: &Parts, body: Option<&[u8]>) -> Name {
         if !whole || (i + 1 < parts.len() && !push_cut(&mut name, "|", MAX_NAME)) {
             break;
         }
+    }
+    name
+}
+
+/// How a secret names a lane: `key:` and the first 12 hex digits of its SHA-256. Not
+/// keyed, so every member of a fleet names the lane alike; 48 bits hide a credential
+/// (an API key's entropy is far above that) but not a value that can be guessed.
+pub fn hashed(secret: &[u8]) -> ArrayString<16> {
+    use sha2::Digest;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = sha2::Sha256::digest(secret);
+    let mut name = ArrayString::new();
+    // Never fails: "key:" and 12 digits are the 16 bytes of room.
+    let _ = name.try_push_str("key:");
+    for byte in &digest[..6] {
+        let _ = name.try_push(char::from(HEX[usize::from(byte >> 4)]));
+        let _ = name.try_push(char::from(HEX[usize::from(byte & 0xf)]));
     }
     name
 }
@@ -456,6 +521,70 @@ mod tests {
         assert!(!Rule::Parts(vec![Part::Method]).reads_body());
     }
 
+    /// Where a scan for `rule`'s body fields ends in `body` fed `chunk` bytes at a
+    /// time: the index of the last byte it needed, or `None` if it never ended.
+    fn scan_end(rule: &Rule, body: &[u8], chunk: usize) -> Option<usize> {
+        let mut scan = rule.scan(1).unwrap().fields;
+        let mut fed = 0;
+        for piece in body.chunks(chunk) {
+            if scan.feed(piece) {
+                // Find the byte within the piece: feed it again one byte at a time.
+                let mut again = rule.scan(1).unwrap().fields;
+                for (i, b) in body.iter().enumerate() {
+                    if again.feed(std::slice::from_ref(b)) {
+                        assert!(i < fed + piece.len());
+                        return Some(i);
+                    }
+                }
+            }
+            fed += piece.len();
+        }
+        None
+    }
+
+    #[test]
+    fn a_scan_ends_once_the_body_fields_have_passed_wherever_they_are() {
+        let rule = Rule::of(Preset::OpenAi, None, false);
+        let h = head("POST", "/v1/chat/completions", &[]);
+        let prompt = "p\\\" \\u0022model\\\":\\\"no\\\"".repeat(50);
+        for body in [
+            // openai-python's order, and anthropic-python's.
+            format!(
+                r#"{{"messages":[{{"role":"user","content":"{prompt}","model":"no"}}],"model":"gpt-4o","stream":true}}"#
+            ),
+            format!(
+                r#"{{"max_tokens":10, "messages" : [{{"content":"{prompt}"}}], "model" : "gpt-4o" }}"#
+            ),
+            format!(
+                r#"{{"input":{{"a":[1,{{"b":"]}}"}}]}},"mod\u0065l":"gpt-4o","x":[{prompt:?}]}}"#
+            ),
+        ] {
+            let bytes = body.as_bytes();
+            let end = scan_end(&rule, bytes, 1).unwrap();
+            // Just past the field's value: what is held then names the lane.
+            assert!(matches!(bytes[end], b',' | b'}'), "{body}");
+            assert_eq!(keys(&rule, &h, Some(&bytes[..=end])).names(), ["gpt-4o"]);
+            for chunk in [7, 4096, bytes.len()] {
+                assert_eq!(scan_end(&rule, bytes, chunk), Some(end), "{chunk}");
+            }
+        }
+        // No such field: the object's end; no object: at once.
+        let absent = br#"{"messages":[{"model":"x"}], "n": 1}"#;
+        assert_eq!(scan_end(&rule, absent, 3), Some(absent.len() - 1));
+        assert_eq!(scan_end(&rule, b"--boundary\r\n", 4), Some(0));
+        assert_eq!(scan_end(&rule, br#"{"messages":[1,2"#, 4), None);
+        // Every body part, in any order; none without one, or with 0 bytes to hold.
+        let two = Rule::Parts(vec![
+            Part::Body("a".into()),
+            Part::Method,
+            Part::Body("b".into()),
+        ]);
+        let body = br#"{"b":1,"c":{"a":2},"a":"x","d":3}"#;
+        assert_eq!(scan_end(&two, body, 5), Some(body.len() - 7));
+        assert!(Rule::Parts(vec![Part::Method]).scan(1 << 20).is_none());
+        assert!(rule.scan(0).is_none());
+    }
+
     #[test]
     fn generic_keys_join_their_parts() {
         let rule = Rule::Parts(vec![
@@ -467,6 +596,34 @@ mod tests {
         assert_eq!(keys(&rule, &h, None).names(), ["POST|acme|/v1/items"]);
         let h = head("GET", "/", &[]);
         assert_eq!(keys(&rule, &h, None).names(), ["GET||/"]);
+    }
+
+    #[test]
+    fn a_credential_header_names_its_lane_by_a_hash_of_its_value() {
+        // The first 12 hex digits of SHA-256("Bearer sk-live-123"), as `sha256sum` gives.
+        let rule = Rule::Parts(vec![
+            parse_part("header:authorization").unwrap(),
+            Part::Method,
+        ]);
+        let h = head("POST", "/", &[("authorization", "Bearer sk-live-123")]);
+        assert_eq!(keys(&rule, &h, None).names(), ["key:af7d75077050|POST"]);
+        for header in [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "x-api-key",
+            "api-key",
+        ] {
+            let rule = Rule::Parts(vec![parse_part(&format!("header:{header}")).unwrap()]);
+            let h = head("GET", "/", &[(header, "sk-ant-1")]);
+            assert_eq!(
+                keys(&rule, &h, None).names(),
+                ["key:1a0712036efd"],
+                "{header}"
+            );
+            // Absent: no lane of its own, as for any header.
+            assert!(keys(&rule, &head("GET", "/", &[]), None).is_default());
+        }
     }
 
     #[test]

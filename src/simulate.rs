@@ -531,16 +531,17 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
             Answer::Success => {
                 upstream.connected();
                 let success = lane::Answer::of(Verdict::Success);
-                Turn::Answer((), upstream.settle(pass, Settle::Answer(success)))
+                Turn::Answer((), upstream.settle(pass, Settle::Answer(&success)))
             }
             Answer::Throttle => {
                 upstream.connected();
                 let throttle = lane::Answer::of(Verdict::Throttle(Signal::Body));
-                let settled = upstream.settle(pass, Settle::Answer(throttle));
+                let settled = upstream.settle(pass, Settle::Answer(&throttle));
                 Turn::Throttled {
                     answer: (),
                     refused: false,
                     overload: false,
+                    read_by: upstream.clock().now(),
                     settled,
                 }
             }
@@ -555,7 +556,7 @@ impl<F: FnMut(&Slot, bool) -> Answer> Dispatch for Modelled<'_, F> {
     }
 
     /// The modelled answer is always held.
-    async fn read_throttle(&mut self, answer: ()) -> Result<((), bool), ()> {
+    async fn read_throttle(&mut self, answer: (), _read_by: Instant) -> Result<((), bool), ()> {
         Ok((answer, true))
     }
 }

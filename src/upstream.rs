@@ -55,7 +55,7 @@ pub enum Settle<'a> {
     NoConnection(&'a ConnectCause),
     /// The upstream's answer: its verdict, what its headers say, the lanes it is
     /// for, and what it says the request cost.
-    Answer(Answer<'a>),
+    Answer(&'a Answer<'a>),
     /// What a streamed answer said the request cost, read at its end (the pass is a
     /// [`Pass::bill`]); its verdict was settled when its head came.
     Cost(&'a AnswerCost),
@@ -378,7 +378,7 @@ impl Control {
                 if let Verdict::Throttle(signal) = answer.verdict {
                     self.metrics.throttle(signal).inc();
                 }
-                pass.settle(Told::Answer(&answer))
+                pass.settle(Told::Answer(answer))
             }
             Settle::Cost(cost) => pass.settle(Told::Cost(cost)),
         }

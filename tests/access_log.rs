@@ -62,10 +62,7 @@ async fn every_request_gets_a_json_line_with_what_happened_to_it() {
             .cloned()
             .collect()
     };
-    wait_until(Duration::from_secs(5), "eight access lines", || async {
-        lines().len() >= 8
-    })
-    .await;
+    eventually("eight access lines", || async { lines().len() >= 8 }).await;
     let lines = lines();
     for line in &lines {
         eprintln!("{line}");
@@ -161,7 +158,7 @@ async fn text_logs_into_a_file_carry_no_colour_codes() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(get(&format!("http://{listen}/x?q=1")).await.status, 200);
-    wait_until(Duration::from_secs(5), "the access line", || async {
+    eventually("the access line", || async {
         read().contains("easeoff::access")
     })
     .await;

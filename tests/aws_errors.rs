@@ -45,10 +45,11 @@ async fn a_dead_upstream_is_named_service_unavailable_at_once_and_retried_by_the
     assert_eq!(report["status"], 502);
     assert_eq!(report["attempts"], 3, "botocore retries a 502");
     // A refused connection is answered at once, not after easeoff's own connection
-    // retries (23 s with the preset's 10 attempts); the bound leaves room for a slow
-    // machine, far below that.
+    // retries (23 s with the preset's 10 attempts): none was made, and the bound leaves
+    // a loaded host room, far below that.
+    assert_eq!(retries(proxy.admin, "connect").await, 0.0);
     let first = report["first_answer_s"].as_f64().unwrap();
-    assert!(first < 5.0, "first answer after {first} s");
+    assert!(first < 10.0, "first answer after {first} s");
     assert!(
         report["message"]
             .as_str()
@@ -63,7 +64,7 @@ async fn a_shed_is_a_throttling_exception_with_a_retry_hint_in_milliseconds() {
     let up = upstream(|_| async { respond(200, &[], "{}") }).await;
     let proxy = proxy(
         up.addr,
-        "preset = \"dynamodb\"\n[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"10s\"\n[upstream.queue]\nmax_waiting = 0\n",
+        "preset = \"dynamodb\"\n[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"60s\"\n[upstream.queue]\nmax_waiting = 0\n",
     )
     .await;
     assert_eq!(put_item(&venv, &proxy, 1).await["code"], "ok");
@@ -74,9 +75,9 @@ async fn a_shed_is_a_throttling_exception_with_a_retry_hint_in_milliseconds() {
         .unwrap()
         .parse()
         .unwrap();
-    // The next slot is 10 s after the first call, less the time since (a second
-    // python start-up, however slow the machine).
-    assert!((1..=10_000).contains(&hint), "x-amz-retry-after {hint}");
+    // The next slot is a minute after the first call, less the time since (a second
+    // python start-up, however slow the machine: a loaded host took over 10 s).
+    assert!((1..=60_000).contains(&hint), "x-amz-retry-after {hint}");
     assert!(
         report["message"]
             .as_str()

@@ -5,7 +5,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use support::*;
@@ -46,14 +45,41 @@ async fn a_streamed_answers_usage_settles_what_the_request_was_reserved_at() {
         STREAM,
         "the stream reaches the client as it was"
     );
-    wait_until(Duration::from_secs(5), "the usage settled", || async {
+    eventually("the usage settled", || async {
+        units(proxy.admin, "m").await == (60.0, 600.0, 1.0)
+    })
+    .await;
+}
+
+/// An Anthropic stream that ends after its text, before `message_delta` says what it
+/// took (a dropped connection, a client gone).
+fn cut_stream() -> String {
+    let text = "x".repeat(400);
+    format!(
+        "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":500,\"output_tokens\":1}}}}}}\n\n\
+         event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
+    )
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_its_end_settles_the_output_it_showed() {
+    let up = upstream(|_| async {
+        respond(200, &[("content-type", "text/event-stream")], cut_stream())
+    })
+    .await;
+    let proxy = proxy(up.addr, "preset = \"anthropic\"\n").await;
+    let body = r#"{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"012345678901234567890123456789012345"}]}"#;
+    let answer = post(proxy.addr, "/v1/messages", &[], body.into()).await;
+    assert_eq!(answer.text(), cut_stream());
+    // 500 in, and 400 characters out: 100 tokens, not the 1 of `message_start`.
+    eventually("the shown output settled", || async {
         units(proxy.admin, "m").await == (60.0, 600.0, 1.0)
     })
     .await;
 }
 
 #[tokio::test]
-async fn a_body_past_what_easeoff_holds_is_sent_whole_and_reserved_at_its_length() {
+async fn a_body_past_what_easeoff_holds_is_sent_whole_and_reserved_by_what_was_read() {
     let up = upstream(|req: http::Request<hyper::body::Incoming>| async move {
         use http_body_util::BodyExt;
         let body = req.into_body().collect().await.unwrap().to_bytes();
@@ -67,9 +93,29 @@ async fn a_body_past_what_easeoff_holds_is_sent_whole_and_reserved_at_its_length
     let answer = post(proxy.addr, "/v1/chat/completions", &[], body.clone()).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.text(), format!(r#"{{"received":{}}}"#, body.len()));
-    // Unread past 1 KiB: its length over four, and the answer told nothing more.
-    let reserved = body.len().div_ceil(4) as f64;
-    assert_eq!(units(proxy.admin, "big").await, (reserved, 0.0, 0.0));
+    // Text past what was held: the rest at the tokens a byte of what was read, so
+    // about its length over four; the answer told nothing more.
+    let (reserved, settled, answers) = units(proxy.admin, "big").await;
+    let length = body.len().div_ceil(4) as f64;
+    assert!(
+        (0.97 * length..=length).contains(&reserved),
+        "{reserved} of {length}"
+    );
+    assert_eq!((settled, answers), (0.0, 0.0));
+    // Two images of 1.2 MB each (1024 × 1024 PNGs, as the base64 of their header
+    // says): about
+    // twice 765 tokens, not 2.4 MB over four.
+    let image = format!(
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAABAAAAAQA{}",
+        "A".repeat(1_200_000)
+    );
+    let part = format!(r#"{{"type":"image_url","image_url":{{"url":"{image}"}}}}"#);
+    let body =
+        format!(r#"{{"model":"seen","messages":[{{"role":"user","content":[{part},{part}]}}]}}"#);
+    let answer = post(proxy.addr, "/v1/chat/completions", &[], body).await;
+    assert_eq!(answer.status, 200);
+    let (reserved, _, _) = units(proxy.admin, "seen").await;
+    assert!((765.0..=4000.0).contains(&reserved), "{reserved}");
 }
 
 #[tokio::test]
@@ -99,7 +145,7 @@ async fn a_dynamodb_write_is_reserved_at_its_items_size_and_settled_from_consume
     assert_eq!(answer.status, 200);
     let answer = post(proxy.addr, "/", &headers, body).await;
     assert_eq!(answer.status, 200);
-    wait_until(Duration::from_secs(5), "the capacity settled", || async {
+    eventually("the capacity settled", || async {
         units(proxy.admin, "orders:write").await == (16.0, 9.0, 1.0)
     })
     .await;

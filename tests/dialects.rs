@@ -83,10 +83,7 @@ async fn a_permission_403_goes_back_at_once_and_a_rate_limit_403_is_retried_with
         log.iter()
             .any(|l| l["target"] == "easeoff::access" && l["upstream"] == name)
     };
-    wait_until(Duration::from_secs(5), "the last access line", || async {
-        accessed("secondary")
-    })
-    .await;
+    eventually("the last access line", || async { accessed("secondary") }).await;
     assert_eq!(warned("denied"), 1);
     assert_eq!(warned("limited"), 0);
     assert_eq!(warned("secondary"), 0);
@@ -144,17 +141,15 @@ async fn github(first: (&'static str, i64), then: (&'static str, i64)) -> TestUp
 async fn github_a_reset_now_or_past_never_pauses_and_a_spent_window_waits_for_its_reset() {
     for reset_in in [0, -5] {
         let up = github(("0", reset_in), ("4999", 3600)).await;
-        let proxy = proxy(up.addr, "preset = \"github\"").await;
+        let (proxy, dispatches) = proxy_observed(up.addr, "preset = \"github\"").await;
         let url = format!("http://{}/repos/a/b", proxy.addr);
-        let started = std::time::Instant::now();
         for _ in 0..3 {
             assert_eq!(get(&url).await.status, 200);
         }
-        let took = started.elapsed();
-        assert!(
-            took < Duration::from_millis(900),
-            "reset {reset_in}: {took:?}"
-        );
+        // No pause: the pacer held none of the three (measured where easeoff decides,
+        // not by the clock, which a loaded host slows).
+        dispatches.wait_for(3).await;
+        assert_eq!(dispatches.held(), 0, "reset {reset_in}: a request was held");
         assert_eq!(
             metric(
                 proxy.admin,

@@ -19,8 +19,10 @@ use easeoff::metrics::Metrics;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tokio::task::JoinSet;
 
-const SYNC: Duration = Duration::from_millis(50);
-const MEMBER_TTL: Duration = Duration::from_secs(1);
+/// The default's: a sync's round trip must come within it, and a loaded host's took
+/// longer than 50 ms, timing rounds out (two in a row put the lanes on their own).
+const SYNC: Duration = Duration::from_millis(250);
+const MEMBER_TTL: Duration = Duration::from_secs(5);
 /// Every wait for a condition gives up after this.
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -199,25 +201,44 @@ struct Member {
     metrics: Metrics,
     link: Arc<LaneLink>,
     decisions: Arc<Mutex<Vec<Decision>>>,
+    /// `easeoff_fleet_sync_errors_total` when each decision to go on alone was taken.
+    errors_going_alone: Arc<Mutex<Vec<f64>>>,
 }
 
 impl Member {
     fn join(url: &str, lane: &str) -> Member {
+        Member::join_with(settings(url), lane)
+    }
+
+    fn join_with(settings: FleetSettings, lane: &str) -> Member {
         let metrics = Metrics::new().expect("metrics");
-        let fleet = Fleet::start(settings(url), &metrics, Clock::Tokio);
+        let fleet = Fleet::start(settings, &metrics, Clock::Tokio);
         let decisions = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&decisions);
+        let errors_going_alone = Arc::new(Mutex::new(Vec::new()));
+        let (seen, errors, counted) = (
+            Arc::clone(&decisions),
+            Arc::clone(&errors_going_alone),
+            metrics.clone(),
+        );
         let link = Arc::new(fleet.join(
             "orders",
             lane,
             true,
-            Box::new(move |d| seen.lock().unwrap().push(*d)),
+            Box::new(move |d| {
+                if d.local {
+                    let text = counted.render().expect("metrics render");
+                    let sample = support::sample_value(&text, SYNC_ERRORS).unwrap_or(-1.0);
+                    errors.lock().unwrap().push(sample);
+                }
+                seen.lock().unwrap().push(*d);
+            }),
         ));
         Member {
             fleet,
             metrics,
             link,
             decisions,
+            errors_going_alone,
         }
     }
 
@@ -293,10 +314,36 @@ async fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
 }
 
 const KEY: &str = "easeoff:{test:orders:default}:state";
+const SYNC_ERRORS: &str = "easeoff_fleet_sync_errors_total";
+
+/// Redis's clock in milliseconds, the clock entries are written by.
+fn redis_ms(redis: &Redis) -> u64 {
+    let mut c = redis.connection().expect("redis answers");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut c).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// When an entry was last written, by Redis's clock (its first field, ms).
+fn written((_, entry): &(String, String)) -> u64 {
+    entry
+        .split(' ')
+        .next()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("an entry without its time: {entry}"))
+}
+
+/// The members' entries (`m:` fields) in a lane's hash.
+fn entries(redis: &Redis, key: &str) -> Vec<(String, String)> {
+    let mut fields = redis.hash(key);
+    fields.retain(|(f, _)| f.starts_with("m:"));
+    fields
+}
 
 /// A lane that raises all the time (every attempt throttled, each round trip a
-/// raise) sends its raises between ticks, but no more than one round between two
-/// ticks: Redis sees at most twice the rounds it would without raises.
+/// raise) sends no more than one round between two ticks: Redis sees at most twice
+/// the rounds it would without raises. (That a raise does go between ticks is
+/// [`a_raise_goes_between_ticks_and_a_storm_of_them_gets_one_round`]'s, counted
+/// where a loaded host cannot slow it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raise_storm_costs_at_most_one_round_between_ticks() {
     let Some(redis) = Redis::start() else { return };
@@ -311,7 +358,7 @@ async fn a_raise_storm_costs_at_most_one_round_between_ticks() {
         }
     });
     let (before, started) = (member.count(), Instant::now());
-    tokio::time::sleep(SYNC * 20).await;
+    tokio::time::sleep(SYNC * 12).await;
     let rounds = (member.count() - before) as f64;
     let ticks = started.elapsed().as_secs_f64() / SYNC.as_secs_f64();
     storm.abort();
@@ -320,11 +367,47 @@ async fn a_raise_storm_costs_at_most_one_round_between_ticks() {
         rounds <= 2.0 * ticks + 3.0,
         "{rounds} rounds in {ticks:.1} ticks"
     );
-    assert!(
-        rounds >= 1.25 * ticks,
-        "raises go between ticks: {rounds} in {ticks:.1}"
-    );
     // The first raise landed (the later ones, from epochs the fleet never had, do not).
+    let epoch: u64 = redis.field(KEY, "e").unwrap().parse().unwrap();
+    assert_eq!(epoch, 2);
+}
+
+/// With ticks an hour apart, every round after the first tick's is one a raise
+/// asked for: a raise gets its round at once, and a storm of raises that one only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_goes_between_ticks_and_a_storm_of_them_gets_one_round() {
+    let Some(redis) = Redis::start() else { return };
+    let hour = Duration::from_secs(3600);
+    let member = Member::join_with(
+        FleetSettings {
+            sync_interval: hour,
+            member_ttl: hour * 2,
+            ..settings(&redis.url())
+        },
+        "default",
+    );
+    member.link.learned(ms(10), 1, None);
+    wait_for("the first tick's round", || member.count() > 0).await;
+    assert_eq!(member.count(), 1);
+    let link = Arc::clone(&member.link);
+    let raises = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Arc::clone(&raises);
+    let storm = tokio::spawn(async move {
+        for epoch in 1.. {
+            link.learned(ms(10), epoch + 1, Some(epoch));
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    });
+    wait_for("the first raise's round", || member.count() > 1).await;
+    // A hundred raises more, each of which would have had a round of its own.
+    let after = raises.load(std::sync::atomic::Ordering::Relaxed);
+    wait_for("a hundred more raises", || {
+        raises.load(std::sync::atomic::Ordering::Relaxed) >= after + 100
+    })
+    .await;
+    storm.abort();
+    assert_eq!(member.count(), 2, "one round between two ticks");
     let epoch: u64 = redis.field(KEY, "e").unwrap().parse().unwrap();
     assert_eq!(epoch, 2);
 }
@@ -414,19 +497,20 @@ async fn redis_killed_lanes_go_local_and_restarted_empty_the_state_is_rebuilt() 
     let url = redis.url();
     let members = two_members(&url).await;
 
+    let errors: Vec<f64> = members.iter().map(|m| m.sample(SYNC_ERRORS)).collect();
     let killed = Instant::now();
     let port = redis.kill();
     wait_for("every lane on its own", || {
         members.iter().all(|m| m.last().is_some_and(|d| d.local))
     })
     .await;
-    // Two failed syncs, the second one timing out at the latest: within 3 × sync.
     eprintln!("lanes on their own {:?} after the kill", killed.elapsed());
-    assert!(
-        killed.elapsed() < SYNC * 3 + ms(500),
-        "{:?}",
-        killed.elapsed()
-    );
+    // After two failed syncs in a row (so within 3 × sync, the second timing out at
+    // the latest), counted in syncs, which a loaded host does not change.
+    for (m, before) in members.iter().zip(errors) {
+        let going_alone = m.errors_going_alone.lock().unwrap().clone();
+        assert_eq!(going_alone, [before + 2.0], "sync errors when going alone");
+    }
     for m in &members {
         let d = m.last().unwrap();
         // From the last allocation: half of 100/s, alone.
@@ -484,14 +568,26 @@ async fn back_and_rebuilt(members: &[Member], restarted: &Redis) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_dies_is_forgotten_after_member_ttl_and_one_that_leaves_at_once() {
     let Some(redis) = Redis::start() else { return };
-    let url = redis.url();
-    let stays = Member::join(&url, "default");
+    // A leave waits one sync for Redis, and a loaded host may take more than 50 ms;
+    // the TTL is long enough for its bounds to hold on one too.
+    let (sync, ttl) = (ms(500), Duration::from_secs(5));
+    let join = || {
+        let settings = FleetSettings {
+            sync_interval: sync,
+            member_ttl: ttl,
+            ..settings(&redis.url())
+        };
+        Member::join_with(settings, "default")
+    };
+    let stays = join();
     stays.link.learned(ms(10), 1, None);
-    let dies = Member::join(&url, "default");
-    // Requests waiting: it syncs every round, so it dies right after its last sync
-    // (an idle lane's last sync may be up to half the member TTL before).
+    // Requests waiting: both sync every round, so one dies right after its last sync
+    // (an idle lane's last sync may be up to half the member TTL before), and the
+    // other sees it forgotten at its next.
+    stays.link.waiting(1);
+    let dies = join();
     dies.link.waiting(1);
-    let leaves = Member::join(&url, "default");
+    let leaves = join();
     wait_for("three members", || {
         stays.last().is_some_and(|d| d.members == 3)
     })
@@ -499,26 +595,33 @@ async fn a_member_that_dies_is_forgotten_after_member_ttl_and_one_that_leaves_at
 
     let left = Instant::now();
     leaves.fleet.leave().await;
+    // At once: its entry went with the leave, where an expiry would take the TTL.
+    assert_eq!(
+        entries(&redis, KEY).len(),
+        2,
+        "the member that left is still in the hash"
+    );
     wait_for("the member that left to be gone", || {
         stays.last().is_some_and(|d| d.members == 2)
     })
     .await;
-    assert!(left.elapsed() < MEMBER_TTL, "{:?}", left.elapsed());
+    assert!(left.elapsed() < ttl, "{:?}", left.elapsed());
 
-    // Dropped without leaving, as a SIGKILLed process would.
+    // Dropped without leaving, as a SIGKILLed process would. Both entries left are
+    // written every round; the older bounds the dead one's last write from below, which
+    // a loaded host may have made more than a sync before the drop.
+    let oldest = entries(&redis, KEY).iter().map(written).min().unwrap();
     let died = Instant::now();
     drop(dies);
     wait_for("the dead member to be forgotten", || {
         stays.last().is_some_and(|d| d.members == 1)
     })
     .await;
-    assert!(died.elapsed() >= MEMBER_TTL - SYNC, "{:?}", died.elapsed());
-    assert!(died.elapsed() < MEMBER_TTL * 2, "{:?}", died.elapsed());
-    let fields = redis.hash(KEY);
-    assert_eq!(
-        fields.iter().filter(|(f, _)| f.starts_with("m:")).count(),
-        1
-    );
+    // Not before its TTL ran out, by the clock the entries are kept by.
+    let lived = Duration::from_millis(redis_ms(&redis) - oldest);
+    assert!(lived >= ttl, "forgotten {lived:?} after its last write");
+    assert!(died.elapsed() < ttl * 2, "{:?}", died.elapsed());
+    assert_eq!(entries(&redis, KEY).len(), 1);
     let mut c = redis.connection().unwrap();
     let ttl: i64 = redis::cmd("PTTL").arg(KEY).query(&mut c).unwrap();
     assert!(ttl > 0, "every key has a TTL, got {ttl}");
@@ -531,8 +634,14 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
     let lanes = ["a:write", "a:read", "b:write"];
     let mut members = Vec::new();
     let mut links = Vec::new();
+    // Idle lanes sync to refresh their entries, every three eighths to half of the
+    // TTL: a short one makes the syncs counted here come quickly.
+    let quick = || FleetSettings {
+        member_ttl: Duration::from_secs(1),
+        ..settings(&url)
+    };
     for _ in 0..3 {
-        let m = Member::join(&url, lanes[0]);
+        let m = Member::join_with(quick(), lanes[0]);
         let seen = Arc::clone(&m.decisions);
         for lane in &lanes[1..] {
             let seen = Arc::clone(&seen);
@@ -558,8 +667,8 @@ async fn a_sync_costs_at_most_two_commands_per_member_per_lane() {
         .query::<()>(&mut c)
         .unwrap();
     let before: usize = members.iter().map(Member::count).sum();
-    // Twenty syncs' worth of decisions, counted per member and lane.
-    wait_for("twenty syncs", || {
+    // Twenty syncs' worth of decisions, counted per member and lane (about 10 s).
+    support::wait_until(PATIENCE * 3, "twenty syncs", || async {
         members.iter().map(Member::count).sum::<usize>() >= before + 20 * 9
     })
     .await;
@@ -605,8 +714,9 @@ async fn sidecar(admin: std::net::SocketAddr) -> (serde_json::Value, serde_json:
 async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at_once() {
     let Some(redis) = Redis::start() else { return };
     let up = support::throttles_first(1, || support::respond(429, &[], "")).await;
+    // A leave waits one sync for Redis: 500 ms, which a loaded host keeps to.
     let config = format!(
-        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"50ms\"\nmember_ttl = \"5s\"\n\n\
+        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"500ms\"\nmember_ttl = \"5s\"\n\n\
          [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
          [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n\
          [upstream.retry]\nmax_attempts = 1\n",
@@ -641,18 +751,15 @@ async fn a_throttle_one_sidecar_sees_paces_the_other_and_a_stopped_one_leaves_at
     );
     assert_eq!(up.count(), 1, "B sent nothing");
 
-    // Stopped (as on SIGTERM), A deletes its entry: B is alone long before member_ttl.
-    let stopped = Instant::now();
+    // Stopped (as on SIGTERM), A deletes its entry, where an expiry would take
+    // member_ttl: B's is the one left at once, and B is alone at its next sync.
     a.stop().await.unwrap();
+    let left = entries(&redis, "easeoff:{e2e:up:default}:state");
+    assert_eq!(left.len(), 1, "A's entry outlived its leave: {left:?}");
     support::wait_until(PATIENCE, "A to leave", || async {
         sidecar(b.admin).await.1["fleet"]["members"] == 1
     })
     .await;
-    assert!(
-        stopped.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        stopped.elapsed()
-    );
 }
 
 /// A lane a request creates in a connected fleet starts cold at once: its requests
@@ -824,12 +931,13 @@ async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
         late.last().is_some_and(|d| d.share >= 0.8 * 0.25)
     })
     .await;
-    eprintln!("fair share {:?} after joining", joined.elapsed());
-    assert!(
-        joined.elapsed() < Duration::from_secs(2),
-        "{:?}",
+    // Counted in its syncs (2 s at 250 ms), which a loaded host makes slower, not fewer.
+    let syncs = late.count();
+    eprintln!(
+        "fair share at sync {syncs}, {:?} after joining",
         joined.elapsed()
     );
+    assert!(syncs <= 8, "fair share only at sync {syncs}");
     wait_for("the others to make room", || {
         members
             .iter()
@@ -839,7 +947,7 @@ async fn a_member_that_joins_gets_its_fair_share_within_two_seconds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_long_outage_the_fleet_is_back_within_five_seconds_of_redis_returning() {
+async fn after_a_long_outage_the_fleet_is_back_within_its_capped_backoff_of_redis_returning() {
     let Some(redis) = Redis::start() else { return };
     let members = two_members(&redis.url()).await;
     let port = redis.kill();
@@ -847,11 +955,12 @@ async fn after_a_long_outage_the_fleet_is_back_within_five_seconds_of_redis_retu
         members.iter().all(|m| m.connected() == 0.0)
     })
     .await;
-    // Ten more failed attempts: the backoff, stepping by 1.6 from one sync (50 ms),
-    // would now wait over 7 s without its cap; with it, 2.4 s at most.
-    let errors = "easeoff_fleet_sync_errors_total";
+    // Ten more failed attempts: the backoff, stepping by 1.6 from one sync (250 ms),
+    // would now wait over 20 s without its cap; with it, 2.4 s at most. PATIENCE lies
+    // between, with room for a loaded host.
+    let errors = SYNC_ERRORS;
     let floor: Vec<f64> = members.iter().map(|m| m.sample(errors) + 10.0).collect();
-    let deadline = Instant::now() + PATIENCE * 3;
+    let deadline = Instant::now() + PATIENCE * 5;
     while !members
         .iter()
         .zip(&floor)
@@ -864,12 +973,12 @@ async fn after_a_long_outage_the_fleet_is_back_within_five_seconds_of_redis_retu
         tokio::time::sleep(ms(20)).await;
     }
 
-    let returned = Instant::now();
     let restarted = Redis::on(port);
+    let returned = Instant::now();
     back_and_rebuilt(&members, &restarted).await;
     let back = returned.elapsed();
     eprintln!("back in the fleet {back:?} after redis returned");
-    assert!(back < Duration::from_secs(5), "{back:?}");
+    assert!(back < PATIENCE, "{back:?}");
 }
 
 /// A sample from a sidecar process's `/metrics`, -1 when absent.
@@ -882,9 +991,11 @@ async fn a_sidecar_killed_with_sigkill_is_forgotten_within_member_ttl_and_its_sh
  {
     let Some(redis) = Redis::start() else { return };
     let up = support::throttles_first(1, || support::respond(429, &[], "")).await;
-    let sync = ms(250);
+    // A TTL long enough that the bound on when it is forgotten leaves a loaded host
+    // seconds for the syncs and scrapes that show it.
+    let ttl = Duration::from_secs(4);
     let config = support::config_file(&format!(
-        "[fleet]\nredis = \"{}\"\ngroup = \"sigkill\"\nsync_interval = \"250ms\"\nmember_ttl = \"1s\"\n\n\
+        "[fleet]\nredis = \"{}\"\ngroup = \"sigkill\"\nsync_interval = \"250ms\"\nmember_ttl = \"4s\"\n\n\
          [server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}\n[upstream.retry]\nmax_attempts = 1\n",
         redis.url(),
         support::upstream_table("up", up.addr, "")
@@ -916,11 +1027,39 @@ async fn a_sidecar_killed_with_sigkill_is_forgotten_within_member_ttl_and_its_sh
     })
     .await;
 
+    // Requests to the one to be killed until just before: its lane syncs every round,
+    // so its entry was written at most a sync before it died (an idle lane refreshes
+    // its entry only every three eighths to half of the TTL).
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let requests = tokio::spawn({
+        let (busy, url) = (Arc::clone(&busy), sidecars[1].url("up"));
+        async move {
+            while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(support::get(&url).await.status, 200);
+            }
+        }
+    });
+    support::wait_until(
+        PATIENCE,
+        "requests through the one to be killed",
+        || async { up.count() >= 5 },
+    )
+    .await;
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    requests.await.unwrap();
     let mut killed = sidecars.remove(1);
+    // Its entry (the member id holds the process id) and when it was last written.
+    let id = format!("-{}-", killed.child.id());
+    let key = "easeoff:{sigkill:up:default}:state";
+    let entry = entries(&redis, key)
+        .into_iter()
+        .find(|(f, _)| f.contains(&id));
+    let last_write = written(&entry.expect("the killed sidecar's entry"));
     killed.child.kill().expect("SIGKILL");
     let died = Instant::now();
     killed.wait();
-    // When each survivor first shows two members splitting the fleet rate.
+    // When each survivor first shows two members splitting the fleet rate: after the
+    // kill, and after the last write by Redis's clock.
     let mut forgotten = [None, None];
     let survivors = [sidecars[0].admin, sidecars[1].admin];
     while forgotten.iter().any(Option::is_none) {
@@ -929,15 +1068,20 @@ async fn a_sidecar_killed_with_sigkill_is_forgotten_within_member_ttl_and_its_sh
             let text = support::metrics(*admin).await;
             let sample = |name| support::sample_value(&text, name).unwrap_or(-1.0);
             if when.is_none() && sample(members) == 2.0 && (sample(share) - 0.5).abs() < 0.02 {
-                *when = Some(died.elapsed());
+                let lived = Duration::from_millis(redis_ms(&redis) - last_write);
+                *when = Some((died.elapsed(), lived));
             }
         }
     }
-    eprintln!("the killed sidecar was forgotten {forgotten:?} after SIGKILL");
-    let ttl = Duration::from_secs(1);
-    for when in forgotten.into_iter().flatten() {
-        assert!(when >= ttl - sync, "forgotten too early: {when:?}");
-        assert!(when <= ttl + sync, "{when:?}");
+    eprintln!(
+        "the killed sidecar was forgotten {forgotten:?} (after SIGKILL, after its last write)"
+    );
+    for (when, lived) in forgotten.into_iter().flatten() {
+        // Not before its TTL ran out (a sync or more after the kill, which a loaded
+        // host may delay), by the clock the entries are kept by.
+        assert!(lived >= ttl, "forgotten {lived:?} after its last write");
+        // Once its entry expires: a sync or two after the TTL.
+        assert!(when < ttl * 2, "{when:?}");
     }
 }
 
@@ -950,7 +1094,7 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
     let config = |group: &str, ca: &str| {
         format!(
             "[fleet]\nredis = \"rediss://127.0.0.1:{tls_port}/0\"\ngroup = \"{group}\"\n\
-             sync_interval = \"50ms\"\n{ca}\n\
+             sync_interval = \"250ms\"\n{ca}\n\
              [server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
              [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{}\"\n",
             up.addr
@@ -973,11 +1117,7 @@ async fn over_tls_a_sidecar_trusting_the_servers_ca_syncs_and_one_without_it_doe
             "no sync over TLS: {:?}",
             redis.hash(key)
         );
-        members = redis
-            .hash(key)
-            .iter()
-            .filter(|(f, _)| f.starts_with("m:"))
-            .count();
+        members = entries(&redis, key).len();
         tokio::time::sleep(ms(10)).await;
     }
     assert_eq!(members, 1);
@@ -1025,6 +1165,10 @@ async fn a_wrong_type_on_one_lanes_key_costs_that_lane_only() {
         .collect();
     members[0].link.learned(ms(10), 1, None);
     links[0].learned(ms(10), 1, None);
+    // Requests waiting: lane a syncs every round, not only to refresh its entry.
+    for m in &members {
+        m.link.waiting(1);
+    }
     let last_b = |i: usize| seen[i].lock().unwrap().last().copied();
     let shared = |d: Option<Decision>| d.is_some_and(|d| d.members == 2 && !d.local);
     wait_for("both lanes shared by both members", || {
@@ -1130,47 +1274,57 @@ async fn redis_out_of_memory_takes_the_lanes_local_and_says_why_until_it_takes_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_is_warned_of_within_five_seconds_and_shown_on_status() {
+async fn a_wrong_password_is_warned_of_at_the_first_attempt_and_shown_on_status() {
     let Some(redis) = Redis::start() else { return };
     redis_do(&redis, "CONFIG", &["SET", "requirepass", "right"]);
     let up = support::upstream(|_| async { support::ok() }).await;
-    let config = support::config_file(&format!(
-        "[fleet]\nredis = \"redis://:wrong@127.0.0.1:{}/0\"\ngroup = \"auth\"\n\n\
-         [server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}",
-        redis.port,
-        support::upstream_table("up", up.addr, "")
-    ));
-    let started = Instant::now();
-    let easeoff = support::Process::start(&config);
+    let config = |sync_interval: &str| {
+        support::config_file(&format!(
+            "[fleet]\nredis = \"redis://:wrong@127.0.0.1:{}/0\"\ngroup = \"auth\"\n\
+             sync_interval = \"{sync_interval}\"\nmember_ttl = \"2m\"\n\n\
+             [server]\nadmin_listen = \"127.0.0.1:0\"\n\n{}",
+            redis.port,
+            support::upstream_table("up", up.addr, "")
+        ))
+    };
     let warning = "fleet: redis refuses the credentials: check the password (or user) in the redis url; lanes go on alone from their last allocation";
-    support::wait_until(Duration::from_secs(5), "the warning", || async {
+    let auth = r#"easeoff_fleet_redis_errors_total{class="auth"}"#;
+    // With syncs a minute apart the second attempt is 48 s or more after the first:
+    // a warning within PATIENCE came with the first, as the refused count says.
+    let slow = config("60s");
+    let started = Instant::now();
+    let easeoff = support::Process::start(&slow);
+    support::wait_until(PATIENCE, "the warning", || async {
         !easeoff.logged(warning, "cause").is_empty()
     })
     .await;
     eprintln!("warned {:?} after start", started.elapsed());
     assert_eq!(easeoff.logged(warning, "cause"), ["auth"]);
+    assert_eq!(process_sample(easeoff.admin, auth).await, 1.0);
     let (fleet, _) = sidecar(easeoff.admin).await;
     assert_eq!(fleet["connected"], false, "{fleet}");
     assert!(
         fleet["why_alone"].as_str().unwrap().contains("password"),
         "{fleet}"
     );
+    drop(easeoff);
+
     // One line, however many attempts follow.
-    let auth = r#"easeoff_fleet_redis_errors_total{class="auth"}"#;
+    let fast = config("50ms");
+    let easeoff = support::Process::start(&fast);
     support::wait_until(PATIENCE, "three refused attempts", || async {
         process_sample(easeoff.admin, auth).await >= 3.0
     })
     .await;
-    assert_eq!(easeoff.logged(warning, "cause").len(), 1);
+    assert_eq!(easeoff.logged(warning, "cause"), ["auth"]);
 }
 
 /// Writes `n` entries `m:<prefix><i>` into `key` as something other than easeoff
 /// could: each with demand `entry` (and no dispatches), seen a minute ahead by
 /// Redis's clock, so they stay live without being written again.
 fn fake_members(redis: &Redis, prefix: &str, n: usize, entry: &str) {
+    let ahead = redis_ms(redis) + 60_000;
     let mut c = redis.connection().expect("redis answers");
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut c).expect("TIME");
-    let ahead = secs * 1000 + micros / 1000 + 60_000;
     let mut pipe = redis::pipe();
     for i in 0..n {
         pipe.cmd("HSET")
@@ -1222,7 +1376,7 @@ async fn a_group_shared_by_two_configurations_is_shown_on_status() {
     let Some(redis) = Redis::start() else { return };
     let config = |url: &str| {
         format!(
-            "[fleet]\nredis = \"{}\"\ngroup = \"two\"\nsync_interval = \"50ms\"\n\n\
+            "[fleet]\nredis = \"{}\"\ngroup = \"two\"\nsync_interval = \"250ms\"\n\n\
              [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
              [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"{url}\"\n",
             redis.url()

@@ -176,6 +176,16 @@ impl Clients {
         }
     }
 
+    /// Returns once the clients have sent `n` more requests: traffic flows across
+    /// whatever happens next, however slowly a loaded host sends it.
+    async fn progress(&self, n: usize) {
+        let target = self.sent.load(Ordering::Relaxed) + n;
+        support::wait_until(PATIENCE, "the clients to send", || async {
+            self.sent.load(Ordering::Relaxed) >= target
+        })
+        .await;
+    }
+
     /// Stops the clients; how many requests they sent and how many failed.
     async fn finish(self) -> (usize, usize) {
         self.stop.store(true, Ordering::Relaxed);
@@ -300,7 +310,7 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
     let target = *ports.iter().find(|p| **p != owner).unwrap();
 
     let clients = Clients::start(&[a.addr, b.addr]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    clients.progress(10).await;
     move_slot(ports, &slot, owner, target);
     let moved = redis_now(target);
     support::wait_until(
@@ -312,9 +322,9 @@ async fn through_a_cluster_a_slot_that_moves_mid_run_costs_no_client_an_error() 
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    clients.progress(10).await;
     let (sent, failed) = clients.finish().await;
-    assert!(sent > 20, "{sent}");
+    assert!(sent >= 20, "{sent}");
     assert_eq!(failed, 0, "{failed} of {sent} requests failed");
     assert!(entries(owner).is_empty(), "the old owner still has the key");
     for s in [&a, &b] {
@@ -394,12 +404,14 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
 
     let addrs: Vec<SocketAddr> = sidecars.iter().map(|s| s.addr).collect();
     let clients = Clients::start(&addrs);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    clients.progress(10).await;
     run::<()>(sentinel, &["SENTINEL", "FAILOVER", "easeoff"]);
     let asked = Instant::now();
     wait_sync("the replica to be the primary", || {
         ask::<String>(replica, &["INFO", "replication"]).is_some_and(|i| i.contains("role:master"))
     });
+    // From here on the time is the sidecars': how long Redis takes to fail over is not.
+    let promoted_at = Instant::now();
     let promoted = redis_now(replica);
     support::wait_until(
         PATIENCE,
@@ -410,14 +422,18 @@ async fn through_sentinel_a_failover_mid_run_costs_no_client_an_error() {
     for s in &sidecars {
         support::wait_until(PATIENCE, "all back in the fleet", || in_fleet(s.admin, 4)).await;
     }
-    let back = asked.elapsed();
+    let (asked, back) = (asked.elapsed(), promoted_at.elapsed());
     let users: String = run(replica, &["CLIENT", "LIST"]);
     assert!(users.contains("user=easeoff"), "{users}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    clients.progress(10).await;
     let (sent, failed) = clients.finish().await;
-    eprintln!("back in the fleet {back:?} after SENTINEL FAILOVER; {sent} requests");
+    eprintln!(
+        "back in the fleet {asked:?} after SENTINEL FAILOVER, {back:?} after the promotion; {sent} requests"
+    );
+    // Asking the sentinels every second, not waiting for the old primary's demotion
+    // (up to ten seconds): a few of those seconds leave a loaded host room.
     assert!(back < Duration::from_secs(5), "{back:?}");
-    assert!(sent > 20, "{sent}");
+    assert!(sent >= 20, "{sent}");
     assert_eq!(failed, 0, "{failed} of {sent} requests failed");
 }
 

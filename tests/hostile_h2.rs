@@ -156,7 +156,7 @@ async fn batched_rapid_reset_with_the_default_budget() {
             resets += 1;
         }
     }
-    let closed = tokio::time::timeout(5 * SECOND, connection).await;
+    let closed = tokio::time::timeout(PATIENCE, connection).await;
     let upstream_requests = up.count();
     assert!(refused, "{resets} resets and no GOAWAY");
     assert!(

@@ -48,9 +48,11 @@ async fn silent_sockets_cannot_hold_every_connection_slot() {
         "max_connections = 100\nheader_read_timeout = \"500ms\"\nruntime = \"multi-thread\"",
     )
     .await;
+    // Each with when its connect completed: easeoff accepted it then or later.
     let mut silent = Vec::new();
     for _ in 0..100 {
-        silent.push(TcpStream::connect(proxy.addr).await.unwrap());
+        let socket = TcpStream::connect(proxy.addr).await.unwrap();
+        silent.push((socket, Instant::now()));
     }
     let started = Instant::now();
     let answer = tokio::time::timeout(10 * SECOND, get(&format!("http://{}/", proxy.addr)))
@@ -59,12 +61,18 @@ async fn silent_sockets_cannot_hold_every_connection_slot() {
     assert_eq!(answer.status, 200);
     assert_eq!(up.count(), 1);
     let mut closed = 0;
-    for socket in &mut silent {
-        let (after, seen) = closed_within(socket, 5 * SECOND)
+    for (socket, connected) in &mut silent {
+        let (_, seen) = closed_within(socket, PATIENCE)
             .await
-            .expect("a silent socket is still open 5 s after its header timeout");
+            .expect("a silent socket is still open long after its header timeout");
         assert!(seen.is_empty(), "a silent socket was sent {seen:?}");
-        assert!(after + started.elapsed() >= Duration::from_millis(400));
+        // Not before its timeout (500 ms from the accept): however late a loaded host
+        // connected the later sockets, each is measured from its own connect.
+        let open = connected.elapsed();
+        assert!(
+            open >= Duration::from_millis(400),
+            "closed {open:?} after connecting"
+        );
         closed += 1;
     }
     println!(
@@ -73,11 +81,14 @@ async fn silent_sockets_cannot_hold_every_connection_slot() {
     );
 }
 
-/// Sends a request head a byte every 100 ms; whether the proxy closed the connection
-/// before the head was complete.
+/// Sends a request head a byte every 100 ms or slower, for 25 s or more, never
+/// complete; whether the proxy closed the connection before it was all sent.
 async fn trickle_head(socket: &mut TcpStream) -> bool {
-    let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
-    for byte in head {
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: {}\r\n",
+        "a".repeat(215)
+    );
+    for byte in head.as_bytes() {
         if socket.write_all(&[*byte]).await.is_err() {
             return true;
         }
@@ -104,7 +115,8 @@ async fn a_trickled_head_is_cut_off_by_the_deadline_from_accept() {
         cut_off,
         "the trickled head was still being read after {after:?}"
     );
-    assert!(after < 5 * SECOND, "cut off only after {after:?}");
+    // Ten times the deadline: a loaded host's lag, not a deadline the trickle moved.
+    assert!(after < 10 * SECOND, "cut off only after {after:?}");
     assert_eq!(up.count(), 0);
     println!("trickled head cut off {after:?} after the accept (header_read_timeout 1s)");
 }
@@ -128,7 +140,7 @@ async fn a_trickled_later_head_is_cut_off_by_the_keep_alive_deadline() {
         cut_off,
         "the trickled head was still being read after {after:?}"
     );
-    assert!(after < 5 * SECOND, "cut off only after {after:?}");
+    assert!(after < 10 * SECOND, "cut off only after {after:?}");
     assert_eq!(up.count(), 1);
     println!("trickled later head cut off {after:?} after the last answer (keepalive_timeout 1s)");
 }
@@ -182,7 +194,7 @@ async fn an_idle_connection_serves_its_next_requests_after_parking() {
         .await
         .unwrap();
     for request in 1..=3 {
-        let answer = tokio::time::timeout(5 * SECOND, read_answer(&mut socket))
+        let answer = tokio::time::timeout(PATIENCE, read_answer(&mut socket))
             .await
             .expect("no answer on the parked connection");
         assert!(
@@ -198,7 +210,7 @@ async fn an_idle_connection_serves_its_next_requests_after_parking() {
         tokio::time::sleep(idle).await;
         socket.write_all(b"st: x\r\n\r\n").await.unwrap();
     }
-    let answer = tokio::time::timeout(5 * SECOND, read_answer(&mut socket))
+    let answer = tokio::time::timeout(PATIENCE, read_answer(&mut socket))
         .await
         .expect("no answer on the parked connection");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -267,7 +279,7 @@ async fn silent_admin_connections_cannot_use_up_the_descriptors() {
         }
     }
     let url = easeoff.url("up");
-    let answer = tokio::time::timeout(5 * SECOND, get(&url))
+    let answer = tokio::time::timeout(PATIENCE, get(&url))
         .await
         .expect("the proxy did not answer beside 600 silent admin connections");
     assert_eq!(answer.status, 200);
@@ -285,7 +297,7 @@ async fn silent_admin_connections_cannot_use_up_the_descriptors() {
     })
     .await;
     let healthy_after = started.elapsed();
-    let answer = tokio::time::timeout(5 * SECOND, get(&url)).await.unwrap();
+    let answer = tokio::time::timeout(PATIENCE, get(&url)).await.unwrap();
     assert_eq!(answer.status, 200);
     let failures = easeoff.logged("accept failed; backing off until it works again", "error");
     assert!(
@@ -319,7 +331,7 @@ async fn ten_thousand_idle_connections() {
         let before = rss_kib(pid);
         let mut held = hold(proxy, N, request).await;
         let holding = rss_kib(pid);
-        let answer = tokio::time::timeout(5 * SECOND, get(&easeoff.url("up")))
+        let answer = tokio::time::timeout(PATIENCE, get(&easeoff.url("up")))
             .await
             .expect("no answer beside 10,000 idle connections");
         assert_eq!(answer.status, 200);
@@ -404,7 +416,7 @@ async fn accepting_backs_off_when_out_of_descriptors() {
         silent.push(TcpStream::connect(proxy).await.unwrap());
     }
     let failed = "accept failed; backing off until it works again";
-    wait_until(5 * SECOND, "an accept failure", || {
+    eventually("an accept failure", || {
         let easeoff = &easeoff;
         async move { !easeoff.logged(failed, "error").is_empty() }
     })
@@ -414,7 +426,7 @@ async fn accepting_backs_off_when_out_of_descriptors() {
         .await
         .expect("not served once descriptors were free again");
     assert_eq!(answer.status, 200);
-    wait_until(5 * SECOND, "the end of the burst to be logged", || {
+    eventually("the end of the burst to be logged", || {
         let easeoff = &easeoff;
         async move { !easeoff.logged("accepting again", "listener").is_empty() }
     })

@@ -206,7 +206,7 @@ async fn an_upstream_that_stops_reading_loses_its_connection() {
     let body = vec![b'x'; 8 << 20];
     let url = format!("http://{}/", proxy.addr);
     let sending = tokio::spawn(async move { send(&client(), "POST", &url, &[], body).await });
-    let (mut upstream_side, _) = tokio::time::timeout(5 * SECOND, listener.accept())
+    let (mut upstream_side, _) = tokio::time::timeout(PATIENCE, listener.accept())
         .await
         .unwrap()
         .unwrap();
@@ -315,7 +315,7 @@ async fn an_oversized_answer_head_is_named_and_warned_of() {
     }
     assert_eq!(seen.load(Ordering::SeqCst), 3);
     let warning = "the upstream answered with a head too large to read (more than 100 header lines?); the clients got 502 upstream-head-too-large";
-    wait_until(5 * SECOND, "the warning", || {
+    eventually("the warning", || {
         let easeoff = &easeoff;
         async move { !easeoff.logged(warning, "upstream").is_empty() }
     })

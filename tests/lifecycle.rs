@@ -46,13 +46,13 @@ async fn waiting(admin: SocketAddr) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
     let up = upstream(|_| async { ok() }).await;
-    let grace = SECOND * 2;
+    let grace = SECOND * 5;
     let config = config_file(&format!(
-        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\n{}",
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"5s\"\n\n{}",
         upstream_table(
             "up",
             up.addr,
-            "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"10ms\""
+            "[upstream.sleeper]\nstrategy = \"constant\"\ninitial_interval = \"100ms\""
         )
     ));
     let mut easeoff = Process::start(&config);
@@ -60,7 +60,7 @@ async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
     let admin = easeoff.admin;
     assert_eq!(get(&format!("http://{admin}/readyz")).await.status, 200);
 
-    // 300 clients at 10 ms apart: 3 s of queue, more than the grace allows.
+    // 300 clients at 100 ms apart: 30 s of queue, six times what the grace allows.
     let requests: Vec<_> = (0..300)
         .map(|_| {
             let url = url.clone();
@@ -68,7 +68,7 @@ async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
         })
         .collect();
     // Every request accepted: waiting for its slot or already served.
-    wait_until(SECOND * 10, "all 300 requests to be accepted", || async {
+    eventually("all 300 requests to be accepted", || async {
         waiting(admin).await as usize + up.count() >= 300
     })
     .await;
@@ -76,7 +76,8 @@ async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
 
     let term = Instant::now();
     easeoff.signal("TERM");
-    wait_until(SECOND, "/readyz to turn 503", || async {
+    // Within the drain, while easeoff still answers.
+    wait_until(grace, "/readyz to turn 503", || async {
         get(&format!("http://{admin}/readyz")).await.status == 503
     })
     .await;
@@ -116,8 +117,9 @@ async fn sigterm_answers_every_accepted_request_and_exits_within_the_grace() {
         shed > 0,
         "the requests that could not make the deadline were shed"
     );
-    // The grace bounds the drain; the rest is process teardown.
-    assert!(exited < grace + SECOND / 2, "exit after {exited:?}");
+    // The grace bounds the drain: a drain that served the whole queue would take
+    // 30 s. The rest is process teardown, given seconds on a loaded host.
+    assert!(exited < grace * 2, "exit after {exited:?}");
 }
 
 /// Writers sending requests to their urls in turn until stopped, keeping count.
@@ -156,7 +158,7 @@ impl Load {
     /// Stops the writers and waits for their last requests.
     async fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        wait_until(SECOND * 10, "the writers to stop", || async {
+        eventually("the writers to stop", || async {
             self.writers.load(Ordering::Relaxed) == 0
         })
         .await;
@@ -165,7 +167,7 @@ impl Load {
     /// Returns once `n` more requests have succeeded.
     async fn progress(&self, n: usize) {
         let target = self.ok.load(Ordering::Relaxed) + n;
-        wait_until(SECOND * 10, "the load to go on", || async {
+        eventually("the load to go on", || async {
             self.ok.load(Ordering::Relaxed) >= target
         })
         .await;
@@ -210,16 +212,19 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
     let changed = text.replacen(learn, &format!("{learn}max_interval = \"10m\"\n"), 1);
     std::fs::write(&config, &changed).unwrap();
     easeoff.signal("HUP");
-    wait_until(SECOND * 5, "the reload", || async {
-        reloads("success").await == 1.0
-    })
-    .await;
+    eventually("the reload", || async { reloads("success").await == 1.0 }).await;
     assert_eq!(
         interval_of(admin, "b").await,
         50.0,
         "b keeps its learned interval"
     );
     assert_eq!(interval_of(admin, "a").await, 0.0, "a starts afresh");
+    // The counter moves before the log line is written and read back from the pipe.
+    let easeoff_ref = &easeoff;
+    eventually("the reload's log line", || async move {
+        !easeoff_ref.logged("config reloaded", "rebuilt").is_empty()
+    })
+    .await;
     assert_eq!(easeoff.logged("config reloaded", "rebuilt"), ["[\"a\"]"]);
     load.progress(10).await;
     // Counters carry on for both: the learning request is still counted.
@@ -231,7 +236,7 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
     // A broken file keeps the running config.
     std::fs::write(&config, "[[upstream]\nname = ").unwrap();
     easeoff.signal("HUP");
-    wait_until(SECOND * 5, "the failed reload", || async {
+    eventually("the failed reload", || async {
         reloads("error").await == 1.0
     })
     .await;
@@ -248,7 +253,7 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
     )
     .unwrap();
     easeoff.signal("HUP");
-    wait_until(SECOND * 5, "the second reload", || async {
+    eventually("the second reload", || async {
         reloads("success").await == 2.0
     })
     .await;
@@ -261,12 +266,12 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
     load.progress(10).await;
     std::fs::write(&config, &changed).unwrap();
     easeoff.signal("HUP");
-    wait_until(SECOND * 5, "the third reload", || async {
+    eventually("the third reload", || async {
         reloads("success").await == 3.0
     })
     .await;
     assert!(!metrics(admin).await.contains("upstream=\"c\""));
-    wait_until(SECOND * 5, "c's listener to close", || async {
+    eventually("c's listener to close", || async {
         tokio::net::TcpStream::connect(&c_listen).await.is_err()
     })
     .await;
@@ -299,7 +304,7 @@ async fn a_reload_to_an_absurd_value_is_refused_at_its_position_and_serving_goes
     let absurd = format!("{text}[upstream.queue]\nmax_wait = \"200000000000000d\"\n");
     std::fs::write(&config, absurd).unwrap();
     easeoff.signal("HUP");
-    wait_until(SECOND * 5, "the refused reload", || async {
+    eventually("the refused reload", || async {
         metric(admin, "easeoff_config_reloads_total{result=\"error\"}").await == 1.0
     })
     .await;

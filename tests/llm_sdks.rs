@@ -1,7 +1,8 @@
 //! The openai and anthropic Python SDKs through easeoff's `openai` and `anthropic`
 //! presets, their own retries off: a 429 and a 529 are absorbed by easeoff, streamed
-//! answers arrive whole with their usage, and a multipart upload (its model a form
-//! field, not JSON) reaches the upstream byte for byte.
+//! answers arrive whole with their usage, a multipart upload (its model a form
+//! field, not JSON) reaches the upstream byte for byte, and a 1.5 MiB prompt, which
+//! the SDKs write before `model`, is paced in its model's lane.
 //!
 //! Needs the e2e venv with openai and anthropic (`.ci/run` installs them): at
 //! `$EASEOFF_E2E_VENV`, else `~/.cache/easeoff-e2e`. Without them the test says so and
@@ -147,6 +148,13 @@ fn anthropic_answer(body: &Value) -> Response {
 
 type Response = http::Response<Body>;
 
+/// Bodies past 1 MiB that arrived with `model` after `messages`.
+static MODEL_LAST: AtomicUsize = AtomicUsize::new(0);
+
+fn find(body: &[u8], needle: &[u8]) -> Option<usize> {
+    body.windows(needle.len()).position(|w| w == needle)
+}
+
 /// An upstream speaking both dialects: the first call to model `busy` is refused
 /// (429, as OpenAI spells it) and the first Messages call is overloaded (529).
 async fn vendor() -> TestUpstream {
@@ -163,6 +171,10 @@ async fn vendor() -> TestUpstream {
                 let intact = at.is_some_and(|at| body[at..].starts_with(&audio));
                 let text = if intact { "intact" } else { "mangled" };
                 return respond(200, &[], json!({ "text": text }).to_string());
+            }
+            let (model, messages) = (find(&body, b"\"model\""), find(&body, b"\"messages\""));
+            if model > messages && body.len() > 1 << 20 {
+                MODEL_LAST.fetch_add(1, Ordering::SeqCst);
             }
             let body: Value = serde_json::from_slice(&body).unwrap();
             if path == "/v1/chat/completions" {
@@ -209,9 +221,26 @@ async fn the_openai_and_anthropic_sdks_get_whole_answers_with_their_retries_off(
             "transcription": "intact",
             "message": {"text": "Hello", "output_tokens": 2},
             "message_stream": {"text": "Hello", "output_tokens": 2},
+            "long_chat": "Hello",
+            "long_message": "Hello",
         })
     );
-    // 5 calls, one refusal and one overload retried by easeoff.
-    assert_eq!(up.count(), 7);
+    // 7 calls, one refusal and one overload retried by easeoff.
+    assert_eq!(up.count(), 9);
+    // anthropic-python writes `max_tokens`, `messages`, then `model`; openai-python
+    // 1.x wrote `messages` first too, later versions write `model` first.
+    assert!(
+        MODEL_LAST.load(Ordering::SeqCst) >= 1,
+        "no SDK wrote model last"
+    );
+    let lanes = |shown: Value| -> Vec<String> {
+        let lanes = shown["lanes"].as_array().cloned().unwrap_or_default();
+        lanes
+            .iter()
+            .map(|l| l["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(lanes(status(openai.admin).await).contains(&"gpt-long".into()));
+    assert!(lanes(status(anthropic.admin).await).contains(&"claude-long".into()));
     assert_eq!(retries(openai.admin, "throttle").await, 1.0);
 }

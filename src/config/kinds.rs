@@ -330,6 +330,37 @@ impl Kind<Option<Vec<Part>>> for LaneParts {
     }
 }
 
+/// A list of header names.
+pub struct HeaderNames;
+
+impl Kind<Vec<HeaderName>> for HeaderNames {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Vec<HeaderName>>> {
+        let span = t.span();
+        let texts = t.string_array(key)?;
+        let mut names = Vec::new();
+        for text in texts {
+            match HeaderName::from_bytes(text.get_ref().as_bytes()) {
+                Ok(name) => names.push(name),
+                Err(_) => t.error(
+                    text.span(),
+                    key,
+                    format_args!("must hold header names, got \"{}\"", text.get_ref()),
+                ),
+            }
+        }
+        Some(Spanned::new(span, names))
+    }
+
+    fn show(&self, value: &Vec<HeaderName>) -> Option<String> {
+        let names: Vec<String> = value.iter().map(|n| n.as_str().to_owned()).collect();
+        Some(strings(&names))
+    }
+}
+
 /// An optional header name.
 pub struct HeaderKey;
 

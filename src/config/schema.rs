@@ -26,8 +26,8 @@ use super::keys::{
     Bounds, Choice, Kind, NonEmpty, Parsed, Plain, Required, Schema, Size, keys, quote, strings,
 };
 use super::kinds::{
-    CA_FILE, CERT_FILE, HeaderKey, HeaderRules, InitialInterval, KEY_FILE, LaneParts, Name,
-    Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
+    CA_FILE, CERT_FILE, HeaderKey, HeaderNames, HeaderRules, InitialInterval, KEY_FILE, LaneParts,
+    Name, Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
 };
 use super::reader::TableReader;
 use crate::cost::Unit;
@@ -752,6 +752,12 @@ pub const POOL: Schema<PoolSettings> = keys!(
 pub struct LaneSettings {
     /// The parts of a request that name its lane; unset: the preset's rule; empty: one lane.
     pub by: Option<Vec<Part>>,
+    /// Headers whose values name lanes only as a hash, beside the credential headers
+    /// (`route::CREDENTIALS`), which always do.
+    pub secret_headers: Vec<HeaderName>,
+    /// The most of a body held while reading on past `retry.max_body_bytes` for the
+    /// `body:` fields that name its lane; 0: place it by what is held.
+    pub max_scan_bytes: u64,
     /// A response header in which the upstream names the bucket a request counted against.
     pub from_response: Option<HeaderName>,
     /// Lanes per upstream; later keys share the lane `overflow`.
@@ -792,6 +798,8 @@ impl Default for LaneSettings {
     fn default() -> Self {
         LaneSettings {
             by: None,
+            secret_headers: Vec::new(),
+            max_scan_bytes: 4 << 20,
             from_response: None,
             max_lanes: 256,
             lane_idle: Duration::from_secs(300),
@@ -808,6 +816,8 @@ pub const LANES: Schema<LaneSettings> = keys!(
     "[upstream.lanes]",
     LaneSettings {
         by: LaneParts,
+        secret_headers: HeaderNames,
+        max_scan_bytes: Size(Bounds::new(0, 1 << 30)),
         from_response: HeaderKey,
         max_lanes: Bounds::new(1, 100_000),
         lane_idle: SOME_TIME,

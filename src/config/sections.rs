@@ -115,7 +115,7 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
         t.table("lanes"),
         &LANES,
         LaneSettings::defaults_for(preset),
-        |_, _, _| {},
+        |_, lanes, _| validate::secret_headers(lanes),
     );
     t.finish(UPSTREAM_SECTIONS);
     (u, set)

@@ -785,3 +785,50 @@ fn the_llm_and_dynamodb_presets_pace_in_their_units_and_a_lanes_cost_overrides()
         problems(&bad)
     );
 }
+
+#[test]
+fn a_header_marked_secret_and_every_credential_header_name_lanes_by_a_hash() {
+    use crate::route::Part;
+    let lanes = |text: &str| {
+        let text = format!("{MINIMAL}[upstream.lanes]\n{text}\n");
+        parse(&text).unwrap().upstreams.remove(0).lanes
+    };
+    let header = |name: &'static str| http::HeaderName::from_static(name);
+    let read = lanes(
+        "by = [\"header:x-tenant\", \"header:X-Api-Key\", \"header:x-user\"]\nsecret_headers = [\"X-Tenant\"]",
+    );
+    assert_eq!(
+        read.by,
+        Some(vec![
+            Part::Secret(header("x-tenant")),
+            Part::Secret(header("x-api-key")),
+            Part::Header(header("x-user")),
+        ])
+    );
+    assert_eq!(read.secret_headers, [header("x-tenant")]);
+    assert!(lanes("").secret_headers.is_empty());
+    let bad = format!("{MINIMAL}[upstream.lanes]\nsecret_headers = [\"a b\"]\n");
+    assert_eq!(
+        problems(&bad),
+        [
+            "easeoff.toml:7:19: upstream \"orders\": lanes.secret_headers must hold header names, got \"a b\""
+        ]
+    );
+}
+
+#[test]
+fn a_body_is_read_on_for_its_lane_fields_up_to_max_scan_bytes() {
+    let lanes = |text: &str| {
+        let text = format!("{MINIMAL}[upstream.lanes]\n{text}\n");
+        parse(&text).unwrap().upstreams.remove(0).lanes
+    };
+    assert_eq!(lanes("").max_scan_bytes, 4 << 20);
+    assert_eq!(lanes("max_scan_bytes = \"16MiB\"").max_scan_bytes, 16 << 20);
+    assert_eq!(lanes("max_scan_bytes = 0").max_scan_bytes, 0);
+    let bad = format!("{MINIMAL}[upstream.lanes]\nmax_scan_bytes = \"2GiB\"\n");
+    assert!(
+        problems(&bad)[0].contains("max_scan_bytes"),
+        "{:?}",
+        problems(&bad)
+    );
+}

@@ -8,8 +8,11 @@ use std::path::PathBuf;
 
 use super::keys::Set;
 use super::reader::{Sink, TableReader};
-use super::schema::{ConnectBackoffSettings, FleetSettings, RedisMode, UpstreamSettings};
+use super::schema::{
+    ConnectBackoffSettings, FleetSettings, LaneSettings, RedisMode, UpstreamSettings,
+};
 use super::units::format_duration;
+use crate::route::Part;
 use crate::sleeper::{self, Initial, Mode, Strategy};
 
 /// A member lives through at least two syncs, so one late sync does not drop it; TLS
@@ -154,6 +157,17 @@ pub fn client_identity(
             }
         }
         _ => {}
+    }
+}
+
+/// The `header:` parts of `by` that `secret_headers` names name their lanes by a hash.
+pub fn secret_headers(lanes: &mut LaneSettings) {
+    for part in lanes.by.iter_mut().flatten() {
+        if let Part::Header(name) = part
+            && lanes.secret_headers.contains(name)
+        {
+            *part = Part::Secret(name.clone());
+        }
     }
 }
 

@@ -1,11 +1,11 @@
 //! What an answer says a request cost, read as its body passes: an LLM answer's
 //! `usage` (a whole JSON answer, or the events of a streamed one), DynamoDB's
 //! `ConsumedCapacity`. The body is never held whole: a JSON answer keeps its first
-//! and last [`KEEP`] bytes (where `usage` and `ConsumedCapacity` are), a stream one
-//! event line at a time.
+//! and last [`KEEP`] bytes (where `usage` and `ConsumedCapacity` are), a stream the
+//! first and last 64 KiB of one event line at a time.
 
 use super::dynamodb::{self, TableCost};
-use super::llm::{self, StreamUsage, Tokens};
+use super::llm::{self, StreamUsage, Tokens, value_of};
 use super::{Unit, thousandths};
 
 /// The most of a JSON answer's start, and of its end, kept to find its cost.
@@ -86,26 +86,6 @@ impl AnswerCost {
             }
         }
     }
-}
-
-/// The bytes after the last `"key":` in `bytes` that is not inside a string's escape.
-fn value_of<'a>(bytes: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    let mut end = bytes.len();
-    while let Some(at) = find_last(&bytes[..end], key) {
-        end = at;
-        if at > 0 && bytes[at - 1] == b'\\' {
-            continue;
-        }
-        let rest = bytes[at + key.len()..].trim_ascii_start();
-        if let Some(value) = rest.strip_prefix(b":") {
-            return Some(value.trim_ascii_start());
-        }
-    }
-    None
-}
-
-fn find_last(bytes: &[u8], needle: &[u8]) -> Option<usize> {
-    bytes.windows(needle.len()).rposition(|w| w == needle)
 }
 
 #[cfg(test)]

@@ -1,11 +1,20 @@
 //! An LLM API request's tokens: estimated from the request the way the vendors' own
 //! limiters do (OpenAI counts a prompt's characters over four plus the most the answer
-//! may take, `max_tokens`), settled from the answer's `usage`, which OpenAI's Chat
-//! Completions and Responses APIs and Anthropic's Messages API each spell their own
-//! way, and which a streamed answer carries in its events.
+//! may take, `max_tokens`; images by their size, `media.rs`), settled from the
+//! answer's `usage`, which OpenAI's Chat Completions and Responses APIs and
+//! Anthropic's Messages API each spell their own way, and which a streamed answer
+//! carries in its events.
 
 use serde::Deserialize;
-use serde::de;
+use serde::de::{self, DeserializeSeed};
+
+use super::shape::{Any, Shape};
+
+mod media;
+mod prompt;
+
+pub use media::{AUDIO_TOKENS, FILE_TOKENS};
+pub use prompt::{UNREAD_TOKENS, estimate, estimate_held};
 
 /// Tokens in and out of one call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,210 +32,9 @@ impl Tokens {
     }
 }
 
-/// The request fields whose text is prompt: chat messages, a system prompt, a
-/// completion's prompt, a Responses or embeddings input, instructions, tools.
-const PROMPT_FIELDS: [&str; 6] = [
-    "messages",
-    "system",
-    "prompt",
-    "input",
-    "instructions",
-    "tools",
-];
-
-/// The fields that bound the answer's length, by API.
-const OUTPUT_FIELDS: [&str; 3] = ["max_completion_tokens", "max_output_tokens", "max_tokens"];
-
 /// About four characters a token, rounded up: OpenAI's documented rule of thumb, and
 /// what its limiter counts before the model has seen the prompt.
 pub const CHARS_PER_TOKEN: u64 = 4;
-
-/// What a request will cost at most: its prompt's characters over four, and its
-/// `max_tokens` (0 when it sets none). `None` for a body that is not a JSON object.
-/// Read as it is parsed, without building the body's values: a long prompt costs
-/// no allocation of its size.
-pub fn estimate(body: &[u8]) -> Option<Tokens> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let read = de::Deserializer::deserialize_map(&mut de, RequestVisitor).ok()?;
-    de.end().ok()?;
-    let output = read.outputs.into_iter().flatten().next().unwrap_or(0);
-    Some(Tokens {
-        input: read.chars.div_ceil(CHARS_PER_TOKEN),
-        output,
-    })
-}
-
-/// What [`estimate`] reads of a request: its prompt's characters, and each of
-/// [`OUTPUT_FIELDS`] it sets.
-#[derive(Default)]
-struct Read {
-    chars: u64,
-    outputs: [Option<u64>; OUTPUT_FIELDS.len()],
-}
-
-/// A top-level field of a request, as [`estimate`] sees it.
-enum Field {
-    Prompt,
-    Output(usize),
-    Other,
-}
-
-impl<'de> de::Deserialize<'de> for Field {
-    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Field, D::Error> {
-        struct Name;
-        impl de::Visitor<'_> for Name {
-            type Value = Field;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_str<E: de::Error>(self, name: &str) -> Result<Field, E> {
-                Ok(if PROMPT_FIELDS.contains(&name) {
-                    Field::Prompt
-                } else if let Some(i) = OUTPUT_FIELDS.iter().position(|f| *f == name) {
-                    Field::Output(i)
-                } else {
-                    Field::Other
-                })
-            }
-        }
-        deserializer.deserialize_str(Name)
-    }
-}
-
-struct RequestVisitor;
-
-impl<'de> de::Visitor<'de> for RequestVisitor {
-    type Value = Read;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
-        let mut read = Read::default();
-        while let Some(field) = map.next_key::<Field>()? {
-            match field {
-                Field::Prompt => read.chars += map.next_value_seed(Chars)?,
-                Field::Output(i) => read.outputs[i] = map.next_value_seed(Count)?,
-                Field::Other => {
-                    map.next_value::<de::IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(read)
-    }
-}
-
-/// The characters of every string in a value (message texts, their roles and part
-/// types alike: the vendors' counts include a few tokens of framing per message).
-struct Chars;
-
-impl<'de> de::DeserializeSeed<'de> for Chars {
-    type Value = u64;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> de::Visitor<'de> for Chars {
-    type Value = u64;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<u64, E> {
-        Ok(text.chars().count() as u64)
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<u64, E> {
-        Ok(0)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<u64, E> {
-        Ok(0)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<u64, E> {
-        Ok(0)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<u64, E> {
-        Ok(0)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<u64, E> {
-        Ok(0)
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
-        let mut chars = 0u64;
-        while let Some(n) = seq.next_element_seed(Chars)? {
-            chars = chars.saturating_add(n);
-        }
-        Ok(chars)
-    }
-
-    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-        let mut chars = 0u64;
-        while map.next_key::<de::IgnoredAny>()?.is_some() {
-            chars = chars.saturating_add(map.next_value_seed(Chars)?);
-        }
-        Ok(chars)
-    }
-}
-
-/// A whole number of tokens, or `None` for any other value (which is skipped).
-struct Count;
-
-impl<'de> de::DeserializeSeed<'de> for Count {
-    type Value = Option<u64>;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> de::Visitor<'de> for Count {
-    type Value = Option<u64>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Option<u64>, E> {
-        Ok(Some(n))
-    }
-
-    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Option<u64>, E> {
-        Ok(u64::try_from(n).ok())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<u64>, E> {
-        Ok(None)
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Option<u64>, A::Error> {
-        de::IgnoredAny.visit_seq(seq).map(|_| None)
-    }
-
-    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Option<u64>, A::Error> {
-        de::IgnoredAny.visit_map(map).map(|_| None)
-    }
-}
 
 /// `usage` as the three APIs spell it.
 #[derive(Debug, Default, Deserialize)]
@@ -273,21 +81,47 @@ pub fn usage_value(value: &[u8]) -> Option<Tokens> {
     Usage::deserialize(&mut de).ok()?.tokens()
 }
 
-/// The longest event line kept while looking for `usage`; longer ones (a large chunk of
-/// answer text) are skipped, never buffered whole.
+/// The most of an event line's start, and of its end, kept while looking for
+/// `usage`: a longer line (a large chunk of answer text, or Responses'
+/// `response.completed`, which repeats the whole answer before its `usage`) is read
+/// through, never buffered whole.
 const MAX_LINE: usize = 64 * 1024;
+
+/// The fields of a streamed `delta` whose strings are answer text (a message's,
+/// a tool call's arguments, a thinking block's); other strings in it (a type, a
+/// role, a tool's name) are not counted.
+const TEXT_FIELDS: [&str; 7] = [
+    "text",
+    "partial_json",
+    "thinking",
+    "content",
+    "arguments",
+    "refusal",
+    "reasoning_content",
+];
 
 /// Reads a streamed (server-sent events) answer chunk by chunk for the tokens it
 /// reports: OpenAI's last chunk (`stream_options.include_usage`), Responses'
 /// `response.completed`, Anthropic's `message_start` (input) and `message_delta`
-/// (output, a running count). Holds at most one line of 64 KiB.
+/// (output, a running count). Until the stream reports its final usage it counts
+/// the answer text its deltas carry, so a stream cut short settles at least the
+/// output it showed (at [`CHARS_PER_TOKEN`]). Holds at most the first and last
+/// [`MAX_LINE`] bytes of one line.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
     line: Vec<u8>,
-    /// The current line is over [`MAX_LINE`] and is being skipped.
-    skipping: bool,
+    /// The last bytes of a line longer than [`MAX_LINE`] (whose first ones are in
+    /// `line`), at most 2 × [`MAX_LINE`] before trimming to `MAX_LINE`.
+    tail: Vec<u8>,
+    /// The current line's length, when it is past [`MAX_LINE`].
+    long: usize,
     input: Option<u64>,
     output: Option<u64>,
+    /// Characters of answer text the deltas carried.
+    seen: u64,
+    /// The stream reported its final usage (OpenAI's last chunk, `message_delta`,
+    /// `response.completed`), which counts what the answer took, shown or not.
+    ended: bool,
 }
 
 impl StreamUsage {
@@ -302,68 +136,231 @@ impl StreamUsage {
         self.take(rest);
     }
 
-    /// What the stream has reported so far; `None` if it reported nothing.
+    /// What the stream has reported so far; `None` if it reported nothing. Before
+    /// its final usage, the output is at least the text it showed.
     pub fn tokens(&self) -> Option<Tokens> {
         if self.input.is_none() && self.output.is_none() {
             return None;
         }
+        let mut output = self.output.unwrap_or(0);
+        if !self.ended {
+            output = output.max(self.seen.div_ceil(CHARS_PER_TOKEN));
+        }
         Some(Tokens {
             input: self.input.unwrap_or(0),
-            output: self.output.unwrap_or(0),
+            output,
         })
     }
 
     fn take(&mut self, bytes: &[u8]) {
-        if self.skipping || self.line.len() + bytes.len() > MAX_LINE {
-            self.skipping = true;
-            self.line.clear();
+        if self.long == 0 && self.line.len() + bytes.len() <= MAX_LINE {
+            self.keep(bytes);
             return;
+        }
+        let mut rest = bytes;
+        if self.long == 0 {
+            let room = MAX_LINE - self.line.len();
+            self.keep(&bytes[..room]);
+            self.long = self.line.len();
+            rest = &bytes[room..];
+            // Never more than this: the tail is trimmed before it would grow past it.
+            self.tail.reserve_exact(2 * MAX_LINE);
+        }
+        self.long += rest.len();
+        let rest = &rest[rest.len().saturating_sub(MAX_LINE)..];
+        if self.tail.len() + rest.len() > 2 * MAX_LINE {
+            self.tail.drain(..self.tail.len() + rest.len() - MAX_LINE);
+        }
+        self.tail.extend_from_slice(rest);
+    }
+
+    /// Appends to the line's start, its buffer growing as a `Vec`'s would but never
+    /// past [`MAX_LINE`].
+    fn keep(&mut self, bytes: &[u8]) {
+        let needed = self.line.len() + bytes.len();
+        if needed > self.line.capacity() {
+            let target = needed.max(2 * self.line.capacity()).min(MAX_LINE);
+            self.line.reserve_exact(target - self.line.len());
         }
         self.line.extend_from_slice(bytes);
     }
 
     fn end_line(&mut self) {
         let line = std::mem::take(&mut self.line);
-        if !std::mem::take(&mut self.skipping)
-            && let Some(data) = line.strip_prefix(b"data:")
-        {
-            self.event(data.trim_ascii());
+        if let Some(data) = line.strip_prefix(b"data:") {
+            if self.long == 0 {
+                self.event(data.trim_ascii());
+            } else {
+                self.long_event(data);
+            }
         }
-        // The buffer is kept for the next line.
+        // The buffers are kept for the next line.
         self.line = line;
         self.line.clear();
+        self.tail.clear();
+        self.long = 0;
     }
 
     fn event(&mut self, data: &[u8]) {
-        // Most events are answer text: look for the word before parsing.
-        if !data.windows(7).any(|w| w == b"\"usage\"") {
+        // Most events are answer text: look for the words before parsing.
+        let has = |word: &[u8]| data.windows(word.len()).any(|w| w == word);
+        let usage = has(b"\"usage\"");
+        if !usage && !has(b"\"delta\"") {
             return;
         }
         #[derive(Deserialize)]
         struct Event {
             usage: Option<Usage>,
-            /// Anthropic's `message_start` and Responses' `response.completed`.
+            /// Anthropic's `message_start` (the usage so far) and Responses'
+            /// `response.completed` (the final one).
             message: Option<Nested>,
             response: Option<Nested>,
+            /// Anthropic's and Responses' answer text.
+            delta: Option<Said>,
+            /// Chat Completions' answer text.
+            choices: Option<Vec<Choice>>,
         }
         #[derive(Deserialize)]
         struct Nested {
             usage: Option<Usage>,
         }
+        #[derive(Deserialize)]
+        struct Choice {
+            delta: Option<Said>,
+        }
         let Ok(event) = serde_json::from_slice::<Event>(data) else {
             return;
         };
-        let nested = event.message.or(event.response).and_then(|n| n.usage);
-        for usage in [nested, event.usage].into_iter().flatten() {
-            if let Some(input) = usage.prompt_tokens.or(usage.input_tokens) {
-                let cache = usage.cache_creation_input_tokens.unwrap_or(0);
-                self.input = Some(input.saturating_add(cache));
-            }
-            if let Some(output) = usage.completion_tokens.or(usage.output_tokens) {
-                self.output = Some(output);
-            }
+        let shown = (event.choices.into_iter().flatten())
+            .filter_map(|choice| choice.delta)
+            .chain(event.delta)
+            .fold(0u64, |sum, said| sum.saturating_add(said.0));
+        self.seen = self.seen.saturating_add(shown);
+        if let Some(usage) = event.message.and_then(|m| m.usage) {
+            self.report(&usage, false);
+        }
+        if let Some(usage) = event.response.and_then(|r| r.usage) {
+            self.report(&usage, true);
+        }
+        if let Some(usage) = event.usage {
+            self.report(&usage, true);
         }
     }
+
+    /// A line past [`MAX_LINE`]: the last `usage` in its end (or start) is its final
+    /// one; a delta that long counts its length as text.
+    fn long_event(&mut self, start: &[u8]) {
+        let usage = [&self.tail[..], start].into_iter().find_map(|part| {
+            let value = value_of(part, b"\"usage\"")?;
+            Usage::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
+        });
+        match usage {
+            Some(usage) => self.report(&usage, true),
+            None if start.windows(7).any(|w| w == b"\"delta\"") => {
+                self.seen = self.seen.saturating_add(self.long as u64);
+            }
+            None => {}
+        }
+    }
+
+    fn report(&mut self, usage: &Usage, last: bool) {
+        if let Some(input) = usage.prompt_tokens.or(usage.input_tokens) {
+            let cache = usage.cache_creation_input_tokens.unwrap_or(0);
+            self.input = Some(input.saturating_add(cache));
+        }
+        if let Some(output) = usage.completion_tokens.or(usage.output_tokens) {
+            self.output = Some(output);
+            self.ended |= last;
+        }
+    }
+}
+
+/// The characters of answer text in a streamed `delta`: all of it if a string, else
+/// the strings under [`TEXT_FIELDS`] at any depth.
+struct Said(u64);
+
+impl<'de> Deserialize<'de> for Said {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Said, D::Error> {
+        Any(Text(true)).deserialize(d).map(Said)
+    }
+}
+
+/// [`Said`]'s reader; its flag: a string here is answer text.
+struct Text(bool);
+
+impl<'de> Shape<'de> for Text {
+    type Value = u64;
+
+    fn other(self) -> u64 {
+        0
+    }
+
+    fn text<E: de::Error>(self, text: &str) -> Result<u64, E> {
+        Ok(if self.0 {
+            text.chars().count() as u64
+        } else {
+            0
+        })
+    }
+
+    fn list<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<u64, A::Error> {
+        let mut chars = 0u64;
+        while let Some(n) = seq.next_element_seed(Any(Text(self.0)))? {
+            chars = chars.saturating_add(n);
+        }
+        Ok(chars)
+    }
+
+    fn object<A: de::MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+        let mut chars = 0u64;
+        while let Some(text) = map.next_key_seed(IsText)? {
+            chars = chars.saturating_add(map.next_value_seed(Any(Text(text)))?);
+        }
+        Ok(chars)
+    }
+}
+
+/// Whether a key is one of [`TEXT_FIELDS`], read without copying it.
+struct IsText;
+
+impl<'de> de::DeserializeSeed<'de> for IsText {
+    type Value = bool;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl de::Visitor<'_> for IsText {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(TEXT_FIELDS.contains(&key))
+    }
+}
+
+/// The bytes after the last `"key":` in `bytes` that is not inside a string's escape.
+pub(super) fn value_of<'a>(bytes: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    let mut end = bytes.len();
+    while let Some(at) = find_last(&bytes[..end], key) {
+        end = at;
+        if at > 0 && bytes[at - 1] == b'\\' {
+            continue;
+        }
+        let rest = bytes[at + key.len()..].trim_ascii_start();
+        if let Some(value) = rest.strip_prefix(b":") {
+            return Some(value.trim_ascii_start());
+        }
+    }
+    None
+}
+
+fn find_last(bytes: &[u8], needle: &[u8]) -> Option<usize> {
+    bytes.windows(needle.len()).rposition(|w| w == needle)
 }
 
 #[cfg(test)]

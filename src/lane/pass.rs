@@ -25,9 +25,9 @@ pub struct Pass {
 pub struct Answer<'a> {
     /// Its verdict.
     pub verdict: Verdict,
-    /// What its headers say: rate-limit windows (for the attempt's first lane) and,
-    /// on a throttle, how long to wait (for every lane it held).
-    pub reading: Reading,
+    /// What its headers say, if anything: rate-limit windows (for the attempt's
+    /// first lane) and, on a throttle, how long to wait (for every lane it held).
+    pub reading: Option<&'a Reading>,
     /// The lanes the verdict is for.
     pub lanes: Concerns<'a>,
     /// What it says the request cost, when it says so at once (a body in memory).
@@ -39,7 +39,7 @@ impl Answer<'_> {
     pub fn of(verdict: Verdict) -> Answer<'static> {
         Answer {
             verdict,
-            reading: Reading::default(),
+            reading: None,
             lanes: Concerns::Held,
             cost: None,
         }
@@ -152,8 +152,9 @@ impl Pass {
     /// The windows go to the first lane, the cost and the verdict to the lanes the
     /// answer concerns.
     fn answered(&self, answer: &Answer<'_>) {
-        self.lane()
-            .apply_quota(&answer.reading, self.slot().dispatched_at);
+        if let Some(reading) = answer.reading {
+            self.lane().apply_quota(reading, self.slot().dispatched_at);
+        }
         if let Some(cost) = answer.cost {
             for (lane, slot) in self.iter() {
                 lane.settle_cost(slot, cost);
@@ -162,7 +163,7 @@ impl Pass {
         let verdict = Some(answer.verdict);
         match answer.lanes {
             Concerns::Held => {
-                let pause = match answer.reading.wait {
+                let pause = match answer.reading.and_then(|r| r.wait) {
                     Some((Pushback::Delay(delay), header))
                         if matches!(answer.verdict, Verdict::Throttle(_)) =>
                     {

@@ -84,7 +84,7 @@ fn attempt(
         .block_on(control.acquire_route(&route, far, false))
         .unwrap();
     let slot = *pass.slot();
-    let _ = control.settle(pass, Settle::Answer(Answer::of(verdict)));
+    let _ = control.settle(pass, Settle::Answer(&Answer::of(verdict)));
     slot
 }
 
@@ -178,12 +178,12 @@ fn a_stale_answer_does_not_lift_a_floor_a_fresher_one_set() {
         }),
         ..Reading::default()
     };
-    let settle = |pass, reading| {
+    let settle = |pass, reading: Reading| {
         let answer = Answer {
-            reading,
+            reading: Some(&reading),
             ..Answer::of(Verdict::Success)
         };
-        let _ = control.settle(pass, Settle::Answer(answer));
+        let _ = control.settle(pass, Settle::Answer(&answer));
     };
     settle(later, window(10));
     assert!(
@@ -418,12 +418,13 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
     // A spent bucket of 120,000 tokens a minute is paced at 90 % of its refill:
     // 60 s / 108,000 a token, 555.6 ms per thousand.
     let answer = |requests, tokens| {
+        let reading = Reading {
+            requests,
+            tokens,
+            wait: None,
+        };
         let answer = Answer {
-            reading: Reading {
-                requests,
-                tokens,
-                wait: None,
-            },
+            reading: Some(&reading),
             ..Answer::of(Verdict::Success)
         };
         let far = now + Duration::from_secs(3600);
@@ -433,7 +434,7 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
         let pass = runtime
             .block_on(control.acquire_route(&route, far, false))
             .unwrap();
-        let _ = control.settle(pass, Settle::Answer(answer));
+        let _ = control.settle(pass, Settle::Answer(&answer));
     };
     answer(None, Some(window(0, 120_000)));
     let (per_unit, _) = lane.pacer.floor(now).unwrap();

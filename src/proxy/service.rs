@@ -25,7 +25,7 @@ use crate::deadline::after;
 use crate::hints::{self, Pushback};
 use crate::lane::{Answer, Concerns, Lane, Pass, Route, Settled};
 use crate::metrics::{Outcome, ShardedGauge};
-use crate::pacer::{ShedReason, Slot};
+use crate::pacer::ShedReason;
 use crate::route::{self, Rule, dynamodb};
 use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
@@ -110,7 +110,6 @@ pub fn handle<'a>(
                 first: Some(Request::from_parts(head, body)),
                 template,
                 readied: None,
-                deadline: ctx.arrived,
             };
             match upstream.drive(&mut attempts, &mut route, arrival).await {
                 Ended::Answer(response) => response,
@@ -133,7 +132,6 @@ struct Sender<'c, 'a> {
     first: Option<Request<ProxyBody>>,
     template: Option<Template>,
     readied: Option<Request<ProxyBody>>,
-    deadline: Instant,
 }
 
 impl Dispatch for Sender<'_, '_> {
@@ -163,8 +161,6 @@ impl Dispatch for Sender<'_, '_> {
         route: &'s Route,
     ) -> impl Future<Output = Turn<Response<ProxyBody>>> + 's {
         self.ctx.record.queued_for(queued);
-        let timeout = self.ctx.upstream.client.request_timeout();
-        self.deadline = after(pass.slot().dispatched_at, timeout);
         let request = self
             .readied
             .take()
@@ -175,12 +171,11 @@ impl Dispatch for Sender<'_, '_> {
     async fn read_throttle(
         &mut self,
         answer: Response<ProxyBody>,
+        read_by: Instant,
     ) -> Result<(Response<ProxyBody>, bool), Response<ProxyBody>> {
         let ctx = self.ctx;
         let (parts, body) = answer.into_parts();
-        let reading = ctx
-            .clock
-            .timeout_at(self.deadline, read_error_body_of(body));
+        let reading = ctx.clock.timeout_at(read_by, read_error_body_of(body));
         let Some(Some(body)) = Box::pin(reading).await else {
             let message = "the upstream's throttle answer broke off";
             let reason = Reason::UpstreamUnavailable;
@@ -270,7 +265,11 @@ impl<'a> Ctx<'a> {
             upstream.lanes.rule().reads_body() || upstream.settings.lanes.cost != Unit::Requests;
         // A body to sign past `hold` is refused below, unread.
         let read = if routed && !signed_body {
-            read_start(body, hold, Some(idle)).await
+            let scan = upstream
+                .lanes
+                .rule()
+                .scan(upstream.settings.lanes.max_scan_bytes);
+            read_start(body, hold, scan, Some(idle)).await
         } else if retry.max_attempts > 1 || signed_body {
             read_up_to(body, hold, Some(idle)).await
         } else {
@@ -338,7 +337,10 @@ impl<'a> Ctx<'a> {
                 .observe(took.as_secs_f64());
             self.record.sent(took);
             match sent {
-                Ok(response) => self.answered(response, pass, slot, route).await,
+                Ok(response) => {
+                    let read_by = after(slot.dispatched_at, upstream.client.request_timeout());
+                    self.answered(response, pass, read_by, route).await
+                }
                 Err(SendError::Connect(cause)) => {
                     let settled = upstream.settle(pass, Settle::NoConnection(&cause));
                     let wait = settled.backoff();
@@ -386,7 +388,7 @@ impl<'a> Ctx<'a> {
         &self,
         response: Response<Incoming>,
         pass: Pass,
-        slot: Slot,
+        deadline: Instant,
         route: &Route,
     ) -> Turn<Response<ProxyBody>> {
         let upstream = self.upstream;
@@ -398,8 +400,6 @@ impl<'a> Ctx<'a> {
             Some(lane) => pass.for_lane(lane),
             None => pass,
         };
-        let reading = hints::read(&parts.headers, self.clock.wall());
-        let deadline = after(slot.dispatched_at, upstream.client.request_timeout());
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
             Ok(classified) => classified,
             Err(answer) => {
@@ -408,16 +408,19 @@ impl<'a> Ctx<'a> {
                 return Turn::Answer(answer, settled);
             }
         };
-        // A rate limit answered with 403 (GitHub's) is no refusal of the credentials.
-        let limited =
-            matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers);
+        // A rate limit answered with 403 (GitHub's) is no refusal of the credentials;
+        // only a 401 or 403 asks (seven header look-ups are no cost for every answer).
+        let limited = matches!(status, 401 | 403)
+            && (matches!(verdict, Verdict::Throttle(_)) || throttle::rate_limited(&parts.headers));
         upstream.reached(Some(status), limited);
+        // Read after the classification, so that the reading is not held across it.
+        let reading = hints::stated(&parts.headers, self.clock.wall());
         let Verdict::Throttle(signal) = verdict else {
             let answer = Answer {
-                reading,
+                reading: reading.as_ref(),
                 ..Answer::of(verdict)
             };
-            let (body, settled) = self.watch(pass, answer, route.settles, &parts.headers, body);
+            let (body, settled) = self.watch(pass, &answer, route.settles, &parts.headers, body);
             let outcome = Outcome::of_status(parts.status.as_u16());
             self.count(outcome);
             return Turn::Answer(Response::from_parts(parts, body), settled);
@@ -437,15 +440,16 @@ impl<'a> Ctx<'a> {
         };
         let answer = Answer {
             verdict,
-            reading,
+            reading: reading.as_ref(),
             lanes,
             cost: None,
         };
-        let settled = upstream.settle(pass, Settle::Answer(answer));
+        let settled = upstream.settle(pass, Settle::Answer(&answer));
         Turn::Throttled {
             answer: Response::from_parts(parts, body),
-            refused: matches!(reading.wait, Some((Pushback::Refuse, _))),
+            refused: matches!(reading.and_then(|r| r.wait), Some((Pushback::Refuse, _))),
             overload: signal == throttle::Signal::Overload,
+            read_by: deadline,
             settled,
         }
     }
@@ -619,7 +623,7 @@ impl<'a> Ctx<'a> {
     fn watch(
         &self,
         pass: Pass,
-        answer: Answer<'_>,
+        answer: &Answer<'_>,
         settles: bool,
         headers: &HeaderMap,
         body: ProxyBody,
@@ -636,31 +640,31 @@ impl<'a> Ctx<'a> {
             }
             let answer = Answer {
                 cost: cost.as_ref().filter(|_| body.held().is_some()),
-                ..answer
+                ..*answer
             };
-            return (body, upstream.settle(pass, Settle::Answer(answer)));
+            return (body, upstream.settle(pass, Settle::Answer(&answer)));
         };
         let batch = verdict == Verdict::Success && self.watch_batch;
         let grpc = verdict == Verdict::Success
             && self.dialect.preset == Preset::Grpc
             && !headers.contains_key("grpc-status");
-        let upstream = Arc::clone(upstream);
         if !batch && !grpc {
             let bill = cost.as_ref().map(|_| pass.bill());
             let settled = upstream.settle(pass, Settle::Answer(answer));
             return match (cost, bill) {
                 (Some(cost), Some(bill)) => {
-                    let watch = Watch::cost(upstream, cost, bill);
+                    let watch = Watch::cost(Arc::clone(upstream), cost, bill);
                     (ProxyBody::Watched { inner, watch }, settled)
                 }
                 _ => (ProxyBody::Stream(inner), settled),
             };
         }
+        let upstream = Arc::clone(upstream);
         let (pass, settled) = pass.defer();
         let watch = if batch {
-            Watch::batch(upstream, pass, answer.reading)
+            Watch::batch(upstream, pass, answer.reading.copied())
         } else {
-            Watch::grpc(upstream, pass, answer.reading)
+            Watch::grpc(upstream, pass, answer.reading.copied())
         };
         let watch = watch.with_cost(cost);
         (ProxyBody::Watched { inner, watch }, settled)

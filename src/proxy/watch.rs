@@ -22,7 +22,7 @@ pub struct Watch {
     /// Taken when the verdict is recorded.
     pass: Option<Deferred>,
     /// What the answer's head said (rate-limit windows), settled with the verdict.
-    reading: Reading,
+    reading: Option<Reading>,
     /// A DynamoDB batch answer: non-empty Unprocessed* is a partial throttle.
     scan: Option<UnprocessedScan>,
     /// A gRPC answer: `grpc-status` in the trailers decides.
@@ -42,13 +42,13 @@ const KEPT_MAX: usize = 1 << 20;
 
 impl Watch {
     /// Watches a DynamoDB batch answer, whose head said `reading`.
-    pub fn batch(upstream: Arc<Upstream>, pass: Deferred, reading: Reading) -> Box<Watch> {
+    pub fn batch(upstream: Arc<Upstream>, pass: Deferred, reading: Option<Reading>) -> Box<Watch> {
         let scan = Some(UnprocessedScan::default());
         Box::new(Watch::new(upstream, pass, reading, scan, false))
     }
 
     /// Watches a gRPC answer's trailers; its head said `reading`.
-    pub fn grpc(upstream: Arc<Upstream>, pass: Deferred, reading: Reading) -> Box<Watch> {
+    pub fn grpc(upstream: Arc<Upstream>, pass: Deferred, reading: Option<Reading>) -> Box<Watch> {
         Box::new(Watch::new(upstream, pass, reading, None, true))
     }
 
@@ -58,7 +58,7 @@ impl Watch {
         Box::new(Watch {
             upstream,
             pass: None,
-            reading: Reading::default(),
+            reading: None,
             scan: None,
             grpc: false,
             kept: None,
@@ -77,7 +77,7 @@ impl Watch {
     fn new(
         upstream: Arc<Upstream>,
         pass: Deferred,
-        reading: Reading,
+        reading: Option<Reading>,
         scan: Option<UnprocessedScan>,
         grpc: bool,
     ) -> Watch {
@@ -115,14 +115,14 @@ impl Watch {
         };
         let answer = Answer {
             verdict: self.verdict,
-            reading: self.reading,
+            reading: self.reading.as_ref(),
             lanes,
             // A throttled batch used none of what it was reserved at; it stays reserved.
             cost: cost.as_ref().filter(|_| self.verdict == Verdict::Success),
         };
         let _settled = self
             .upstream
-            .settle(pass.into_pass(), Settle::Answer(answer));
+            .settle(pass.into_pass(), Settle::Answer(&answer));
     }
 }
 

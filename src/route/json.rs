@@ -7,6 +7,8 @@
 
 use std::borrow::Cow;
 
+use super::Part;
+
 /// What an object walk does after the caller has handled one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Flow {
@@ -280,4 +282,192 @@ pub(super) fn hash_value(raw: &[u8]) -> u64 {
         hash = hash.wrapping_mul(PRIME);
     }
     hash
+}
+
+/// The longest key [`FieldScan`] keeps to compare, as written: a field name is at
+/// most 64 characters, and a key spelled longer (with many escapes) is taken to be
+/// none it looks for (the held part, if it reaches the key, is still read whole).
+const MAX_KEY: usize = 128;
+
+/// Reads a JSON body's bytes as they arrive, chunk by chunk, for the top-level
+/// fields a lane rule names (`body:model`), keeping a few bytes of state and never
+/// the body: it tells when every field's value has passed (or the object has ended,
+/// or the body is no object), so the caller holds the body only that far.
+#[derive(Debug)]
+pub struct FieldScan<'a> {
+    /// The lane rule's parts; its `body:` ones are looked for (the first 64 parts).
+    parts: &'a [Part],
+    /// One bit per part looked for.
+    wanted: u64,
+    /// One bit per part whose value has passed.
+    found: u64,
+    phase: Phase,
+    /// Nesting inside the current top-level value.
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// The key being read, as written (quotes left out), unless longer than [`MAX_KEY`].
+    key: arrayvec::ArrayVec<u8, MAX_KEY>,
+    key_too_long: bool,
+    /// The field whose value is being read.
+    current: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Before the body's `{`.
+    Start,
+    /// Before a key, or the object's `}`.
+    Key,
+    /// Inside a key's quotes.
+    InKey,
+    /// Before the `:` after a key.
+    Colon,
+    /// Inside a top-level value.
+    Value,
+    Done,
+}
+
+impl<'a> FieldScan<'a> {
+    /// A scan for the `body:` parts of `parts`; `None` when there are none.
+    pub fn new(parts: &'a [Part]) -> Option<FieldScan<'a>> {
+        let wanted = (parts.iter().take(64).enumerate())
+            .filter(|(_, part)| matches!(part, Part::Body(_)))
+            .fold(0u64, |bits, (i, _)| bits | 1 << i);
+        (wanted != 0).then(|| FieldScan {
+            parts,
+            wanted,
+            found: 0,
+            phase: Phase::Start,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+            key: arrayvec::ArrayVec::new(),
+            key_too_long: false,
+            current: None,
+        })
+    }
+
+    /// Reads the next bytes of the body; whether the scan is over: every field's
+    /// value has passed, the top-level object has closed, or the body is not one.
+    pub fn feed(&mut self, bytes: &[u8]) -> bool {
+        let mut i = 0;
+        while i < bytes.len() && self.phase != Phase::Done {
+            if self.phase == Phase::Value && self.in_string && !self.escaped {
+                // Most of a body is inside strings (prompt text, base64): jump to the
+                // next quote or backslash.
+                match bytes[i..].iter().position(|&b| b == b'"' || b == b'\\') {
+                    Some(at) => i += at,
+                    None => return false,
+                }
+            }
+            self.step(bytes[i]);
+            i += 1;
+        }
+        self.is_done()
+    }
+
+    /// Whether the scan is over (see [`FieldScan::feed`]).
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    fn step(&mut self, b: u8) {
+        match self.phase {
+            Phase::Start | Phase::Key | Phase::Colon if b.is_ascii_whitespace() => {}
+            Phase::Start if b == b'{' => self.phase = Phase::Key,
+            Phase::Key if b == b'"' => {
+                self.phase = Phase::InKey;
+                self.key.clear();
+                self.key_too_long = false;
+            }
+            // An empty object, or a comma between entries.
+            Phase::Key if b == b'}' || b == b',' => {
+                if b == b'}' {
+                    self.phase = Phase::Done;
+                }
+            }
+            Phase::InKey => self.key_byte(b),
+            Phase::Colon if b == b':' => {
+                self.phase = Phase::Value;
+                self.depth = 0;
+            }
+            Phase::Value => self.value_byte(b),
+            // Not a JSON object, or one this scan cannot follow.
+            _ => self.phase = Phase::Done,
+        }
+    }
+
+    fn key_byte(&mut self, b: u8) {
+        if self.escaped {
+            self.escaped = false;
+        } else if b == b'\\' {
+            self.escaped = true;
+        } else if b == b'"' {
+            self.phase = Phase::Colon;
+            self.current = self.wanted();
+            return;
+        }
+        if self.key.try_push(b).is_err() {
+            self.key_too_long = true;
+        }
+    }
+
+    /// The field the key just read names, if it is one not yet found.
+    fn wanted(&self) -> Option<usize> {
+        if self.key_too_long {
+            return None;
+        }
+        let escaped = self.key.contains(&b'\\');
+        let decoded = if escaped {
+            let mut quoted = Vec::with_capacity(self.key.len() + 2);
+            quoted.push(b'"');
+            quoted.extend_from_slice(&self.key);
+            quoted.push(b'"');
+            serde_json::from_slice::<String>(&quoted).ok()
+        } else {
+            None
+        };
+        let key = match &decoded {
+            Some(text) => text.as_bytes(),
+            None if escaped => return None,
+            None => &self.key[..],
+        };
+        let index = (self.parts.iter().take(64)).position(|part| match part {
+            Part::Body(field) => field.as_bytes() == key,
+            _ => false,
+        })?;
+        (self.found & 1 << index == 0).then_some(index)
+    }
+
+    fn value_byte(&mut self, b: u8) {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if b == b'\\' {
+                self.escaped = true;
+            } else if b == b'"' {
+                self.in_string = false;
+            }
+            return;
+        }
+        match b {
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth += 1,
+            b'}' | b']' if self.depth > 0 => self.depth -= 1,
+            // The top-level object's own `}`, or the `,` after the value.
+            b'}' | b',' if self.depth == 0 => {
+                if let Some(index) = self.current.take() {
+                    self.found |= 1 << index;
+                }
+                let all = self.found & self.wanted == self.wanted;
+                self.phase = if b == b'}' || all {
+                    Phase::Done
+                } else {
+                    Phase::Key
+                };
+            }
+            _ => {}
+        }
+    }
 }

@@ -16,6 +16,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use crate::route::BodyScan;
 use crate::throttle::MAX_ERROR_BODY;
 
 /// Every body easeoff sends, to the upstream or to a client.
@@ -156,14 +157,17 @@ pub async fn read_up_to(
     if body.size_hint().lower() > limit {
         return Ok(ProxyBody::Stream(body));
     }
-    read_start(body, limit, idle).await
+    read_start(body, limit, None, idle).await
 }
 
 /// [`read_up_to`], but a body announced larger than `limit` is read up to it too, so
 /// that what it starts with can place it (its lane); it then goes on as `Prefixed`.
+/// With `scan`, a body whose lane fields have not passed by `limit` is read on until
+/// they have (or the body ends), holding at most `scan.most` bytes (and a frame).
 pub async fn read_start(
     body: Incoming,
     limit: u64,
+    scan: Option<BodyScan<'_>>,
     idle: Option<Duration>,
 ) -> Result<ProxyBody, ReadError> {
     if body.is_end_stream() {
@@ -173,6 +177,7 @@ pub async fn read_start(
         });
     }
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut scan = scan;
     let mut body = body;
     let mut data = BytesMut::new();
     let mut trailers = None;
@@ -186,8 +191,15 @@ pub async fn read_start(
         let Some(frame) = frame else { break };
         match frame?.into_data() {
             Ok(chunk) => {
+                let looking = scan
+                    .as_mut()
+                    .is_some_and(|scan| !scan.fields.is_done() && !scan.fields.feed(&chunk));
                 data.extend_from_slice(&chunk);
-                if data.len() > limit {
+                let most = scan
+                    .as_ref()
+                    .filter(|_| looking)
+                    .map_or(0, |scan| scan.most);
+                if data.len() > limit.max(usize::try_from(most).unwrap_or(usize::MAX)) {
                     return Ok(ProxyBody::Prefixed {
                         prefix: Some(data.freeze()),
                         rest: body,

@@ -26,6 +26,8 @@ pub enum Turn<A> {
         answer: A,
         refused: bool,
         overload: bool,
+        /// When the answer must be complete, if its body is read.
+        read_by: Instant,
         settled: Settled,
     },
     Outcome(attempt::Outcome, Option<A>, Cow<'static, str>, Settled),
@@ -67,11 +69,12 @@ pub trait Dispatch {
 
     /// Reads a throttle's answer to its end, so that a retry may go (the connection
     /// returns to the pool, and the client gets the answer unchanged if the retry
-    /// cannot go after all): the answer and whether it is held in memory, or the
-    /// client's answer if it broke off.
+    /// cannot go after all) by `read_by`: the answer and whether it is held in
+    /// memory, or the client's answer if it broke off.
     fn read_throttle(
         &mut self,
         answer: Self::Answer,
+        read_by: Instant,
     ) -> impl Future<Output = Result<(Self::Answer, bool), Self::Answer>>;
 }
 
@@ -169,6 +172,7 @@ impl Control {
                                 answer,
                                 refused,
                                 overload,
+                                read_by,
                                 ..
                             } => {
                                 if overload {
@@ -179,7 +183,9 @@ impl Control {
                                 if next != Next::ReadThrottle {
                                     (next, Some(answer), Cow::Borrowed(""), None)
                                 } else {
-                                    match dispatch.read_throttle(answer).await {
+                                    // Boxed: a rare path, kept out of every
+                                    // request's future.
+                                    match Box::pin(dispatch.read_throttle(answer, read_by)).await {
                                         Ok((answer, held)) => {
                                             let read = attempt::Outcome::ThrottleRead { held };
                                             let next = self.decide(&mut policy, read, arrived);

@@ -64,10 +64,10 @@ fn header(name: &'static str, value: &str) -> HeaderMap {
 fn answer(control: &Control, verdict: Verdict, reading: Reading) {
     let pass = Pass::one(Arc::clone(control.lanes.default_lane()), slot(control));
     let answer = Answer {
-        reading,
+        reading: Some(&reading),
         ..Answer::of(verdict)
     };
-    let _ = control.settle(pass, Settle::Answer(answer));
+    let _ = control.settle(pass, Settle::Answer(&answer));
 }
 
 /// Records a throttle carrying `headers`, as the proxy does.

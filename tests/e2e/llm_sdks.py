@@ -36,6 +36,11 @@ out["transcription"] = oa.audio.transcriptions.create(
     model="whisper-1", file=("a.wav", audio, "audio/wav")
 ).text
 
+# A 1.5 MiB prompt, past what easeoff holds to replay; the SDK writes `model` after it.
+long = [{"role": "user", "content": "x" * (3 << 19)}]
+chat = oa.chat.completions.create(model="gpt-long", messages=long, max_tokens=5)
+out["long_chat"] = chat.choices[0].message.content
+
 an = anthropic.Anthropic(base_url=anthropic_url, api_key="sk-ant-test", max_retries=0, timeout=30)
 message = an.messages.create(model="claude-test", max_tokens=10, messages=user)
 out["message"] = {"text": message.content[0].text, "output_tokens": message.usage.output_tokens}
@@ -44,5 +49,8 @@ with an.messages.stream(model="claude-test", max_tokens=10, messages=user) as s:
     text = "".join(s.text_stream)
     final = s.get_final_message()
 out["message_stream"] = {"text": text, "output_tokens": final.usage.output_tokens}
+
+message = an.messages.create(model="claude-long", max_tokens=10, messages=long)
+out["long_message"] = message.content[0].text
 
 print(json.dumps(out))

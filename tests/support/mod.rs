@@ -234,7 +234,7 @@ impl Dispatches {
 
     /// Waits until `n` attempts have finished; their dispatch times, in order.
     pub async fn wait_for(&self, n: usize) -> Vec<tokio::time::Instant> {
-        wait_until(Duration::from_secs(5), "the attempts to finish", || async {
+        eventually("the attempts to finish", || async {
             self.0.lock().unwrap().len() >= n
         })
         .await;
@@ -399,6 +399,19 @@ pub async fn lane_interval_ms(admin: SocketAddr, lane: &str) -> Option<f64> {
         .iter()
         .find(|l| l["name"] == lane)
         .and_then(|l| l["interval_ms"].as_f64())
+}
+
+/// How long a test waits for what should come at once or soon: long enough that on a
+/// loaded 2-core host only a behaviour that never comes runs it out.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Polls `condition` until it holds; panics with `what` after [`PATIENCE`].
+pub async fn eventually<F, Fut>(what: &str, condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    wait_until(PATIENCE, what, condition).await;
 }
 
 /// Polls `condition` until it holds; panics with `what` after `timeout`.

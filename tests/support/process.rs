@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const SECOND: Duration = Duration::from_secs(1);
-
 /// The easeoff binary running a config file; killed when dropped.
 pub struct Process {
     pub child: Child,
@@ -72,7 +70,7 @@ impl Process {
         let started = Instant::now();
         loop {
             assert!(
-                started.elapsed() < SECOND * 10,
+                started.elapsed() < super::PATIENCE,
                 "no ready line: {:?}",
                 process.log.lock().unwrap()
             );
@@ -112,14 +110,14 @@ impl Process {
         assert!(sent.success());
     }
 
-    /// Waits for the process to end (10 s at most).
+    /// Waits for the process to end ([`super::PATIENCE`] at most).
     pub fn wait(&mut self) -> ExitStatus {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(started.elapsed() < SECOND * 10, "easeoff did not exit");
+            assert!(started.elapsed() < super::PATIENCE, "easeoff did not exit");
             std::thread::sleep(Duration::from_millis(5));
         }
     }

@@ -1,7 +1,8 @@
 //! The single-item operations (PutItem, UpdateItem, DeleteItem, GetItem, Query, Scan),
 //! costed as their body is read: no JSON tree is built and nothing is allocated, so a
 //! lane that paces in capacity units pays for costing each request about what routing
-//! it does. Batches and transactions take the general path in `dynamodb.rs`.
+//! it does. Batches and transactions, and bodies this reader does not take, go to
+//! `general.rs`.
 
 use std::fmt;
 
@@ -74,7 +75,7 @@ impl<'de> Visitor<'de> for Request {
 }
 
 /// A key looked up among `names` (its index), without copying it.
-struct Named(&'static [&'static str]);
+pub(super) struct Named(pub(super) &'static [&'static str]);
 
 impl<'de> DeserializeSeed<'de> for Named {
     type Value = Option<usize>;

@@ -1,9 +1,11 @@
-use serde_json::json;
+mod tree;
+
+use serde_json::{Value, json};
 
 use super::*;
 
 fn size(item: Value) -> u64 {
-    item_size(item.as_object().unwrap())
+    general::item_size(item.to_string().as_bytes()).unwrap()
 }
 
 fn cost(operation: &str, body: Value) -> Vec<(String, f64)> {
@@ -224,4 +226,311 @@ fn what_the_reader_without_a_tree_does_not_take_goes_to_the_general_path() {
     assert_eq!(single::units("BatchWriteItem", b"{}"), None);
     assert_eq!(single::units("PutItem", b"not json"), None);
     assert_eq!(estimate_units("PutItem", b"not json", None), None);
+}
+
+/// A random JSON value for the property test below: attribute values of every type,
+/// of the wrong types, with several types, and whatever else a client might send.
+struct Bodies(fastrand::Rng);
+
+const TYPES: [&str; 12] = [
+    "S", "N", "B", "BOOL", "NULL", "SS", "NS", "BS", "L", "M", "A", "Z",
+];
+const TABLES: [&str; 5] = ["orders", "lines", "t\"q", "\u{e9}t\u{e9}", ""];
+
+impl Bodies {
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[self.0.usize(..from.len())]
+    }
+
+    fn text(&mut self) -> String {
+        let most = if self.0.u8(..10) == 0 { 1500 } else { 12 };
+        let n = self.0.usize(..most);
+        (0..n)
+            .map(|_| match self.0.u8(..20) {
+                0 => '"',
+                1 => '\\',
+                2 => '\u{e9}',
+                3 => '\n',
+                4 => '0',
+                _ => self.0.alphanumeric(),
+            })
+            .collect()
+    }
+
+    fn number(&mut self) -> String {
+        let sign = if self.0.bool() { "-" } else { "" };
+        let zeros = "0".repeat(self.0.usize(..3));
+        let digits: String = (0..self.0.usize(..20)).map(|_| self.0.digit(10)).collect();
+        let exponent = if self.0.bool() { "E+7" } else { "" };
+        format!("{sign}{zeros}{digits}.{zeros}{exponent}")
+    }
+
+    fn scalar(&mut self) -> Value {
+        match self.0.u8(..6) {
+            0 => Value::Null,
+            1 => json!(self.0.bool()),
+            2 => json!(self.0.i64(..)),
+            3 => json!(self.0.f64()),
+            4 => json!(self.number()),
+            _ => json!(self.text()),
+        }
+    }
+
+    fn strings(&mut self, depth: u32) -> Value {
+        let n = self.0.usize(..5);
+        let list: Vec<Value> = (0..n)
+            .map(|_| match self.0.u8(..8) {
+                0 => self.any(depth),
+                1 => json!(self.number()),
+                _ => json!(self.text()),
+            })
+            .collect();
+        Value::Array(list)
+    }
+
+    /// An attribute value: `{"TYPE": value}`, now and then odd.
+    fn attribute(&mut self, depth: u32) -> Value {
+        if self.0.u8(..12) == 0 {
+            return self.any(depth);
+        }
+        let mut value = serde_json::Map::new();
+        for _ in 0..if self.0.u8(..8) == 0 { 3 } else { 1 } {
+            let kind = self.pick(&TYPES);
+            let inner = if self.0.u8(..10) == 0 {
+                self.any(depth)
+            } else {
+                match kind {
+                    "S" | "B" => json!(self.text()),
+                    "N" => json!(self.number()),
+                    "BOOL" | "NULL" => json!(self.0.bool()),
+                    "SS" | "NS" | "BS" => self.strings(depth),
+                    "L" if depth > 0 => {
+                        let n = self.0.usize(..4);
+                        Value::Array((0..n).map(|_| self.attribute(depth - 1)).collect())
+                    }
+                    "M" if depth > 0 => self.item(depth - 1),
+                    _ => self.scalar(),
+                }
+            };
+            value.insert(kind.to_owned(), inner);
+        }
+        Value::Object(value)
+    }
+
+    fn item(&mut self, depth: u32) -> Value {
+        let n = self.0.usize(..6);
+        let item = (0..n)
+            .map(|_| (self.text(), self.attribute(depth)))
+            .collect();
+        Value::Object(item)
+    }
+
+    /// An item, now and then something that is not one.
+    fn maybe_item(&mut self) -> Value {
+        if self.0.u8(..10) == 0 {
+            self.any(1)
+        } else {
+            self.item(3)
+        }
+    }
+
+    fn any(&mut self, depth: u32) -> Value {
+        match self.0.u8(..4) {
+            0 if depth > 0 => {
+                let n = self.0.usize(..4);
+                Value::Array((0..n).map(|_| self.any(depth - 1)).collect())
+            }
+            1 if depth > 0 => {
+                let n = self.0.usize(..4);
+                let map = (0..n)
+                    .map(|_| (self.pick(&TYPES).to_owned(), self.any(depth - 1)))
+                    .collect();
+                Value::Object(map)
+            }
+            _ => self.scalar(),
+        }
+    }
+
+    fn write_request(&mut self) -> Value {
+        match self.0.u8(..8) {
+            0 => self.any(2),
+            1 => json!({"PutRequest": self.any(2)}),
+            2 => {
+                json!({"DeleteRequest": {"Key": self.item(1)}, "PutRequest": {"Item": self.maybe_item()}})
+            }
+            3 | 4 => json!({"DeleteRequest": {"Key": self.item(1)}}),
+            _ => json!({"PutRequest": {"Item": self.maybe_item(), "x": 1}}),
+        }
+    }
+
+    fn get_table(&mut self) -> Value {
+        let keys: Vec<Value> = (0..self.0.usize(..5)).map(|_| self.item(1)).collect();
+        let mut table = json!({"Keys": keys, "ProjectionExpression": "a"});
+        match self.0.u8(..5) {
+            0 => table["ConsistentRead"] = json!(true),
+            1 => table["ConsistentRead"] = self.scalar(),
+            2 => table["Keys"] = self.any(1),
+            _ => {}
+        }
+        table
+    }
+
+    fn request_items(&mut self, write: bool) -> Value {
+        if self.0.u8(..12) == 0 {
+            return self.any(2);
+        }
+        let mut tables = serde_json::Map::new();
+        for _ in 0..self.0.usize(..5) {
+            let value = match (write, self.0.u8(..8)) {
+                (_, 0) => self.any(2),
+                (true, 1) => self.write_request(),
+                (true, _) => {
+                    let n = self.0.usize(..6);
+                    Value::Array((0..n).map(|_| self.write_request()).collect())
+                }
+                (false, 1) => json!([self.get_table(), self.get_table()]),
+                (false, _) => self.get_table(),
+            };
+            tables.insert(format!("{}{}", self.pick(&TABLES), self.0.u8(..3)), value);
+        }
+        Value::Object(tables)
+    }
+
+    fn action(&mut self) -> Value {
+        if self.0.u8(..12) == 0 {
+            return self.any(2);
+        }
+        let mut action = serde_json::Map::new();
+        for _ in 0..if self.0.u8(..8) == 0 { 2 } else { 1 } {
+            let mut inner = serde_json::Map::new();
+            if self.0.u8(..10) != 0 {
+                let table = if self.0.u8(..10) == 0 {
+                    self.scalar()
+                } else {
+                    json!(self.pick(&TABLES))
+                };
+                inner.insert("TableName".into(), table);
+            }
+            match self.0.u8(..4) {
+                0 => {
+                    inner.insert("Item".into(), self.maybe_item());
+                }
+                1 => {
+                    inner.insert("Key".into(), self.maybe_item());
+                    inner.insert("ExpressionAttributeValues".into(), self.maybe_item());
+                }
+                2 => {
+                    inner.insert("Key".into(), self.item(1));
+                }
+                _ => {}
+            }
+            let kind = self.pick(&["Put", "Update", "Delete", "ConditionCheck", "Get"]);
+            let inner = if self.0.u8(..12) == 0 {
+                self.scalar()
+            } else {
+                Value::Object(inner)
+            };
+            action.insert(kind.into(), inner);
+        }
+        Value::Object(action)
+    }
+
+    /// A request body with some of every field any operation reads, in a random
+    /// order, and a field none reads.
+    fn body(&mut self) -> Value {
+        let mut fields: Vec<(&str, Value)> = Vec::new();
+        let mut add = |rng: &mut Bodies, name: &'static str, value: Value| {
+            if rng.0.u8(..4) != 0 {
+                fields.push((name, value));
+            }
+        };
+        let table = if self.0.u8(..8) == 0 {
+            self.scalar()
+        } else {
+            json!(self.pick(&TABLES))
+        };
+        add(self, "TableName", table);
+        let consistent = if self.0.bool() {
+            json!(self.0.bool())
+        } else {
+            self.scalar()
+        };
+        add(self, "ConsistentRead", consistent);
+        let item = self.maybe_item();
+        add(self, "Item", item);
+        let key = self.maybe_item();
+        add(self, "Key", key);
+        let values = self.maybe_item();
+        add(self, "ExpressionAttributeValues", values);
+        let write = self.0.bool();
+        let items = self.request_items(write);
+        add(self, "RequestItems", items);
+        let actions = if self.0.u8(..10) == 0 {
+            self.any(2)
+        } else {
+            let n = self.0.usize(..8);
+            Value::Array((0..n).map(|_| self.action()).collect())
+        };
+        add(self, "TransactItems", actions);
+        let other = self.any(3);
+        add(self, "ReturnConsumedCapacity", other);
+        self.0.shuffle(&mut fields);
+        let map: serde_json::Map<String, Value> =
+            fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        Value::Object(map)
+    }
+}
+
+#[test]
+fn the_reader_without_a_tree_costs_what_the_tree_did() {
+    const OPERATIONS: [&str; 10] = [
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "GetItem",
+        "Query",
+        "BatchWriteItem",
+        "BatchGetItem",
+        "TransactWriteItems",
+        "TransactGetItems",
+        "DescribeTable",
+    ];
+    let mut bodies = Bodies(fastrand::Rng::with_seed(49));
+    let mut costed = 0;
+    for case in 0..800 {
+        let body = bodies.body();
+        let text = if case % 5 == 0 {
+            serde_json::to_string_pretty(&body).unwrap()
+        } else {
+            body.to_string()
+        };
+        for operation in OPERATIONS {
+            let old = tree::estimate(operation, text.as_bytes());
+            costed += usize::from(
+                old.as_ref()
+                    .is_some_and(|c| c.iter().any(|c| c.units > 1.0)),
+            );
+            assert_eq!(
+                general::estimate(operation, text.as_bytes()),
+                old,
+                "{operation} {text}"
+            );
+        }
+        let item = bodies.maybe_item();
+        assert_eq!(
+            general::item_size(item.to_string().as_bytes()),
+            item.as_object().map(tree::item_size),
+            "{item}"
+        );
+    }
+    // Not only the trivial cases.
+    assert!(costed > 300, "{costed}");
+    for odd in [&b"[]"[..], b"{} x", b"not json", b"", b"{\"Item\": "] {
+        for operation in OPERATIONS {
+            assert_eq!(
+                general::estimate(operation, odd),
+                tree::estimate(operation, odd)
+            );
+        }
+    }
 }
