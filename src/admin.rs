@@ -341,9 +341,9 @@ fn lanes(u: &Upstream, history: &History) -> Vec<LaneStatus> {
                     }
                 }),
                 dispatches: lane.named().then(|| lane.metrics().dispatches.get()),
-                throttles: lane.named().then(|| {
-                    by(Signal::ALL.map(|s| (s.as_str(), lane.metrics().throttles(s))))
-                }),
+                throttles: lane
+                    .named()
+                    .then(|| by(Signal::ALL.map(|s| (s.as_str(), lane.metrics().throttles(s))))),
                 last_throttle: lane.last_throttle().map(|t| ThrottleStatus {
                     words: words::throttle(&t.reason, t.resource.as_deref()),
                     at: httpdate::fmt_http_date(t.at),

@@ -1096,10 +1096,21 @@ mod tests {
             drop(fleet.join("up", &lane, i % 2 == 0, Box::new(|_: &Decision| {})));
             most = most.max(lock(&fleet.inner.lanes).len());
         }
-        assert!(most <= PRUNE_AT_LEAST + 1, "{most} cells for {} live lanes", kept.len());
+        assert!(
+            most <= PRUNE_AT_LEAST + 1,
+            "{most} cells for {} live lanes",
+            kept.len()
+        );
         let text = metrics.render().unwrap();
-        let series = text.lines().filter(|l| l.starts_with("easeoff_fleet_rate{")).count();
-        assert_eq!(series, kept.len() + 1, "the kept lanes and `other`:\n{text}");
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("easeoff_fleet_rate{"))
+            .count();
+        assert_eq!(
+            series,
+            kept.len() + 1,
+            "the kept lanes and `other`:\n{text}"
+        );
     }
 
     #[test]

@@ -22,8 +22,8 @@ use prometheus::{
 mod lane;
 mod sharded;
 
-pub use lane::{LANE_SERIES, LaneCosts, LaneMetrics, LaneSeries, reason_label};
 use lane::{LANE_FAMILIES, LaneFamilies};
+pub use lane::{LANE_SERIES, LaneCosts, LaneMetrics, LaneSeries, reason_label};
 pub use sharded::{ShardedCounter, ShardedFloatCounter, ShardedGauge, ShardedHistogram};
 use sharded::{ShardedCounterVec, ShardedFloatCounterVec, ShardedGaugeVec, ShardedHistogramVec};
 

@@ -613,9 +613,17 @@ fn answer_number(k: usize) -> http::Response<Body> {
             ],
             r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
         ),
-        4 => respond(200, &[("x-upstream-says", "throttled"), ("retry-after-ms", "1")], "{}"),
+        4 => respond(
+            200,
+            &[("x-upstream-says", "throttled"), ("retry-after-ms", "1")],
+            "{}",
+        ),
         5 => respond(400, &json, r#"{"error":{"code":"slow_down_please"}}"#),
-        _ => respond(200, &json, r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#),
+        _ => respond(
+            200,
+            &json,
+            r#"{"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+        ),
     }
 }
 
@@ -662,12 +670,19 @@ async fn forty_models_export_at_most_sixteen_series_a_lane() {
     }
     let text = metrics(proxy.admin).await;
     let per_lane = series_per_lane(&text);
-    assert_eq!(per_lane.len(), 32 + 1, "metrics_lanes by name and `other`: {per_lane:?}");
+    assert_eq!(
+        per_lane.len(),
+        32 + 1,
+        "metrics_lanes by name and `other`: {per_lane:?}"
+    );
     let signals = text
         .lines()
         .filter(|l| l.starts_with("easeoff_lane_throttles_total{") && l.contains("lane=\"m1\""))
         .count();
-    assert!(signals >= 3, "a lane's throttles by several signals:\n{text}");
+    assert!(
+        signals >= 3,
+        "a lane's throttles by several signals:\n{text}"
+    );
     for (lane, series) in &per_lane {
         assert!(*series <= 16, "lane {lane}: {series} series\n{text}");
     }

@@ -278,14 +278,22 @@ fn fleet_series_stay_within_metrics_lanes_as_thirty_thousand_lanes_come_and_go()
             control.lanes.route(&tenant(&format!("w{wave}-t{i}")), None);
         }
         assert_eq!(control.lanes.count(), 1001);
-        assert!(fleet_series() <= 32 + 1, "wave {wave}: {} series", fleet_series());
+        assert!(
+            fleet_series() <= 32 + 1,
+            "wave {wave}: {} series",
+            fleet_series()
+        );
         // Past the cold hold's spacing (5 s) and `lane_idle`.
         manual.advance(Duration::from_secs(10));
         control.lanes.drop_idle(control.clock().now());
         assert_eq!(control.lanes.count(), 1);
     }
     let mut memory = Memory::new();
-    fleet.sync_in(&mut memory, Duration::from_secs(300), Some(settings.sync_interval));
+    fleet.sync_in(
+        &mut memory,
+        Duration::from_secs(300),
+        Some(settings.sync_interval),
+    );
     assert_eq!(fleet_series(), 2, "`default` and `other`");
 }
 

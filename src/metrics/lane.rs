@@ -230,7 +230,10 @@ impl LaneMetrics {
     pub fn throttled(&self, reason: &str, unix_secs: f64) {
         let f = &self.first_use;
         let reason = reason_label(reason);
-        let mut named = f.reasons_named.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut named = f
+            .reasons_named
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let label = if reason == OTHER || named.iter().any(|r| &**r == reason) {
             reason
         } else if take(&f.room) {
@@ -323,9 +326,9 @@ impl<L: Label> ByFirstUse<L> {
                 self.family
                     .with_label_values(&[upstream, lane, value.as_str()])
             } else {
-                let other = self.other.get_or_init(|| {
-                    self.family.with_label_values(&[upstream, lane, OTHER])
-                });
+                let other = self
+                    .other
+                    .get_or_init(|| self.family.with_label_values(&[upstream, lane, OTHER]));
                 other.clone()
             }
         });
@@ -364,7 +367,12 @@ mod tests {
         let _requests = m.lane("api", "a", LaneSeries::default());
         let _tokens = m.lane("api", "b", WITH_COSTS);
         assert_eq!(series(&m, "a").len(), ALWAYS, "{:?}", series(&m, "a"));
-        assert_eq!(series(&m, "b").len(), ALWAYS + COSTS, "{:?}", series(&m, "b"));
+        assert_eq!(
+            series(&m, "b").len(),
+            ALWAYS + COSTS,
+            "{:?}",
+            series(&m, "b")
+        );
     }
 
     #[test]
@@ -446,9 +454,17 @@ mod tests {
             },
         );
         assert!(off.costs.as_ref().unwrap().error.is_none());
-        on.costs.as_ref().unwrap().error.as_ref().unwrap().observe(1.0);
+        on.costs
+            .as_ref()
+            .unwrap()
+            .error
+            .as_ref()
+            .unwrap()
+            .observe(1.0);
         let text = m.render().unwrap();
-        assert!(text.contains("easeoff_lane_cost_estimate_ratio_count{lane=\"on\",upstream=\"api\"} 1"));
+        assert!(
+            text.contains("easeoff_lane_cost_estimate_ratio_count{lane=\"on\",upstream=\"api\"} 1")
+        );
         assert!(!text.contains("easeoff_lane_cost_estimate_ratio_count{lane=\"off\""));
     }
 }

@@ -872,7 +872,6 @@ async fn a_first_slot_phased_into_the_spacing_keeps_its_place_as_it_shrinks() {
     assert_eq!(slot.dispatched_at - t0, 11_000 * MS);
 }
 
-
 /// A pacer whose requests never wait holds no task (most of a wave of new lanes);
 /// its first waiter spawns the release task, which ends with the pacer.
 #[tokio::test(start_paused = true)]
@@ -883,7 +882,11 @@ async fn a_pacer_holds_a_release_task_only_from_its_first_waiter() {
     for pacer in &idle {
         pacer.acquire(far()).await.unwrap();
     }
-    assert_eq!(runtime.num_alive_tasks(), before, "no task for 100 idle pacers");
+    assert_eq!(
+        runtime.num_alive_tasks(),
+        before,
+        "no task for 100 idle pacers"
+    );
     let busy = pacer(Mode::Pace);
     busy.set_interval(100 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
