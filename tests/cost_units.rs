@@ -9,6 +9,9 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use support::*;
 
+/// Each lane's estimate-ratio histogram, which `units` reads.
+const HISTOGRAMS: &str = "[upstream.lanes]\nmetrics_histograms = true\n";
+
 /// A lane's reserved and settled units and its estimate-ratio count.
 async fn units(admin: SocketAddr, lane: &str) -> (f64, f64, f64) {
     let text = metrics(admin).await;
@@ -35,7 +38,7 @@ const STREAM: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\
 async fn a_streamed_answers_usage_settles_what_the_request_was_reserved_at() {
     let up = upstream(|_| async { respond(200, &[("content-type", "text/event-stream")], STREAM) })
         .await;
-    let proxy = proxy(up.addr, "preset = \"anthropic\"\n").await;
+    let proxy = proxy(up.addr, &format!("preset = \"anthropic\"\n{HISTOGRAMS}")).await;
     // 40 characters of prompt (`user` and the text): 10 tokens, and 50 of answer.
     let body = r#"{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"012345678901234567890123456789012345"}]}"#;
     let answer = post(proxy.addr, "/v1/messages", &[], body.into()).await;
@@ -67,7 +70,7 @@ async fn a_stream_cut_before_its_end_settles_the_output_it_showed() {
         respond(200, &[("content-type", "text/event-stream")], cut_stream())
     })
     .await;
-    let proxy = proxy(up.addr, "preset = \"anthropic\"\n").await;
+    let proxy = proxy(up.addr, &format!("preset = \"anthropic\"\n{HISTOGRAMS}")).await;
     let body = r#"{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"012345678901234567890123456789012345"}]}"#;
     let answer = post(proxy.addr, "/v1/messages", &[], body.into()).await;
     assert_eq!(answer.text(), cut_stream());
@@ -86,8 +89,9 @@ async fn a_body_past_what_easeoff_holds_is_sent_whole_and_reserved_by_what_was_r
         respond(200, &[], format!(r#"{{"received":{}}}"#, body.len()))
     })
     .await;
-    let config = "preset = \"openai\"\n[upstream.retry]\nmax_body_bytes = 1024\n";
-    let proxy = proxy(up.addr, config).await;
+    let config =
+        format!("preset = \"openai\"\n[upstream.retry]\nmax_body_bytes = 1024\n{HISTOGRAMS}");
+    let proxy = proxy(up.addr, &config).await;
     let prompt = "x".repeat(100_000);
     let body = format!(r#"{{"model":"big","messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
     let answer = post(proxy.addr, "/v1/chat/completions", &[], body.clone()).await;
@@ -128,7 +132,7 @@ async fn a_dynamodb_write_is_reserved_at_its_items_size_and_settled_from_consume
         )
     })
     .await;
-    let proxy = proxy(up.addr, "preset = \"dynamodb\"\n").await;
+    let proxy = proxy(up.addr, &format!("preset = \"dynamodb\"\n{HISTOGRAMS}")).await;
     // An item of 8,000 bytes of value and a 2-byte name: 8 write units.
     let value = "v".repeat(8000);
     let body = format!(
