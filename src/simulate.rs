@@ -1,7 +1,7 @@
 //! `easeoff simulate`: one configured upstream's real controller, sleeper, pacer,
 //! connection backoff and attempt policy, in virtual time (a [`ManualClock`]), against
 //! a modelled throttling upstream. Clients go through the same [`Control`] and
-//! [`Attempts`] the proxy's request path uses (acquire a slot, pass the connection
+//! [`Attempts`](attempt::Attempts) the proxy's request path uses (acquire a slot, pass the connection
 //! backoff, record the verdict, ask the policy and the retry budget); only the network
 //! is replaced: the upstream is the mock's token bucket, which decides at dispatch and
 //! answers `latency` later.

@@ -106,7 +106,7 @@ const TEXT_FIELDS: [&str; 7] = [
 /// (output, a running count). Until the stream reports its final usage it counts
 /// the answer text its deltas carry, so a stream cut short settles at least the
 /// output it showed (at [`CHARS_PER_TOKEN`]). Holds at most the first and last
-/// [`MAX_LINE`] bytes of one line.
+/// `MAX_LINE` bytes of one line.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
     line: Vec<u8>,
