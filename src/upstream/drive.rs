@@ -12,8 +12,8 @@ use crate::attempt::{self, Attempts, Next};
 use crate::clock::Instant;
 use crate::connect_backoff::Admission;
 use crate::deadline::after;
-use crate::lane::{Pass, Route, Settled};
-use crate::pacer::ShedReason;
+use crate::lane::{Lane, Pass, Route, Settled};
+use crate::pacer::{Shed, ShedReason};
 use crate::transport::ConnectCause;
 
 /// What one attempt that got its slots came to, its pass settled: the request's
@@ -144,11 +144,7 @@ impl Control {
                 match self.acquire_route(route, wait_until, patient).await {
                     Err((shed, lane)) => {
                         dispatch.drop_attempt(clock.now().saturating_duration_since(asked));
-                        self.shed_noticed(lane);
-                        let outcome = attempt::Outcome::Shed {
-                            retry_after: shed.retry_after,
-                        };
-                        let next = self.decide(&mut policy, outcome, arrived);
+                        let next = self.shed(&mut policy, &shed, lane, arrived);
                         (next, None, Cow::Borrowed(""), Some(shed.reason))
                     }
                     Ok(pass) => {
@@ -223,6 +219,15 @@ impl Control {
                 Box::pin(clock.sleep(after)).await;
             }
         }
+    }
+
+    /// Notes an attempt its lane shed before it went, and asks the policy about it.
+    fn shed(&self, policy: &mut Attempts, shed: &Shed, lane: &Lane, arrived: Instant) -> Next {
+        self.shed_noticed(lane);
+        let outcome = attempt::Outcome::Shed {
+            retry_after: shed.retry_after,
+        };
+        self.decide(policy, outcome, arrived)
     }
 
     /// Asks the policy about an attempt that got no answer, the retry budget last.
