@@ -88,6 +88,8 @@ pub struct Attempts {
     /// Overload answers so far, and whether the latest throttle was one.
     overloads: u32,
     overloaded: bool,
+    /// The pause the latest throttle asked of this request (its `Retry-After`).
+    asked: Duration,
 }
 
 /// The first retry after an overload waits this long, each further one twice as long
@@ -116,6 +118,7 @@ impl Attempts {
             client_retries: false,
             overloads: 0,
             overloaded: false,
+            asked: Duration::ZERO,
         }
     }
 
@@ -124,6 +127,12 @@ impl Attempts {
     pub fn overloaded(&mut self) {
         self.overloads += 1;
         self.overloaded = true;
+    }
+
+    /// The throttle about to be reported asked this request to wait `pause` (its
+    /// `Retry-After`, cut to `max_pause`) before it is sent again.
+    pub fn asked(&mut self, pause: Duration) {
+        self.asked = pause;
     }
 
     /// Leaves connection retries to the client: an AWS SDK retries a 502 with its
@@ -173,20 +182,26 @@ impl Attempts {
             },
             Outcome::ThrottleRead { held: false } => Next::GiveBack(Stop::NotHeld),
             Outcome::ThrottleRead { held: true } => {
+                let left = self
+                    .limit(self.settings.max_elapsed)
+                    .saturating_sub(elapsed);
+                let asked = std::mem::take(&mut self.asked);
+                if asked > left {
+                    // The upstream will not take it again in the request's time.
+                    return Next::GiveBack(Stop::NoSlot);
+                }
                 if !withdraw() {
                     return Next::GiveBack(Stop::Budget);
                 }
                 self.kept = true;
-                let after = if std::mem::take(&mut self.overloaded) {
+                let backoff = if std::mem::take(&mut self.overloaded) {
                     let doublings = self.overloads.saturating_sub(1).min(16);
                     let backoff = OVERLOAD_BACKOFF.saturating_mul(1 << doublings);
-                    let left = self
-                        .limit(self.settings.max_elapsed)
-                        .saturating_sub(elapsed);
                     backoff.min(OVERLOAD_MAX_BACKOFF).min(left)
                 } else {
                     Duration::ZERO
                 };
+                let after = backoff.max(asked);
                 Next::Retry {
                     after,
                     cause: Cause::Throttle,

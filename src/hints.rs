@@ -98,6 +98,17 @@ pub struct Reading {
     pub wait: Option<(Pushback, Hint)>,
 }
 
+impl Reading {
+    /// Whether a window it states is spent: the whole caller is refused until it
+    /// refills or resets.
+    pub fn spent(&self) -> bool {
+        [self.requests, self.tokens]
+            .iter()
+            .flatten()
+            .any(|w| w.remaining == 0)
+    }
+}
+
 /// One dialect family: the name prefixes of its headers, and its reader.
 struct Family {
     prefixes: &'static [&'static str],

@@ -29,6 +29,7 @@ mod costs;
 mod lanes;
 mod overloads;
 mod pass;
+mod pushback;
 mod routed;
 pub mod rules;
 mod slow_start;
@@ -42,6 +43,7 @@ pub use slow_start::SlowStart;
 pub use status::{CappedHint, LastThrottle};
 
 use costs::Costs;
+use pushback::{LatestAsk, Pushed};
 use rules::{Placement, Reaction};
 
 /// What every lane of one upstream shares: the upstream's name, settings, clock and
@@ -99,6 +101,8 @@ pub struct Lane {
     /// The fleet epoch the lane last took its place in the fleet's schedule in
     /// ([`rules::places`]); `u64::MAX` before the first.
     placed: AtomicU64,
+    /// The latest pause a refusal asked for.
+    asked: LatestAsk,
 }
 
 impl std::fmt::Debug for Lane {
@@ -152,6 +156,7 @@ impl Lane {
             window_limit: AtomicU64::new(0),
             floors_from: AtomicU64::new(0),
             placed: AtomicU64::new(u64::MAX),
+            asked: LatestAsk::default(),
         }
     }
 
@@ -315,6 +320,11 @@ impl Lane {
         now.saturating_duration_since(self.common.origin)
     }
 
+    /// Time since the controllers' time zero, in nanoseconds.
+    fn since_origin_nanos(&self, at: Instant) -> u64 {
+        nanos_since(self.common.origin, at)
+    }
+
     /// Waits for a slot (or is shed at once, told when to come back; see
     /// [`crate::shed::Spread`]) and counts the wait; `patient`: see
     /// [`crate::pacer::Pacer::acquire_with`]; `cost`: what the request is reserved
@@ -431,14 +441,22 @@ impl Lane {
 
     /// Feeds a verdict to the lane's controller as [`rules::reaction`] says; `slot`
     /// is the lane's slot of the attempt (its epoch decides whether a throttle
-    /// raises); `pause` is the throttle's requested delay and the header that asked
-    /// for it, which holds the lane (capped by `max_pause` and `max_interval`).
-    /// Upstream-level counts of the verdict are the caller's.
-    fn record(&self, slot: &Slot, verdict: Option<Verdict>, pause: Option<(Duration, Hint)>) {
+    /// raises); `pause` is what a throttle's answer asked for, which holds the lane
+    /// or only the request (see [`Lane::throttle_seen`]). Returns the pause the
+    /// request waits before its retry. Upstream-level counts of the verdict are the
+    /// caller's.
+    fn record(
+        &self,
+        slot: &Slot,
+        verdict: Option<Verdict>,
+        pause: Option<Pushed>,
+    ) -> Option<Duration> {
+        let mut hold = None;
         match verdict {
-            Some(Verdict::Throttle(signal)) => self.throttle_seen(signal, pause),
+            Some(Verdict::Throttle(signal)) => hold = self.throttle_seen(signal, slot, pause),
             Some(Verdict::Success) => {
                 self.overloads.success();
+                self.asked.forget();
                 if let Some((goodput, origin)) = self.goodput.as_deref() {
                     goodput.succeeded(nanos_since(*origin, self.common.clock.now()));
                 }
@@ -456,6 +474,7 @@ impl Lane {
             Reaction::Lower => self.succeeded(slot),
             Reaction::Hold => self.start.answered(false, false),
         }
+        hold
     }
 
     /// A throttle raises the interval (from the spacing the lane, or the fleet,

@@ -3,7 +3,7 @@
 //! only the reserve (a few percent, and at least the requests in flight) is spread
 //! until the reset, so the window never runs dry with requests in flight. A bucket
 //! that refills continuously (OpenAI's, Anthropic's, Shopify's) is then paced at its
-//! refill rate (slower below half the reserve, to win it back). A spent window sends
+//! refill rate (slower while it holds less than the requests out, to win that back). A spent window sends
 //! nothing that must fail: callers wait for the reset; a spent bucket that refills
 //! holds the next request long before its reset (when it is full), so it is paced
 //! below its refill rate instead. Where others share the quota (one key behind many pods), the remaining
@@ -84,15 +84,19 @@ pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decisio
         return Decision::Go;
     }
     match refill {
-        // Below half the reserve, slower than the refill so that the reserve comes
-        // back: at exactly the refill rate, every early dispatch would be refused.
-        Some(refill) if ours < reserve / 2.0 => spread(refill * REFILL_SHARE_WHEN_LOW),
+        // Holding less than the requests out and the next, slower than the refill
+        // until it holds them again: at exactly the refill rate with nothing in hand,
+        // every early dispatch would be refused. Only that much is won back: the
+        // steady state of a client that asks for more than the bucket gives is at
+        // the refill rate, not a share of it (a reserve of 5 % of a minute's limit
+        // took 15 s to win back at 90 %).
+        Some(refill) if ours < in_flight as f64 + 1.0 => spread(refill * REFILL_SHARE_WHEN_LOW),
         Some(refill) => spread(refill),
         None => spread(ours),
     }
 }
 
-/// The share of a low bucket's refill rate used while it wins back its reserve.
+/// The share of a low bucket's refill rate used while it wins back the requests out.
 pub const REFILL_SHARE_WHEN_LOW: f64 = 0.9;
 
 /// The stricter of two decisions: a pause over a pace, the wider spacing, a go last.
@@ -349,7 +353,7 @@ mod tests {
                 until: Duration::from_millis(57_600),
             }
         );
-        // Below half the reserve: 90 % of the refill, to win the reserve back.
+        // Below half the reserve, still holding the 4 out and the next: the refill.
         let low = Quota {
             remaining: 10,
             reset: Duration::from_millis(58_800),
@@ -358,8 +362,21 @@ mod tests {
         assert_eq!(
             decide(Spend::Use, low, 4, 1.0),
             Decision::Pace {
-                spacing: Duration::from_millis(58_800).div_f64(490.0 * 0.9),
+                spacing: Duration::from_millis(58_800).div_f64(490.0),
                 until: Duration::from_millis(58_800),
+            }
+        );
+        // Holding fewer: 90 % of the refill, to win them back.
+        let lower = Quota {
+            remaining: 4,
+            reset: Duration::from_millis(59_520),
+            ..w
+        };
+        assert_eq!(
+            decide(Spend::Use, lower, 4, 1.0),
+            Decision::Pace {
+                spacing: Duration::from_millis(59_520).div_f64(496.0 * 0.9),
+                until: Duration::from_millis(59_520),
             }
         );
     }

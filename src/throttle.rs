@@ -48,6 +48,13 @@ impl Preset {
         matches!(self, Preset::Aws | Preset::DynamoDb)
     }
 
+    /// Whether the vendor documents a refusal's `Retry-After` as the caller's, not
+    /// the request's: GitHub's secondary limits ask the integration to stop for that
+    /// long, and may ban one that does not.
+    pub fn pause_is_callers(self) -> bool {
+        self == Preset::GitHub
+    }
+
     /// How the vendor's token window counts a lane's requests.
     pub fn token_window(self) -> TokenWindow {
         match self {

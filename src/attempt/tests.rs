@@ -194,3 +194,32 @@ fn an_overload_is_retried_after_a_doubling_backoff_within_max_elapsed() {
         matches!(throttled(&mut policy, 29 * S, true), Next::Retry { after, .. } if after == S)
     );
 }
+
+#[test]
+fn a_retry_waits_the_pause_its_throttle_asked_and_a_pause_past_max_elapsed_gives_it_back() {
+    let mut policy = attempts(3);
+    policy.begin(Duration::ZERO);
+    policy.asked(S);
+    let retry = |after| Next::Retry {
+        after,
+        cause: Cause::Throttle,
+    };
+    assert_eq!(throttled(&mut policy, S, true), retry(S));
+    // The ask was this throttle's: the next one asks anew.
+    policy.begin(S);
+    assert_eq!(throttled(&mut policy, 2 * S, true), retry(Duration::ZERO));
+    // An overload's backoff and an ask: the longer.
+    let mut policy = attempts(3);
+    policy.begin(Duration::ZERO);
+    policy.overloaded();
+    policy.asked(2 * S);
+    assert_eq!(throttled(&mut policy, S, true), retry(2 * S));
+    // 29 s in, with max_elapsed 30 s, a 2 s pause cannot be waited out.
+    let mut policy = attempts(3);
+    policy.begin(Duration::ZERO);
+    policy.asked(2 * S);
+    assert_eq!(
+        throttled(&mut policy, 29 * S, true),
+        Next::GiveBack(Stop::NoSlot)
+    );
+}

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Lane;
+use super::{Lane, Pushed};
 use crate::cost::answer::AnswerCost;
 use crate::hints::{Pushback, Reading};
 use crate::pacer::Slot;
@@ -134,7 +134,7 @@ impl Pass {
         match told {
             Told::Nothing => {
                 for (lane, slot) in self.iter() {
-                    lane.record(slot, None, None);
+                    let _ = lane.record(slot, None, None);
                 }
             }
             Told::Cost(cost) => {
@@ -142,16 +142,23 @@ impl Pass {
                     lane.settle_cost(slot, cost);
                 }
             }
-            Told::Answer(answer) => self.answered(answer),
+            Told::Answer(answer) => {
+                let hold = self.answered(answer);
+                return Settled {
+                    backoff: Duration::ZERO,
+                    hold,
+                };
+            }
         }
         Settled {
             backoff: Duration::ZERO,
+            hold: Duration::ZERO,
         }
     }
 
     /// The windows go to the first lane, the cost and the verdict to the lanes the
-    /// answer concerns.
-    fn answered(&self, answer: &Answer<'_>) {
+    /// answer concerns. Returns the pause the request waits before its retry.
+    fn answered(&self, answer: &Answer<'_>) -> Duration {
         if let Some(reading) = answer.reading {
             self.lane().apply_quota(reading, self.slot().dispatched_at);
         }
@@ -161,24 +168,29 @@ impl Pass {
             }
         }
         let verdict = Some(answer.verdict);
+        let mut hold = Duration::ZERO;
         match answer.lanes {
             Concerns::Held => {
-                let pause = match answer.reading.and_then(|r| r.wait) {
-                    Some((Pushback::Delay(delay), header))
+                let pause = match answer.reading.and_then(|r| Some((r, r.wait?))) {
+                    Some((reading, (Pushback::Delay(asked), header)))
                         if matches!(answer.verdict, Verdict::Throttle(_)) =>
                     {
-                        Some((delay, header))
+                        Some(Pushed {
+                            asked,
+                            header,
+                            spent: reading.spent(),
+                        })
                     }
                     _ => None,
                 };
                 for (lane, slot) in self.iter() {
-                    lane.record(slot, verdict, pause);
+                    hold = hold.max(lane.record(slot, verdict, pause).unwrap_or_default());
                 }
             }
             Concerns::Named(named) => {
                 for (lane, reason, resource) in named {
                     let routed = self.for_lane(Arc::clone(lane));
-                    lane.record(routed.slot(), verdict, None);
+                    let _ = lane.record(routed.slot(), verdict, None);
                     lane.throttled(reason, Some(resource));
                 }
             }
@@ -191,10 +203,11 @@ impl Pass {
                     } else {
                         Some(Verdict::Success)
                     };
-                    lane.record(slot, verdict, None);
+                    let _ = lane.record(slot, verdict, None);
                 }
             }
         }
+        hold
     }
 
     /// Hands the pass to what settles it later (a watched body); the request path is
@@ -202,6 +215,7 @@ impl Pass {
     pub fn defer(self) -> (Deferred, Settled) {
         let settled = Settled {
             backoff: Duration::ZERO,
+            hold: Duration::ZERO,
         };
         (Deferred(self), settled)
     }
@@ -223,6 +237,8 @@ impl Pass {
 #[derive(Debug)]
 pub struct Settled {
     backoff: Duration,
+    /// The pause a throttle's answer asked of the request it answers.
+    hold: Duration,
 }
 
 impl Settled {
@@ -232,9 +248,15 @@ impl Settled {
         self.backoff
     }
 
+    /// The pause the upstream asked before this request is sent again (its
+    /// `Retry-After`, cut to `max_pause`); zero when it asked none.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
+
     /// The same proof, with the backoff the attempt's failure started.
     pub(crate) fn with_backoff(self, backoff: Duration) -> Settled {
-        Settled { backoff }
+        Settled { backoff, ..self }
     }
 }
 

@@ -73,6 +73,26 @@ impl Capped {
     }
 }
 
+/// The latest refusal that asked for a pause (`Retry-After`): when it came and when
+/// its pause ends, in nanoseconds since the lanes' time zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asked {
+    pub came: u64,
+    pub ends: u64,
+}
+
+/// Whether a refusal's pause holds the whole lane, or only the request it answers
+/// (whose retry waits it out). A `Retry-After` speaks for the lane where the lane's
+/// own evidence says so: `lane_wide` (the answer states a spent window, the signal is
+/// a rate-limit window's, or the vendor documents its pause as the caller's), or a
+/// refusal again: this request went out after an `earlier` refusal's pause was asked
+/// and before it ended, with no success between (a success forgets it). Otherwise
+/// the learned spacing does the rest: an API that refills every 50 ms and can only
+/// say `Retry-After: 1` (RFC 9110 has whole seconds) would idle a second per refusal.
+pub fn pushback_holds_lane(lane_wide: bool, sent: u64, earlier: Option<Asked>) -> bool {
+    lane_wide || earlier.is_some_and(|e| sent >= e.came && sent < e.ends)
+}
+
 /// What the lane knows when an answer's windows come in.
 #[derive(Clone, Copy, Debug)]
 pub struct QuotaFacts {

@@ -4,7 +4,10 @@
 //! a few requests in flight, not every client's), at a window of [`OPEN_AT`], or
 //! [`LASTS`] after the lane's first request: a sidecar that sat idle before its load
 //! came (a fleet's pods ready before their writers start) starts as gently as one
-//! whose load came at once. A request waits at most [`MAX_HOLD`] for room, so
+//! whose load came at once. Until the first answer comes, the rest wait for it (at
+//! most [`FIRST_ANSWER_WAIT`]): its headers may say the caller is at its limit (an
+//! account other traffic already spends), and then first contact costs one refusal,
+//! not a wave of them. After it a request waits at most [`MAX_HOLD`] for room, so
 //! long-running requests slow the start by that much at worst.
 
 use std::sync::OnceLock;
@@ -21,13 +24,18 @@ pub const OPEN_AT: u32 = 64;
 /// How long after the lane's first request the start lasts at most.
 pub const LASTS: Duration = Duration::from_secs(1);
 
-/// The longest a request waits for room in the window.
+/// The longest a request waits for room in the window once an answer came.
 pub const MAX_HOLD: Duration = Duration::from_millis(20);
+
+/// The longest a request waits for the lane's first answer.
+pub const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 /// One lane's start-up window.
 #[derive(Debug)]
 pub struct SlowStart {
     over: AtomicBool,
+    /// An answer came.
+    heard: AtomicBool,
     in_flight: AtomicU32,
     window: AtomicU32,
     /// [`LASTS`] after the first request; set by it.
@@ -40,6 +48,7 @@ impl SlowStart {
     pub fn new() -> SlowStart {
         SlowStart {
             over: AtomicBool::new(false),
+            heard: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
             window: AtomicU32::new(1),
             ends: OnceLock::new(),
@@ -52,15 +61,21 @@ impl SlowStart {
         self.over.load(Relaxed)
     }
 
-    /// Waits for room in the window (at most `MAX_HOLD`, and not past `deadline`),
-    /// then counts the request in flight; returns how long it waited.
+    /// Waits for room in the window (at most `MAX_HOLD`, or `FIRST_ANSWER_WAIT`
+    /// before any answer, and not past `deadline`), then counts the request in
+    /// flight; returns how long it waited.
     pub async fn enter(&self, clock: &Clock, deadline: Instant) -> Duration {
         let began = clock.now();
         if began >= *self.ends.get_or_init(|| began + LASTS) {
             self.end();
             return Duration::ZERO;
         }
-        let until = (began + MAX_HOLD).min(deadline);
+        let hold = if self.heard.load(Relaxed) {
+            MAX_HOLD
+        } else {
+            FIRST_ANSWER_WAIT
+        };
+        let until = (began + hold).min(deadline);
         loop {
             let room = self.room.notified();
             tokio::pin!(room);
@@ -93,6 +108,7 @@ impl SlowStart {
         if self.is_over() {
             return;
         }
+        self.heard.store(true, Relaxed);
         if throttled {
             self.end();
             return;
@@ -167,12 +183,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_request_waits_at_most_max_hold_or_its_deadline() {
+    async fn a_request_waits_for_the_first_answer_then_at_most_max_hold_or_its_deadline() {
         let s = SlowStart::new();
         s.enter(&Clock::Tokio, far()).await; // never answered: a long-running request
-        assert_eq!(s.enter(&Clock::Tokio, far()).await, MAX_HOLD);
         let soon = Instant::now() + Duration::from_millis(5);
         assert_eq!(s.enter(&Clock::Tokio, soon).await, Duration::from_millis(5));
+        // Before any answer, the first one is waited for, up to FIRST_ANSWER_WAIT.
+        let s = SlowStart::new();
+        s.enter(&Clock::Tokio, far()).await;
+        let waiter = s.enter(&Clock::Tokio, far());
+        tokio::pin!(waiter);
+        tokio::time::advance(MAX_HOLD * 2).await;
+        assert!(
+            pending(&mut waiter).await,
+            "waits past MAX_HOLD for the first answer"
+        );
+        tokio::time::advance(FIRST_ANSWER_WAIT - MAX_HOLD * 2).await;
+        assert_eq!(waiter.await, FIRST_ANSWER_WAIT);
+        // Once one came (a failure frees its place), a long-running request holds the
+        // next for MAX_HOLD at most.
+        let s = SlowStart::new();
+        s.enter(&Clock::Tokio, far()).await;
+        s.answered(false, false);
+        s.enter(&Clock::Tokio, far()).await;
+        assert_eq!(s.enter(&Clock::Tokio, far()).await, MAX_HOLD);
         assert!(!s.is_over());
     }
 

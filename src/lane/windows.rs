@@ -7,30 +7,50 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::rules::{self, Capped, Floor};
-use super::{CappedHint, Lane, nanos_since};
+use super::{CappedHint, Lane, Pushed, nanos_since};
 use crate::clock::Instant;
 use crate::cost::Unit;
 use crate::hints::{Hint, Reading};
+use crate::pacer::Slot;
 use crate::throttle::Signal;
 
 impl Lane {
-    /// Counts a throttle, remembers it, and holds the lane for the pause its answer
-    /// asked for, if any.
-    pub(super) fn throttle_seen(&self, signal: Signal, pause: Option<(Duration, Hint)>) {
+    /// Counts a throttle and remembers it. A pause its answer asked for holds the
+    /// lane where [`rules::pushback_holds_lane`] says so; returns the pause, cut to
+    /// `max_pause`, that the request it answers waits before its retry.
+    pub(super) fn throttle_seen(
+        &self,
+        signal: Signal,
+        slot: &Slot,
+        pause: Option<Pushed>,
+    ) -> Option<Duration> {
         self.metrics.throttle(signal);
         self.throttled(signal.as_str(), None);
         if let Some(link) = self.fleet.get() {
             link.refused();
         }
-        if let Some((asked, header)) = pause {
-            let now = self.common.clock.now();
-            let delay = self.cap(asked, header, now);
-            self.paused_by(header);
-            if self.pacer.paused_until(now).is_none() {
-                tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "paused by the upstream's Retry-After");
-            }
-            self.pacer.pause_until(now + delay);
+        let pushed = pause?;
+        let now = self.common.clock.now();
+        let delay = self.cap(pushed.asked, pushed.header, now);
+        let (came, ends) = (
+            self.since_origin_nanos(now),
+            self.since_origin_nanos(now + delay),
+        );
+        let lane_wide = pushed.spent
+            || signal == Signal::RateLimit
+            || self.common.settings.preset.pause_is_callers();
+        let sent = self.since_origin_nanos(slot.dispatched_at);
+        let earlier = self.asked.get();
+        self.asked.set(rules::Asked { came, ends });
+        if !rules::pushback_holds_lane(lane_wide, sent, earlier) {
+            return Some(delay);
         }
+        self.paused_by(pushed.header);
+        if self.pacer.paused_until(now).is_none() {
+            tracing::info!(upstream = %self.common.upstream, lane = self.name(), pause_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "paused by the upstream's Retry-After");
+        }
+        self.pacer.pause_until(now + delay);
+        Some(delay)
     }
 
     /// Applies an answer's rate-limit windows as [`rules::quota`] says: go, pace

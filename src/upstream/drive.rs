@@ -169,11 +169,12 @@ impl Control {
                                 refused,
                                 overload,
                                 read_by,
-                                ..
+                                settled,
                             } => {
                                 if overload {
                                     policy.overloaded();
                                 }
+                                policy.asked(settled.hold());
                                 let throttled = attempt::Outcome::Throttled { refused };
                                 let next = self.decide(&mut policy, throttled, arrived);
                                 if next != Next::ReadThrottle {

@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::throttle::Signal;
 
 const MINUTE: Duration = Duration::from_secs(60);
+const SECOND: Duration = Duration::from_secs(1);
 
 /// Sun, 06 Nov 1994 08:49:37 GMT, RFC 9110's example date.
 fn epoch() -> SystemTime {
@@ -70,7 +71,8 @@ fn answer(control: &Control, verdict: Verdict, reading: Reading) {
     let _ = control.settle(pass, Settle::Answer(&answer));
 }
 
-/// Records a throttle carrying `headers`, as the proxy does.
+/// Records two throttles carrying `headers`, as the proxy does: the first pause binds
+/// only its request, the second (sent within it) the lane.
 fn throttle(control: &Control, headers: &HeaderMap) {
     let reading = hints::read(headers, control.clock().wall());
     assert!(
@@ -78,6 +80,38 @@ fn throttle(control: &Control, headers: &HeaderMap) {
         "no delay in {headers:?}: {reading:?}"
     );
     answer(control, Verdict::Throttle(Signal::Status), reading);
+    answer(control, Verdict::Throttle(Signal::Status), reading);
+}
+
+#[test]
+fn one_refusal_holds_its_request_a_second_within_its_pause_the_lane() {
+    let (control, _runtime, manual) = control();
+    let reading = hints::read(&header("retry-after", "1"), control.clock().wall());
+    let refuse = |control: &Control| {
+        let pass = Pass::one(Arc::clone(control.lanes.default_lane()), slot(control));
+        let answer = Answer {
+            reading: Some(&reading),
+            ..Answer::of(Verdict::Throttle(Signal::Status))
+        };
+        control.settle(pass, Settle::Answer(&answer)).hold()
+    };
+    assert_eq!(
+        refuse(&control),
+        SECOND,
+        "the request waits its Retry-After"
+    );
+    assert_eq!(control.paused_until(), None, "the lane does not");
+    // A success between: the spacing works, and the next refusal is a first again.
+    answer(&control, Verdict::Success, Reading::default());
+    assert_eq!(refuse(&control), SECOND);
+    assert_eq!(control.paused_until(), None);
+    // Refused again, sent within that pause: the lane waits too.
+    manual.advance(Duration::from_millis(500));
+    assert_eq!(refuse(&control), SECOND);
+    assert_eq!(
+        control.paused_until(),
+        Some(epoch() + Duration::from_millis(1500))
+    );
 }
 
 /// A success carrying `headers`' rate-limit windows.
@@ -116,8 +150,8 @@ fn every_absurd_pause_header_is_capped_at_max_pause() {
         );
         assert_eq!(
             control.metrics.hint_capped(hint).get(),
-            1,
-            "{name}: {value}"
+            2,
+            "{name}: {value}: each refusal's pause is cut"
         );
         let capped = control.capped_hint().unwrap();
         assert_eq!(capped.header, hint);
@@ -259,5 +293,9 @@ fn a_capped_pause_is_logged_once_per_header_naming_it() {
     assert!(logged[0].contains("header=\"retry-after\""), "{text}");
     assert!(logged[0].contains("asked_s=999999999"), "{text}");
     assert!(logged[1].contains("header=\"ratelimit\""), "{text}");
-    assert_eq!(control.metrics.hint_capped(Hint::RetryAfter).get(), 3);
+    assert_eq!(
+        control.metrics.hint_capped(Hint::RetryAfter).get(),
+        6,
+        "two refusals a call"
+    );
 }

@@ -391,3 +391,19 @@ fn members_in_step_take_the_first_place_from_now() {
     assert!(!same.raised && same.keep_progress);
     assert_eq!(placement(same, false, ms(310), None), Placement::Stay);
 }
+
+#[test]
+fn a_first_refusal_holds_only_its_request_and_a_second_within_its_pause_the_lane() {
+    let earlier = Asked {
+        came: 1_000,
+        ends: 2_000,
+    };
+    assert!(!pushback_holds_lane(false, 500, None), "a first refusal");
+    // Sent before the earlier refusal came: it could not have known.
+    assert!(!pushback_holds_lane(false, 999, Some(earlier)));
+    assert!(pushback_holds_lane(false, 1_000, Some(earlier)));
+    assert!(pushback_holds_lane(false, 1_999, Some(earlier)));
+    // Sent once the earlier pause was over.
+    assert!(!pushback_holds_lane(false, 2_000, Some(earlier)));
+    assert!(pushback_holds_lane(true, 500, None), "lane-wide evidence");
+}
