@@ -12,6 +12,9 @@ github     a careful GitHub client on httpx, as GitHub's guide asks: GET /user; 
            x-ratelimit-remaining 0 until x-ratelimit-reset, and retries, 3 times at
            most. INSTANCE goes out as x-bench-instance (the mock counts primary-limit
            refusals by it).
+plain      a careful client of a plain HTTP API on httpx: GET /; on a 429 it waits its
+           Retry-After (whole or decimal seconds) when there is one, else 50 ms, and
+           retries, 3 times at most.
 
 MODEL names the model (openai). PROMPT=N makes the prompt N characters (24 by default) and MAX_TOKENS=M its max_tokens
 (4); SHIFT=S:F makes it F times longer from S seconds after the first call on.
@@ -61,6 +64,23 @@ elif vendor == "anthropic":
 
     def call() -> None:
         client.messages.create(model="claude-3-5-haiku-latest", messages=prompt_now(), max_tokens=max_tokens)
+
+elif vendor == "plain":
+    import httpx
+
+    client = httpx.Client(base_url=base_url, timeout=60.0, headers={"x-bench-instance": instance})
+
+    class Error(Exception):
+        pass
+
+    def call() -> None:
+        for attempt in range(4):
+            r = client.get("/")
+            if r.status_code < 400:
+                return
+            if r.status_code != 429 or attempt == 3:
+                raise Error(f"{r.status_code}: {r.text[:80]}")
+            time.sleep(float(r.headers["retry-after"]) if "retry-after" in r.headers else 0.05)
 
 else:
     import httpx

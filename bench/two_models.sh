@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two models behind one easeoff (preset openai: a lane per model), one throttled hard:
-# the `openai` SDK, 8 workers on `fast` (its own TPM 120,000, 120-token calls: 16.7
-# calls/s, offered 50/s), alone and then beside 8 workers hammering `slow` (TPM 3,000:
-# 25 calls a minute, offered 50/s); both buckets start empty. RUNS rounds of the two,
+# the `openai` SDK, 8 workers on `fast` (its own TPM 140,000, 140-token calls as
+# bench/vendor_mock.py counts them: 16.7 calls/s, offered 50/s), alone and then beside
+# 8 workers hammering `slow` (TPM 3,500: 25 calls a minute, offered 50/s); both buckets
+# start empty. RUNS rounds of the two,
 # SECONDS each; prints `fast`'s calls/s beside `slow` over alone, per round and median.
 #
 #   bench/two_models.sh [SECONDS=30] [RUNS=3]
@@ -19,7 +20,7 @@ start_work easeoff-two-models
 one_run() { # PHASE RUN -> fast's JSON line
   local mock proxy admin
   mock=$(free_port); proxy=$(free_port); admin=$(free_port)
-  python3 bench/vendor_mock.py openai "$mock" fill=0 rpm=10000 models=fast:120000,slow:3000 >"$WORK/mock.log" 2>&1 &
+  python3 bench/vendor_mock.py openai "$mock" fill=0 rpm=10000 models=fast:140000,slow:3500 >"$WORK/mock.log" 2>&1 &
   PIDS+=($!)
   wait_listening "$mock" 10 "$!" || { cat "$WORK/mock.log" >&2; exit 1; }
   printf '[server]\nadmin_listen = "127.0.0.1:%s"\n[[upstream]]\nname = "openai"\nlisten = "127.0.0.1:%s"\nurl = "http://127.0.0.1:%s"\npreset = "openai"\n' \
