@@ -124,6 +124,12 @@ pub struct MockArgs {
     /// Requests it accepts at once after a quiet spell [default: rate / 10, at least 1].
     #[arg(long)]
     pub burst: Option<u32>,
+    /// DynamoDB's burst capacity: --rate's bucket and every --table-rate's hold SECONDS
+    /// of their rate (at least 1), start full and resize as the rate changes; overrides
+    /// --burst. DynamoDB retains up to 300 s of unused capacity, best effort:
+    /// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/burst-adaptive-capacity.html
+    #[arg(long, value_name = "SECONDS")]
+    pub burst_seconds: Option<f64>,
     /// How a throttle looks.
     #[arg(long, value_enum, default_value = "http429")]
     pub style: Style,
@@ -151,9 +157,19 @@ pub struct MockArgs {
     /// (the first attribute of Key or Item), throttled as a hot partition beyond it.
     #[arg(long, value_name = "RATE")]
     pub key_rate: Option<f64>,
-    /// Style dynamodb: a request takes the capacity units its items cost by size (one
-    /// a KiB written, rounded up per item; reads one per item), not one; the rates are
-    /// then units per second.
+    /// Style dynamodb: units per second the writes to one partition key value of a
+    /// table take at most, DynamoDB's per-partition limit of 1,000 WCU (reads' 3,000
+    /// RCU are not modelled); beyond it a hot partition, as --key-rate's. A lower
+    /// --key-rate wins; 0 turns it off.
+    /// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html
+    #[arg(long, value_name = "WCU", default_value_t = 1000.0)]
+    pub partition_wcu: f64,
+    /// Style dynamodb: a request takes the capacity units DynamoDB's documented rules
+    /// price it at, not one; the rates are then units per second. Writes one per KB
+    /// (1,024 bytes) of the item, rounded up per item, at least one (Update and Delete:
+    /// the key and ExpressionAttributeValues); transactions double; GetItem one if
+    /// ConsistentRead, else a half, per key in BatchGetItem; others one. Item sizes:
+    /// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
     #[arg(long)]
     pub charge_by_size: bool,
     /// Requests whose path starts with PREFIX are always throttled (repeatable), e.g.

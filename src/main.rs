@@ -293,6 +293,15 @@ async fn run_mock(args: MockArgs) -> ExitCode {
         eprintln!("easeoff mock-upstream: --key-rate must be above 0, got {key_rate}");
         return ExitCode::from(USAGE);
     }
+    if !args.partition_wcu.is_finite() || args.partition_wcu < 0.0 {
+        let wcu = args.partition_wcu;
+        eprintln!("easeoff mock-upstream: --partition-wcu must be 0 or above, got {wcu}");
+        return ExitCode::from(USAGE);
+    }
+    if let Some(seconds) = args.burst_seconds.filter(|s| !s.is_finite() || *s <= 0.0) {
+        eprintln!("easeoff mock-upstream: --burst-seconds must be above 0, got {seconds}");
+        return ExitCode::from(USAGE);
+    }
     let options = MockOptions {
         rate,
         burst: args.burst.unwrap_or((rate / 10.0).ceil() as u32).max(1),
@@ -306,6 +315,9 @@ async fn run_mock(args: MockArgs) -> ExitCode {
         schedule,
         table_rates: args.table_rate,
         key_rate: args.key_rate,
+        partition_wcu: (args.style == Style::Dynamodb && args.partition_wcu > 0.0)
+            .then_some(args.partition_wcu),
+        burst_seconds: args.burst_seconds,
         charge_by_size: args.charge_by_size,
         throttle_paths: args.throttle_path,
         overload_every: args.overload_every,
@@ -331,7 +343,7 @@ async fn run_mock(args: MockArgs) -> ExitCode {
             }
         }
     }
-    tracing::info!(%addr, rate = options.rate, burst = options.burst, style = ?options.style, schedule = %options.schedule, "mock upstream listening");
+    tracing::info!(%addr, rate = options.rate, burst = options.burst, burst_seconds = ?options.burst_seconds, style = ?options.style, schedule = %options.schedule, "mock upstream listening");
     signals.stop().await;
     ExitCode::SUCCESS
 }

@@ -9,6 +9,7 @@
 
 mod bucket;
 mod capacity;
+mod item_size;
 mod schedule;
 
 use std::collections::HashSet;
@@ -74,7 +75,14 @@ pub struct MockOptions {
     pub table_rates: Vec<TableRate>,
     /// DynamoDB style: requests per second each partition key value of a table accepts.
     pub key_rate: Option<f64>,
-    /// DynamoDB style: a request takes the capacity units its items cost by size.
+    /// DynamoDB style: units per second each partition key value of a table accepts in
+    /// writes (DynamoDB's 1,000 WCU a partition), below `key_rate` if that is higher.
+    pub partition_wcu: Option<f64>,
+    /// The shared and the tables' buckets hold this many seconds of their rate, instead
+    /// of `burst` (DynamoDB's burst capacity, up to 300 s).
+    pub burst_seconds: Option<f64>,
+    /// DynamoDB style: a request takes the capacity units it costs by DynamoDB's
+    /// documented rules (`item_size`).
     pub charge_by_size: bool,
     /// Requests whose path starts with one of these are always throttled (a gRPC
     /// method that is out of quota).
@@ -97,6 +105,8 @@ impl MockOptions {
             schedule: Schedule::default(),
             table_rates: Vec::new(),
             key_rate: None,
+            partition_wcu: None,
+            burst_seconds: None,
             charge_by_size: false,
             throttle_paths: Vec::new(),
             overload_every: None,
@@ -185,7 +195,11 @@ impl MockUpstream {
         let now = clock.now();
         let shared = Bucket::new(options.rate, options.burst, options.autoscale, now)
             .with_schedule(options.schedule.steps());
-        let capacity = Capacity::new(shared, &options.table_rates, options.key_rate, now);
+        let mut capacity = Capacity::new(shared, &options.table_rates, options.key_rate, now);
+        capacity.set_partition_wcu(options.partition_wcu);
+        if let Some(seconds) = options.burst_seconds {
+            capacity.set_burst_seconds(seconds);
+        }
         Ok(MockUpstream {
             inner: Arc::new(Inner {
                 options,
@@ -340,8 +354,7 @@ impl MockUpstream {
         };
         let names: Vec<&str> = request.tables.iter().collect();
         let units = if self.inner.options.charge_by_size {
-            crate::cost::dynamodb::estimate(request.operation, &body)
-                .map_or(1.0, |costs| costs.iter().map(|c| c.units).sum::<f64>())
+            item_size::units(request.operation, &body)
         } else {
             1.0
         };

@@ -154,6 +154,14 @@ fn bad_mock_table_and_key_rates_are_usage_errors() {
             vec!["--style", "dynamodb", "--key-rate", "0"],
             "--key-rate must be above 0",
         ),
+        (
+            vec!["--style", "dynamodb", "--partition-wcu=-1"],
+            "--partition-wcu must be 0 or above",
+        ),
+        (
+            vec!["--burst-seconds", "0"],
+            "--burst-seconds must be above 0",
+        ),
     ];
     let with_rate: Vec<(Vec<&str>, &str)> = cases
         .into_iter()

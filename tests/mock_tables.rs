@@ -35,6 +35,8 @@ async fn mock_charging(
             .map(|t| parse_table_rate(t).unwrap())
             .collect(),
         key_rate,
+        partition_wcu: None,
+        burst_seconds: None,
         charge_by_size,
         throttle_paths: Vec::new(),
         overload_every: None,

@@ -29,6 +29,8 @@ pub struct Bucket {
     /// Start of the current run of throttling, for auto-scaling.
     throttling_since: Option<Instant>,
     last_throttle: Option<Instant>,
+    /// The burst as seconds of the rate (DynamoDB's burst capacity), if set.
+    burst_seconds: Option<f64>,
 }
 
 /// Gaps between throttles longer than this end a run of sustained throttling.
@@ -48,6 +50,24 @@ impl Bucket {
             scale,
             throttling_since: None,
             last_throttle: None,
+            burst_seconds: None,
+        }
+    }
+
+    /// Makes the bucket hold `seconds` of its rate (at least one token), from now on as
+    /// the rate changes too, and fills it: DynamoDB's burst capacity.
+    pub fn set_burst_seconds(&mut self, seconds: f64) {
+        self.burst_seconds = Some(seconds);
+        self.set_rate(self.rate);
+        self.tokens = self.burst;
+    }
+
+    /// Changes the rate, and with burst seconds the burst (tokens above it are lost).
+    fn set_rate(&mut self, rate: f64) {
+        self.rate = rate;
+        if let Some(seconds) = self.burst_seconds {
+            self.burst = (seconds * rate).max(1.0);
+            self.tokens = self.tokens.min(self.burst);
         }
     }
 
@@ -74,7 +94,7 @@ impl Bucket {
                 break;
             }
             self.refill(at);
-            self.rate = step.rate;
+            self.set_rate(step.rate);
             self.pending.pop();
         }
         self.refill(now);
@@ -158,7 +178,7 @@ impl Bucket {
             return;
         };
         if now.saturating_duration_since(since) >= scale.after && self.rate < scale.max {
-            self.rate = (self.rate * scale.factor).min(scale.max);
+            self.set_rate((self.rate * scale.factor).min(scale.max));
             self.throttling_since = Some(now);
         }
     }
@@ -299,6 +319,28 @@ mod tests {
         assert!(b.rate() > 100.0, "{}", b.rate());
         b.advance(t0 + Duration::from_secs(10));
         assert_eq!(b.rate(), 10.0);
+    }
+
+    #[test]
+    fn burst_seconds_size_the_bucket_by_its_rate_and_follow_the_rate() {
+        let t0 = Instant::now();
+        let steps = [Step {
+            at: Duration::from_secs(10),
+            rate: 2.0,
+        }];
+        let mut b = Bucket::new(10.0, 1, None, t0).with_schedule(&steps);
+        b.set_burst_seconds(300.0);
+        // Full at the start: 300 s of 10/s.
+        assert_eq!(b.level(t0), (3000, 3000, Duration::ZERO));
+        b.take_units(t0, 3000.0).unwrap();
+        assert!(b.take(t0).is_err());
+        // 5 s later, 50 tokens; at 10 s the rate halves and the bucket with it.
+        assert_eq!(b.level(t0 + Duration::from_secs(5)).0, 50);
+        assert_eq!(b.level(t0 + Duration::from_secs(10)).1, 600);
+        // A tenth of a second of a slow rate still holds one token.
+        let mut slow = Bucket::new(1.0, 1, None, t0);
+        slow.set_burst_seconds(0.1);
+        assert_eq!(slow.level(t0), (1, 1, Duration::ZERO));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The mock's capacity in the DynamoDB style: the shared bucket (`--rate`), a bucket per
-//! table and access kind (`--table-rate`) and one per partition key value (`--key-rate`),
-//! and the verdict on a request that needs tokens from several of them. Pure: time
+//! table and access kind (`--table-rate`) and one per partition key value (`--key-rate`,
+//! and for writes `--partition-wcu`), and the verdict on a request that needs tokens from several of them. Pure: time
 //! comes in; which tables and key a request names comes from [`crate::route::dynamodb`].
 
 use std::collections::HashMap;
@@ -112,6 +112,8 @@ pub struct Capacity {
     /// Per table: the read bucket, the write bucket.
     tables: HashMap<String, [Option<Bucket>; 2]>,
     key_rate: Option<f64>,
+    /// DynamoDB's per-partition write limit, units per second of a key's writes.
+    partition_wcu: Option<f64>,
     keys: HashMap<u64, Bucket>,
     max_keys: usize,
 }
@@ -154,8 +156,33 @@ impl Capacity {
             shared,
             tables: buckets,
             key_rate,
+            partition_wcu: None,
             keys: HashMap::new(),
             max_keys: MAX_KEYS,
+        }
+    }
+
+    /// Makes the shared and the tables' buckets hold `seconds` of their rate, full
+    /// (DynamoDB's burst capacity); partition keys' buckets keep theirs.
+    pub fn set_burst_seconds(&mut self, seconds: f64) {
+        self.shared.set_burst_seconds(seconds);
+        for bucket in self.tables.values_mut().flatten().flatten() {
+            bucket.set_burst_seconds(seconds);
+        }
+    }
+
+    /// Caps each partition key value's writes at `wcu` units a second, below
+    /// `key_rate` if that is higher.
+    pub fn set_partition_wcu(&mut self, wcu: Option<f64>) {
+        self.partition_wcu = wcu;
+    }
+
+    /// The rate of a partition key's bucket for `access`, if keys have buckets.
+    fn key_rate(&self, access: Access) -> Option<f64> {
+        let cap = self.partition_wcu.filter(|_| access == Access::Write);
+        match (self.key_rate, cap) {
+            (Some(rate), Some(cap)) => Some(rate.min(cap)),
+            (rate, cap) => rate.or(cap),
         }
     }
 
@@ -247,7 +274,7 @@ impl Capacity {
         } else {
             Unit::Shared
         }];
-        if let (Some(_), Some(key)) = (self.key_rate, key) {
+        if let (Some(_), Some(key)) = (self.key_rate(access), key) {
             let mut h = DefaultHasher::new();
             (table, slot(access), key).hash(&mut h);
             units.push(Unit::Key(table, h.finish()));
@@ -256,12 +283,13 @@ impl Capacity {
     }
 
     fn bucket(&mut self, unit: Unit<'_>, access: Access, now: Instant) -> &mut Bucket {
+        let key_rate = self.key_rate(access);
         let Capacity {
             shared,
             tables,
-            key_rate,
             keys,
             max_keys,
+            ..
         } = self;
         match unit {
             Unit::Shared => shared,

@@ -231,3 +231,61 @@ fn key_buckets_stay_bounded() {
         Verdict::Throttled { .. }
     ));
 }
+
+#[test]
+fn the_partition_write_cap_throttles_one_keys_writes_and_not_its_reads() {
+    let t0 = Instant::now();
+    let mut c = capacity(&[rate("t", None, 1e6)], None, t0);
+    c.set_partition_wcu(Some(1000.0));
+    let big = |key| Demand {
+        units: 100.0,
+        ..write(&["t"], Some(key))
+    };
+    // A key's bucket holds a tenth of a second, 100 units: one 100-unit write, then
+    // a hot partition until 100 ms have passed.
+    assert_eq!(c.decide(&big(1), t0), Verdict::Ok);
+    assert_eq!(
+        c.decide(&big(1), t0),
+        Verdict::Throttled {
+            wait: Duration::from_millis(100),
+            reasons: vec![throttled(
+                "t",
+                Access::Write,
+                Limit::KeyRangeThroughputExceeded
+            )],
+        }
+    );
+    assert_eq!(c.decide(&big(2), t0), Verdict::Ok);
+    let read = Demand {
+        access: Access::Read,
+        ..big(1)
+    };
+    assert_eq!(c.decide(&read, t0), Verdict::Ok);
+    assert_eq!(c.decide(&read, t0), Verdict::Ok);
+    assert_eq!(c.decide(&big(1), t0 + 100 * MS), Verdict::Ok);
+    // A lower --key-rate wins.
+    let mut c = capacity(&[rate("t", None, 1e6)], Some(10.0), t0);
+    c.set_partition_wcu(Some(1000.0));
+    assert_eq!(c.decide(&write(&["t"], Some(1)), t0), Verdict::Ok);
+    assert!(matches!(
+        c.decide(&write(&["t"], Some(1)), t0),
+        Verdict::Throttled { .. }
+    ));
+}
+
+#[test]
+fn burst_seconds_fill_the_shared_and_the_tables_buckets() {
+    let t0 = Instant::now();
+    let mut c = capacity(&[rate("t", None, 20.0)], None, t0);
+    c.set_burst_seconds(300.0);
+    let many = Demand {
+        units: 6000.0,
+        ..write(&["t"], None)
+    };
+    assert_eq!(c.decide(&many, t0), Verdict::Ok);
+    assert!(matches!(
+        c.decide(&write(&["t"], None), t0),
+        Verdict::Throttled { .. }
+    ));
+    assert_eq!(c.shared().level(t0), (300_000, 300_000, Duration::ZERO));
+}
