@@ -29,7 +29,7 @@ limits = {
     "plain-exact": (20, 0, None),
     "plain-blind": (20, 0, None),
 }
-names = {"sdk": "client alone", "easeoff": "through easeoff"}
+names = {"sdk": "client alone", "main": "through easeoff (before)", "easeoff": "through easeoff"}
 print(f"\n{seconds} s runs from the first call, medians of {runs}; 16 workers a client offering 3x the binding limit")
 print("| scenario | side | calls/s | of the limit | client errors | refusals | refusals per call | 529s | p50 ms | p99 ms | p50 ms per item | p99 ms per item |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -44,7 +44,7 @@ def allowed(scenario: str, r: dict) -> float:
 
 
 for scenario in scenarios:
-    for side in ["sdk", "easeoff"]:
+    for side in ["sdk", "main", "easeoff"]:
         try:
             rows = [json.loads(line) for line in open(f"{work}/{scenario}-{side}.jsonl")]
         except FileNotFoundError:

@@ -46,6 +46,16 @@ pub enum Decision {
 /// used per answer this sidecar sees (1 when alone on a request window; more when
 /// others share it; for a token window, tokens per request).
 pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decision {
+    decide_queued(spend, window, (in_flight, 0), fall)
+}
+
+/// [`decide`] for a lane that also has `queued` units waiting (`out`: in flight and
+/// queued, in the window's units): released together they would land on the window
+/// at once, so they count in the reserve that lets requests go at the client's
+/// speed; paced, they go one by one, so only those in flight count in what a low
+/// bucket wins back.
+pub fn decide_queued(spend: Spend, window: Quota, out: (u64, u64), fall: f64) -> Decision {
+    let (in_flight, queued) = out;
     let until = window.reset;
     if until.is_zero() {
         return Decision::Go;
@@ -79,7 +89,9 @@ pub fn decide(spend: Spend, window: Quota, in_flight: u64, fall: f64) -> Decisio
         return spread(ours);
     }
     let limit = window.limit.map_or(0.0, |l| l as f64 / fall);
-    let reserve = (RESERVE_SHARE * limit).ceil().max(in_flight as f64 + 1.0);
+    let reserve = (RESERVE_SHARE * limit)
+        .ceil()
+        .max(in_flight.saturating_add(queued) as f64 + 1.0);
     if ours > reserve {
         return Decision::Go;
     }
@@ -379,6 +391,35 @@ mod tests {
                 until: Duration::from_millis(59_520),
             }
         );
+    }
+
+    #[test]
+    fn queued_units_count_in_the_reserve_but_not_in_what_a_low_bucket_wins_back() {
+        // 22,800 tokens a minute, 300 left, full in 59.2 s: 22,500 refill in that time.
+        let w = Quota {
+            reset: Duration::from_millis(59_210),
+            ..window(300, 0, Some(22_800), true)
+        };
+        let refill = |share: f64| Decision::Pace {
+            spacing: Duration::from_millis(59_210).div_f64(22_500.0 * share),
+            until: Duration::from_millis(59_210),
+        };
+        // 19 in flight and 16 requests of 19 queued: it holds what is in flight, so
+        // it is paced at the refill rate, as the queue goes one by one.
+        assert_eq!(decide_queued(Spend::Use, w, (19, 304), 1.0), refill(1.0));
+        // Holding less than what is in flight: 90 % to win it back.
+        assert_eq!(decide_queued(Spend::Use, w, (400, 0), 1.0), refill(0.9));
+        // 1,200 left is above 5 % of the limit (1,140), but not above what is out and
+        // queued: released together, they would overrun it.
+        let more = Quota {
+            remaining: 1_200,
+            ..w
+        };
+        assert_eq!(decide_queued(Spend::Use, more, (0, 0), 1.0), Decision::Go);
+        assert!(matches!(
+            decide_queued(Spend::Use, more, (19, 1_400), 1.0),
+            Decision::Pace { .. }
+        ));
     }
 
     #[test]

@@ -19,7 +19,7 @@ async fn health_readiness_and_status_answer() {
     assert_eq!(s["name"], "up");
     assert_eq!(s["listen"], proxy.addr.to_string());
     assert_eq!(s["url"], format!("http://{}", up.addr));
-    assert_eq!(s["strategy"], "responsive");
+    assert_eq!(s["strategy"], "cubic");
     assert_eq!(s["interval_ms"], 0.0);
     assert_eq!(s["paused_until"], serde_json::Value::Null);
     assert_eq!(s["waiting"], 0);

@@ -182,7 +182,7 @@ async fn sighup_rebuilds_only_what_changed_and_fails_no_request() {
         throttles_first(1, throttle).await,
     );
     // A fixed, unrandomized first raise that successes will not undo.
-    let learn = "[upstream.sleeper]\ninitial_interval = \"50ms\"\nrandomization_factor = 0.0\ndown_threshold = 100000\n";
+    let learn = "[upstream.sleeper]\nstrategy = \"responsive\"\ninitial_interval = \"50ms\"\nrandomization_factor = 0.0\ndown_threshold = 100000\n";
     let server = "[server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\n";
     let text = format!(
         "{server}{}{}",

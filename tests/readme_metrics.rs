@@ -20,7 +20,13 @@ async fn readme_metric_table_matches_the_exported_families() {
         "too few rows parsed: {documented:?}"
     );
 
-    let up = throttles_first(1, || respond(429, &[("retry-after-ms", "1")], "")).await;
+    // A spent window makes the pause the lane's, not only the request's.
+    let spent = [
+        ("retry-after-ms", "1"),
+        ("x-ratelimit-remaining-requests", "0"),
+        ("x-ratelimit-reset-requests", "1ms"),
+    ];
+    let up = throttles_first(1, move || respond(429, &spent, "")).await;
     // Costs in tokens with their histogram: every optional family.
     let lanes = "[upstream.lanes]\ncost = \"tokens\"\nmetrics_histograms = true\n";
     let proxy = proxy_with_absent_fleet(up.addr, lanes).await;

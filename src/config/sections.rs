@@ -11,7 +11,7 @@ use super::schema::{
     sleeper_defaults_for, throttle_defaults,
 };
 use super::validate;
-use crate::sleeper::Mode;
+use crate::sleeper::{Mode, Strategy};
 
 /// The sub-tables of `[[upstream]]`, so a key written one level too high is pointed
 /// to its table.
@@ -71,8 +71,12 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     u.sleeper = read_section(
         t.table("sleeper"),
         &SLEEPER,
-        sleeper_defaults(preset),
+        sleeper_defaults(),
         |t, s, set| {
+            // `cubic` paces a rate: in delay mode the default is AutoSleeper's own.
+            if !set.has("strategy") && s.mode == Mode::Delay {
+                s.strategy = Strategy::Responsive;
+            }
             let defaults = sleeper_defaults_for(s.strategy, s.mode);
             keep_unset(&SLEEPER, s, &defaults, set);
             validate::sleeper(t, s, set);

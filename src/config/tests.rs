@@ -47,7 +47,13 @@ fn a_minimal_upstream_gets_the_documented_defaults() {
     assert_eq!(u.url.base_path, "");
     assert_eq!(u.preset, Preset::None);
     assert_eq!(u.request_timeout, Duration::from_secs(60));
-    assert_eq!(u.sleeper, sleeper::Settings::seed_defaults());
+    assert_eq!(
+        u.sleeper,
+        sleeper::Settings {
+            strategy: Strategy::Cubic,
+            ..sleeper::Settings::seed_defaults()
+        }
+    );
     assert_eq!(u.throttle.statuses, [429, 503]);
     assert_eq!(u.retry.max_attempts, 5);
     assert_eq!(u.retry.max_body_bytes, 1 << 20);
@@ -245,12 +251,15 @@ fn the_api_presets_bring_their_vendors_statuses_lanes_and_pauses() {
 }
 
 #[test]
-fn aws_presets_default_to_cubic_and_the_others_to_responsive() {
+fn every_preset_defaults_to_cubic_and_delay_mode_to_responsive() {
     for (preset, strategy) in [
         ("dynamodb", Strategy::Cubic),
         ("aws", Strategy::Cubic),
-        ("none", Strategy::Responsive),
-        ("grpc", Strategy::Responsive),
+        ("none", Strategy::Cubic),
+        ("grpc", Strategy::Cubic),
+        ("openai", Strategy::Cubic),
+        ("anthropic", Strategy::Cubic),
+        ("github", Strategy::Cubic),
     ] {
         let c = parse(&format!("{MINIMAL}preset = \"{preset}\"\n")).unwrap();
         let s = &c.upstreams[0].sleeper;
@@ -268,6 +277,14 @@ fn aws_presets_default_to_cubic_and_the_others_to_responsive() {
     ))
     .unwrap();
     assert_eq!(c.upstreams[0].sleeper.strategy, Strategy::Responsive);
+    // `cubic` paces a rate: delay mode with no strategy named takes `responsive`.
+    let c = parse(&format!("{MINIMAL}[upstream.sleeper]\nmode = \"delay\"\n")).unwrap();
+    let s = &c.upstreams[0].sleeper;
+    assert_eq!(s.strategy, Strategy::Responsive);
+    assert_eq!(
+        s.initial_interval,
+        Initial::Fixed(Duration::from_millis(500))
+    );
 }
 
 #[test]

@@ -203,10 +203,9 @@ pub fn quota(reading: &Reading, falls: &Falls, facts: &QuotaFacts) -> QuotaEffec
     let tokens = reading.tokens.map(|w| {
         let per_answer = falls.tokens.observe(w, at, units.mean);
         share = (per_answer / units.mean).max(units.window.least_share);
-        // What waits counts with what is out: released together, it would land on
-        // the window at once, before any answer shows it.
-        let out = in_flight as f64 * per_answer + units.queued as f64;
-        quota::decide(spend, w, out as u64, 1.0)
+        // What waits counts with what is out (see `quota::decide_queued`).
+        let flying = in_flight as f64 * per_answer;
+        quota::decide_queued(spend, w, (flying as u64, units.queued), 1.0)
     });
     let pause = [requests, tokens]
         .into_iter()

@@ -21,13 +21,18 @@ fn control(
     preset: Preset,
     lanes: LaneSettings,
 ) -> (Control, Metrics, tokio::runtime::Runtime, Arc<ManualClock>) {
-    let metrics = Metrics::new().unwrap();
-    let settings = UpstreamSettings {
+    control_with(UpstreamSettings {
         name: "api".into(),
         preset,
         lanes,
         ..UpstreamSettings::default()
-    };
+    })
+}
+
+fn control_with(
+    settings: UpstreamSettings,
+) -> (Control, Metrics, tokio::runtime::Runtime, Arc<ManualClock>) {
+    let metrics = Metrics::new().unwrap();
     let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
     let runtime = manual.runtime().unwrap();
     let control = {
@@ -299,7 +304,12 @@ fn fleet_series_stay_within_metrics_lanes_as_thirty_thousand_lanes_come_and_go()
 
 #[test]
 fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
-    let (control, _m, runtime, manual) = control(Preset::None, LaneSettings::default());
+    // `responsive`: its raises reach past a second in 25 throttles.
+    let (control, _m, runtime, manual) = control_with(UpstreamSettings {
+        name: "api".into(),
+        sleeper: crate::sleeper::Settings::seed_defaults(),
+        ..UpstreamSettings::default()
+    });
     let _inside = runtime.enter();
     let head = tenant("x");
     for _ in 0..25 {
