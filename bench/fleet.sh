@@ -13,7 +13,7 @@
 #                  [--clients 4] [--light 0] [--light-rate 5] [--warmup 10]
 #                  [--seconds 20] [--runs 1] [--fault KILL:RESTART] [--fault-kind kill|oom]
 #                  [--baseline yes|no] [--svg FILE] [--idle 0] [--roll 0] [--series 0|1]
-#                  [--writer latency|boto3]
+#                  [--writer latency|boto3] [--burst-seconds S]
 #
 # --light K: the first K members' writers send LIGHT_RATE requests/s in all (h2load)
 # instead of as fast as they can (unequal demand). --fault 10:20 kills redis 10 s into
@@ -36,7 +36,9 @@
 # place). --writer boto3 makes the writers boto3 clients (bench/boto3_writer.py: PutItem
 # after PutItem, standard retry mode, CLIENTS threads per member) instead of
 # bench/latency.py, as a DynamoDB application is (BOTO3_PYTHON, else
-# EASEOFF_E2E_VENV/bin/python, must have boto3). The cold-start runs:
+# EASEOFF_E2E_VENV/bin/python, must have boto3). --burst-seconds S gives the table S
+# seconds of its rate as burst capacity, full at the start, as DynamoDB keeps up to
+# 300 s of unused capacity (the mock's default is a tenth of a second). The cold-start runs:
 #   bench/fleet.sh --members 16 --modes fleet --warmup 0 --seconds 40
 #   bench/fleet.sh --members 1 --modes independent --clients 16 --idle 3 --warmup 0 --seconds 20
 #   bench/fleet.sh --members 16 --modes fleet --warmup 10 --seconds 60 --roll 2
@@ -54,7 +56,7 @@ cd "$(dirname "$0")/.."
 
 members_list="1 4 8 16" modes="independent fleet" rate=100 clients=4 light=0 light_rate=5
 warmup=10 seconds=20 runs=1 fault="" fault_kind=kill baseline=yes svg=target/fleet-fault.svg
-idle=0 roll=0 series=0 migrate="" writer=latency
+idle=0 roll=0 series=0 migrate="" writer=latency burst_seconds=
 while [ $# -gt 0 ]; do
   case "$1" in
     --members) members_list=$2 ;; --modes) modes=$2 ;; --rate) rate=$2 ;;
@@ -62,7 +64,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2 ;; --seconds) seconds=$2 ;; --runs) runs=$2 ;; --fault) fault=$2 ;; --svg) svg=$2 ;;
     --fault-kind) fault_kind=$2 ;; --baseline) baseline=$2 ;;
     --idle) idle=$2 ;; --roll) roll=$2 ;; --series) series=$2 ;; --migrate) migrate=$2 ;;
-    --writer) writer=$2 ;;
+    --writer) writer=$2 ;; --burst-seconds) burst_seconds=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -295,7 +297,8 @@ for run in $(seq "$runs"); do
       [ "$faulting" = 0 ] || label="$mode+$fault_kind"
       mock_port=$(free_port) mock_admin=$(free_port)
       "$bin" mock-upstream --listen "127.0.0.1:$mock_port" --admin "127.0.0.1:$mock_admin" \
-        --rate "$rate" --style dynamodb --log-format json >"$work/mock.log" 2>&1 &
+        --rate "$rate" --style dynamodb ${burst_seconds:+--burst-seconds "$burst_seconds"} \
+        --log-format json >"$work/mock.log" 2>&1 &
       pids+=($!)
       fleet_section=""
       if [ "$mode" = fleet ]; then

@@ -73,6 +73,10 @@ pub struct TokenWindow {
     /// The window counts a request at its reservation whatever the answer used, so an
     /// answer's own count only ever adds.
     pub counts_reserved: bool,
+    /// Its `remaining` is rounded (Anthropic's, to the nearest thousand) and the
+    /// binding window may change from one answer to the next, so how far it falls per
+    /// answer says nothing: the lane's own mean reservation stands in for it.
+    pub coarse: bool,
 }
 
 impl TokenWindow {
@@ -80,6 +84,7 @@ impl TokenWindow {
     pub const USED: TokenWindow = TokenWindow {
         least_share: 1.0,
         counts_reserved: false,
+        coarse: false,
     };
     /// OpenAI's ([`openai::TOKEN_WINDOW`]).
     pub const OPENAI: TokenWindow = openai::TOKEN_WINDOW;

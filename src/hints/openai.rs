@@ -14,6 +14,7 @@ use super::{Quota, Reading, TokenWindow};
 pub const TOKEN_WINDOW: TokenWindow = TokenWindow {
     least_share: 1.0,
     counts_reserved: true,
+    coarse: false,
 };
 
 /// Reads the request and token windows into `reading`.

@@ -201,7 +201,14 @@ pub fn quota(reading: &Reading, falls: &Falls, facts: &QuotaFacts) -> QuotaEffec
         reason = "token counts"
     )]
     let tokens = reading.tokens.map(|w| {
-        let per_answer = falls.tokens.observe(w, at, units.mean);
+        let observed = falls.tokens.observe(w, at, units.mean);
+        // A coarse window's fall is noise: steps of a thousand, from windows that take
+        // turns (the fall read 330, 878, then -68 tokens an answer, for 14).
+        let per_answer = if units.window.coarse {
+            units.mean
+        } else {
+            observed
+        };
         share = (per_answer / units.mean).max(units.window.least_share);
         // What waits counts with what is out (see `quota::decide_queued`).
         let flying = in_flight as f64 * per_answer;

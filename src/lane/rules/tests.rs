@@ -227,9 +227,15 @@ fn a_vendor_window_that_counts_one_kind_of_token_spaces_by_its_least_share() {
         }
     };
     // 60 s / 108,000 a token: 555.6 ms per thousand of the lane's tokens, a quarter
-    // of that where the window counts a quarter of them.
-    assert_eq!(per_unit(TokenWindow::ANTHROPIC), 138_889);
+    // of that where the window counts a quarter of them (and says so exactly).
+    let input_only = TokenWindow {
+        coarse: false,
+        ..TokenWindow::ANTHROPIC
+    };
+    assert_eq!(per_unit(input_only), 138_889);
     assert_eq!(per_unit(TokenWindow::OPENAI), 555_556);
+    // Anthropic's rounded window: its fall is not read, the lane's own mean stands.
+    assert_eq!(per_unit(TokenWindow::ANTHROPIC), 555_556);
 }
 
 #[test]
@@ -406,4 +412,41 @@ fn a_first_refusal_holds_only_its_request_and_a_second_within_its_pause_the_lane
     // Sent once the earlier pause was over.
     assert!(!pushback_holds_lane(false, 2_000, Some(earlier)));
     assert!(pushback_holds_lane(true, 500, None), "lane-wide evidence");
+}
+
+#[test]
+fn a_coarse_window_spaces_by_the_lanes_own_mean_whatever_its_remaining_did() {
+    // Anthropic rounds token remaining to thousands, and the window with the least
+    // left changes between answers: 4,000 of 400,000, then 1,000 of 80,000, then
+    // 8,000 of 400,000 read falls of hundreds of tokens an answer for a lane that
+    // reserves 120. The floor is the one its own mean gives, as at the first answer.
+    let at = |ms: u64| QuotaFacts {
+        at: Duration::from_millis(ms),
+        ..tokens(secs(60), TokenWindow::ANTHROPIC)
+    };
+    let reading = |remaining, limit| Reading {
+        tokens: Some(bucket(remaining, limit)),
+        ..Reading::default()
+    };
+    let falls = Falls::default();
+    let first = quota(&reading(4_000, 400_000), &Falls::default(), &at(0)).floor;
+    quota(&reading(4_000, 400_000), &falls, &at(0));
+    quota(&reading(1_000, 80_000), &falls, &at(50));
+    quota(&reading(8_000, 400_000), &falls, &at(100));
+    assert_eq!(
+        quota(&reading(4_000, 400_000), &falls, &at(150)).floor,
+        first
+    );
+    // OpenAI's window is exact: there the fall counts.
+    let exact = |ms| QuotaFacts {
+        at: Duration::from_millis(ms),
+        ..tokens(secs(60), TokenWindow::OPENAI)
+    };
+    let falls = Falls::default();
+    let first = quota(&reading(4_000, 400_000), &Falls::default(), &exact(0)).floor;
+    quota(&reading(4_000, 400_000), &falls, &exact(0));
+    assert_ne!(
+        quota(&reading(3_000, 400_000), &falls, &exact(50)).floor,
+        first
+    );
 }
