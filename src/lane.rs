@@ -515,8 +515,9 @@ impl Lane {
         };
         let actual = rules::settlement(actual, self.window_limit(), self.unit().most());
         let window = self.common.settings.preset.token_window();
-        self.pacer
-            .settle(slot.cost, rules::charged(slot.cost, actual, window));
+        let charged = rules::charged(slot.cost, actual, window);
+        self.pacer.settle(slot.cost, charged);
+        self.costs.charged(charged);
         self.costs.settled(actual);
         let Some(costs) = &self.metrics.costs else {
             return;

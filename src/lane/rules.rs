@@ -111,7 +111,8 @@ pub struct QuotaFacts {
 /// What a lane that paces in units knows when an answer's windows come in.
 #[derive(Clone, Copy, Debug)]
 pub struct UnitFacts {
-    /// The mean reservation per request, in thousandths of the unit (at least 1).
+    /// The mean a request is charged at (its reservation, moved by what its answer
+    /// said), in thousandths of the unit (at least 1).
     pub mean: f64,
     /// The reserved cost of the requests waiting in the queue, in thousandths.
     pub queued: u64,

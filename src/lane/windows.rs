@@ -69,7 +69,7 @@ impl Lane {
             self.window_limit.fetch_max(limit, Ordering::Relaxed);
         }
         let units = (self.unit() != Unit::Requests).then(|| rules::UnitFacts {
-            mean: self.costs.mean().max(1.0),
+            mean: self.costs.charged_mean().max(1.0),
             queued: self.pacer.queued_cost(),
             window: settings.preset.token_window(),
         });
