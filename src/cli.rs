@@ -127,7 +127,7 @@ pub struct MockArgs {
     /// DynamoDB's burst capacity: --rate's bucket and every --table-rate's hold SECONDS
     /// of their rate (at least 1), start full and resize as the rate changes; overrides
     /// --burst. DynamoDB retains up to 300 s of unused capacity, best effort:
-    /// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/burst-adaptive-capacity.html
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/burst-adaptive-capacity.html>
     #[arg(long, value_name = "SECONDS")]
     pub burst_seconds: Option<f64>,
     /// How a throttle looks.
@@ -161,7 +161,7 @@ pub struct MockArgs {
     /// table take at most, DynamoDB's per-partition limit of 1,000 WCU (reads' 3,000
     /// RCU are not modelled); beyond it a hot partition, as --key-rate's. A lower
     /// --key-rate wins; 0 turns it off.
-    /// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html>
     #[arg(long, value_name = "WCU", default_value_t = 1000.0)]
     pub partition_wcu: f64,
     /// Style dynamodb: a request takes the capacity units DynamoDB's documented rules
@@ -169,7 +169,7 @@ pub struct MockArgs {
     /// (1,024 bytes) of the item, rounded up per item, at least one (Update and Delete:
     /// the key and ExpressionAttributeValues); transactions double; GetItem one if
     /// ConsistentRead, else a half, per key in BatchGetItem; others one. Item sizes:
-    /// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html>
     #[arg(long)]
     pub charge_by_size: bool,
     /// Requests whose path starts with PREFIX are always throttled (repeatable), e.g.

@@ -12,7 +12,7 @@ use super::{Quota, Reading, TokenWindow};
 /// Anthropic's binding token window may be the input or the output window, which
 /// counts a share of what a lane reserves (prompt and `max_tokens` together); its
 /// answers' `usage` is what it charged. Its token `remaining` values are rounded to
-/// the nearest thousand (https://docs.anthropic.com/en/api/rate-limits), and which
+/// the nearest thousand (<https://docs.anthropic.com/en/api/rate-limits>), and which
 /// window has the least left changes between answers: coarse.
 pub const TOKEN_WINDOW: TokenWindow = TokenWindow {
     least_share: 0.25,
