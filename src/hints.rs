@@ -75,7 +75,7 @@ pub struct TokenWindow {
     pub counts_reserved: bool,
     /// Its `remaining` is rounded (Anthropic's, to the nearest thousand) and the
     /// binding window may change from one answer to the next, so how far it falls per
-    /// answer says nothing: the lane's own mean reservation stands in for it.
+    /// answer says nothing: the lane's own mean cost per request stands in for it.
     pub coarse: bool,
 }
 

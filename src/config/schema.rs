@@ -505,9 +505,9 @@ pub fn parse_access_log(text: &str) -> Result<AccessLog, String> {
 /// The sleeper an upstream gets with no `[upstream.sleeper]`: `cubic`, with
 /// AutoSleeper's defaults for the rest. Throttled APIs refill token buckets (AWS's,
 /// OpenAI's, Anthropic's, GitHub's secondary limits, most plain APIs' 429s), which
-/// `cubic` tracks closely; `responsive` spreads each step by ±30 %, so one in four of
-/// its decreases is a raise, and a plain API at 20/s got 0.82 of its rate through it
-/// against 0.95 through `cubic`.
+/// `cubic` tracks closely; `responsive` spreads each step by ±30 %, so about one in
+/// three of its decreases is a raise, and a plain API at 20/s got 0.82 of its rate
+/// through it against 0.95 through `cubic`.
 pub fn sleeper_defaults() -> sleeper::Settings {
     sleeper::Settings {
         strategy: Strategy::Cubic,
