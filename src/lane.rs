@@ -442,18 +442,26 @@ impl Lane {
     /// Feeds a verdict to the lane's controller as [`rules::reaction`] says; `slot`
     /// is the lane's slot of the attempt (its epoch decides whether a throttle
     /// raises); `pause` is what a throttle's answer asked for, which holds the lane
-    /// or only the request (see [`Lane::throttle_seen`]). Returns the pause the
-    /// request waits before its retry. Upstream-level counts of the verdict are the
-    /// caller's.
+    /// or only the request (see [`Lane::throttle_seen`]); `to_cap`: a throttle went
+    /// to the upstream's learned `max_in_flight`, so the rate stays, and its pause
+    /// holds only its request. Returns the pause the request waits before its retry.
+    /// Upstream-level counts of the verdict are the caller's.
     fn record(
         &self,
         slot: &Slot,
         verdict: Option<Verdict>,
         pause: Option<Pushed>,
+        to_cap: bool,
     ) -> Option<Duration> {
         let mut hold = None;
         match verdict {
-            Some(Verdict::Throttle(signal)) => hold = self.throttle_seen(signal, slot, pause),
+            Some(Verdict::Throttle(signal)) => {
+                hold = self.throttle_seen(signal, slot, pause, to_cap);
+                if to_cap {
+                    self.start.answered(false, false);
+                    return hold;
+                }
+            }
             Some(Verdict::Success) => {
                 self.overloads.success();
                 self.asked.forget();

@@ -27,6 +27,7 @@ pub use lane::{LANE_SERIES, LaneCosts, LaneMetrics, LaneSeries, reason_label};
 pub use sharded::{ShardedCounter, ShardedFloatCounter, ShardedGauge, ShardedHistogram};
 use sharded::{ShardedCounterVec, ShardedFloatCounterVec, ShardedGaugeVec, ShardedHistogramVec};
 
+use crate::concurrency::Why;
 use crate::hints::Hint;
 use crate::pacer::ShedReason;
 use crate::throttle::Signal;
@@ -138,7 +139,7 @@ per_upstream! {
     responses: Responses = "easeoff_upstream_responses_total",
         "Upstream attempts that got an answer, by HTTP status.";
     throttles: By<Signal> = "easeoff_throttles_total",
-        "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit.";
+        "Throttled attempts by what gave them away: status, header, body, grpc, partial, ratelimit, overload, busy.";
     hints_capped: By<Hint> = "easeoff_hint_pauses_capped_total",
         "Pauses and rate-limit windows asked for by an upstream header that were cut to max_pause, by header.";
     pub increases: ShardedCounter = "easeoff_interval_increases_total",
@@ -167,6 +168,12 @@ per_upstream! {
         "Requests waiting for a slot.";
     pub in_flight: ShardedGauge = "easeoff_in_flight",
         "Attempts sent upstream and not yet answered.";
+    pub in_flight_cap: IntGauge = "easeoff_in_flight_cap",
+        "With max_in_flight: requests easeoff lets out at once (0 without a cap).";
+    pub cap_out: IntGauge = "easeoff_in_flight_capped",
+        "With max_in_flight: requests out under the cap, their answers included until they have passed.";
+    cap_moves: By<Why> = "easeoff_in_flight_cap_moves_total",
+        "Moves of a learned max_in_flight, by why: grew (answers came back with the cap full), refused (a refusal with many out), latency (answers came back ever slower), fleet (the fleet's share).";
     pub queue_wait: ShardedHistogram = "easeoff_queue_wait_seconds",
         "Time from a request's arrival to its dispatch.";
     pub upstream_duration: ShardedHistogram = "easeoff_upstream_duration_seconds",
@@ -506,6 +513,11 @@ impl UpstreamMetrics {
         self.throttles.get(signal)
     }
 
+    /// The counter of a learned cap's moves for one reason.
+    pub fn cap_move(&self, why: Why) -> &ShardedCounter {
+        self.cap_moves.get(why)
+    }
+
     /// The retries counter of one reason.
     pub fn retry(&self, reason: RetryReason) -> &ShardedCounter {
         self.retries.get(reason)
@@ -598,7 +610,8 @@ label!(
     Signal = "signal",
     RetryReason = "reason",
     ShedReason = "reason",
-    Hint = "header"
+    Hint = "header",
+    Why = "why"
 );
 
 /// A counter per value of label `L`, all made at start-up.

@@ -39,6 +39,9 @@ crate::spelled::spelled! {
         /// GitHub: 429, and 403 when it says rate limit; `x-ratelimit-resource` names the
         /// lane, and a spent hourly quota may pause for up to an hour.
         GitHub = "github",
+        /// A self-hosted model server (TGI, vLLM, Ollama, llama.cpp's server): 429 and
+        /// 503 say its slots or its queue are full.
+        ModelServer = "model-server",
     }
 }
 
@@ -79,6 +82,9 @@ crate::spelled::spelled! {
         /// 529, or a 503 that says "overloaded": retried with backoff, never learned as
         /// a quota.
         Overload = "overload",
+        /// A server whose slots are full (a model server's 429 or 503, a 503 that says
+        /// "busy"): moves a learned `max_in_flight`, not the rate.
+        Busy = "busy",
     }
 }
 
@@ -145,6 +151,12 @@ impl Classifier {
             return Head::Decided(Verdict::Throttle(Signal::Header));
         }
         let code = status.as_u16();
+        if self.preset == Preset::ModelServer
+            && matches!(code, 429 | 503)
+            && self.rules.statuses.contains(&code)
+        {
+            return Head::Decided(Verdict::Throttle(Signal::Busy));
+        }
         if self.rules.statuses.contains(&code) {
             return match shared::head(code, headers) {
                 Some(verdict) => Head::Decided(verdict),

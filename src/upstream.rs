@@ -15,11 +15,13 @@ use std::time::{Duration, SystemTime};
 
 use crate::attempt::Cause;
 use crate::clock::{Clock, Instant};
+use crate::concurrency::{CapSetting, Why};
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::cost::answer::AnswerCost;
 use crate::deadline::after;
 use crate::fleet::Fleet;
+use crate::flights::{Flights, OnMove};
 use crate::lane::{Answer, CappedHint, Lane, Lanes, Pass, Route, Settled, Told};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
 use crate::notice::Notice;
@@ -99,6 +101,8 @@ pub struct Control {
     /// One line per second about shed requests.
     shed_notice: Notice,
     observer: Option<Observer>,
+    /// `max_in_flight`: the requests out at once, when capped.
+    flights: Option<Arc<Flights>>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -188,8 +192,33 @@ impl Control {
             (rng, spread_seed),
             reach,
         );
+        let upstream_metrics = Arc::clone(lanes.upstream_metrics());
+        let flights = {
+            let metrics = Arc::clone(&upstream_metrics);
+            let (name, learns) = (
+                settings.name.clone(),
+                settings.max_in_flight == CapSetting::Learn,
+            );
+            let on_move: OnMove = Box::new(move |cap, why| {
+                metrics.in_flight_cap.set(i64::from(cap));
+                metrics.cap_move(why).inc();
+                if why != Why::Grew {
+                    tracing::info!(upstream = %name, cap, why = why.as_str(), learns, "max_in_flight moved");
+                }
+            });
+            Flights::new(
+                settings.max_in_flight,
+                settings.queue.max_waiting,
+                clock.clone(),
+                Some(on_move),
+            )
+        };
+        if let Some(flights) = &flights {
+            upstream_metrics.in_flight_cap.set(i64::from(flights.cap()));
+        }
         let control = Control {
-            metrics: Arc::clone(lanes.upstream_metrics()),
+            metrics: upstream_metrics,
+            flights,
             origin: lanes.origin(),
             lanes,
             budget: RetryBudget::new(
@@ -404,12 +433,23 @@ impl Control {
         deadline: Instant,
         patient: bool,
     ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
+        let flight = match &self.flights {
+            None => None,
+            Some(flights) => {
+                let flight = flights
+                    .take(deadline)
+                    .await
+                    .map_err(|shed| (shed, &route.first))?;
+                self.metrics.cap_out.set(i64::from(flights.out()));
+                Some(flight)
+            }
+        };
         let slot = route
             .first
             .acquire(deadline, patient, route.cost)
             .await
             .map_err(|shed| (shed, &route.first))?;
-        let mut pass = Pass::one(Arc::clone(&route.first), slot);
+        let mut pass = Pass::one(Arc::clone(&route.first), slot).with_flight(flight);
         for (i, lane) in route.more.iter().enumerate() {
             let slot = lane
                 .acquire(deadline, patient, route.cost_in_more(i))
@@ -449,7 +489,13 @@ impl Control {
 
     /// Requests waiting for a slot, over all lanes.
     pub fn waiting(&self) -> usize {
-        self.lanes.all().iter().map(|l| l.waiting()).sum()
+        let capped = self.flights.as_ref().map_or(0, |f| f.waiting());
+        self.lanes.all().iter().map(|l| l.waiting()).sum::<usize>() + capped
+    }
+
+    /// `max_in_flight`'s cap and the requests out under it, when capped.
+    pub fn flights(&self) -> Option<&Flights> {
+        self.flights.as_deref()
     }
 
     /// From now on no request waits more than `within` from now (the shutdown drain),
@@ -480,6 +526,10 @@ impl Control {
         let headline = self.lanes.slowest().interval();
         self.metrics.interval.set(headline.as_secs_f64());
         self.metrics.pause.set(pause.as_secs_f64());
+        if let Some(flights) = &self.flights {
+            waiting += flights.waiting();
+            self.metrics.cap_out.set(i64::from(flights.out()));
+        }
         self.metrics.queue_waiting.set(waiting as i64);
         self.metrics
             .connect_backoff

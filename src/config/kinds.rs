@@ -17,6 +17,7 @@ use toml::Spanned;
 use super::keys::{Bounds, Kind, quote, strings};
 use super::reader::TableReader;
 use super::units::{format_duration, parse_duration};
+use crate::concurrency::CapSetting;
 use crate::route::{Part, parse_part};
 use crate::sleeper::Initial;
 
@@ -200,6 +201,34 @@ impl Kind<Initial> for InitialInterval {
         Some(match value {
             Initial::Auto => quote("auto"),
             Initial::Fixed(d) => quote(&format_duration(*d)),
+        })
+    }
+}
+
+/// `max_in_flight`: `"off"`, a whole number from 1, or `"learn"`.
+pub struct InFlightCap;
+
+impl Kind<CapSetting> for InFlightCap {
+    fn read(&self, t: &mut TableReader<'_, '_>, key: &'static str) -> Option<Spanned<CapSetting>> {
+        const SAYS: &str = "\"off\", a whole number from 1 to 100000 (a fixed cap), or \"learn\"";
+        t.number_or_words(
+            key,
+            |n| match u32::try_from(n) {
+                Ok(n @ 1..=100_000) => Ok(CapSetting::Fixed(n)),
+                _ => Err(format!("must be {SAYS}, got {n}")),
+            },
+            |text| match text {
+                "off" => Ok(CapSetting::Off),
+                "learn" => Ok(CapSetting::Learn),
+                _ => Err(format!("must be {SAYS}, got \"{text}\"")),
+            },
+        )
+    }
+
+    fn show(&self, value: &CapSetting) -> Option<String> {
+        Some(match value {
+            CapSetting::Fixed(n) => n.to_string(),
+            _ => quote(&value.to_string()),
         })
     }
 }

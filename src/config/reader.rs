@@ -226,6 +226,28 @@ impl<'t, 'i> TableReader<'t, 'i> {
         }
     }
 
+    /// A whole number, or a string turned into `T` by `words` (`"off"`, `"learn"`);
+    /// `number` turns the number into `T` or says why it cannot.
+    pub fn number_or_words<T>(
+        &mut self,
+        key: &'static str,
+        number: impl FnOnce(u64) -> Result<T, String>,
+        words: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<Spanned<T>> {
+        let value = self.raw(key)?;
+        if let DeValue::Integer(_) = value.get_ref() {
+            let n = self.unsigned_value(key, value)?;
+            return match number(*n.get_ref()) {
+                Ok(v) => Some(Spanned::new(n.span(), v)),
+                Err(e) => {
+                    self.invalid(n.span(), key, e);
+                    None
+                }
+            };
+        }
+        self.parse_value(key, value, "a whole number or a string", words)
+    }
+
     pub fn boolean(&mut self, key: &'static str) -> Option<Spanned<bool>> {
         let value = self.raw(key)?;
         match value.get_ref() {

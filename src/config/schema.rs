@@ -26,10 +26,12 @@ use super::keys::{
     Bounds, Choice, Kind, NonEmpty, Parsed, Plain, Required, Schema, Size, keys, quote, strings,
 };
 use super::kinds::{
-    CA_FILE, CERT_FILE, HeaderKey, HeaderNames, HeaderRules, InitialInterval, KEY_FILE, LaneParts,
-    Name, Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr, parse_url,
+    CA_FILE, CERT_FILE, HeaderKey, HeaderNames, HeaderRules, InFlightCap, InitialInterval,
+    KEY_FILE, LaneParts, Name, Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr,
+    parse_url,
 };
 use super::reader::TableReader;
+use crate::concurrency::CapSetting;
 use crate::cost::Unit;
 use crate::quota::Spend;
 use crate::route::Part;
@@ -403,6 +405,8 @@ pub struct UpstreamSettings {
     pub max_pause: Duration,
     /// How a rate-limit window the upstream states is spent.
     pub quota: Spend,
+    /// Requests out at once: none, a fixed cap, or a learned one.
+    pub max_in_flight: CapSetting,
     pub sleeper: sleeper::Settings,
     pub throttle: Rules,
     pub retry: RetrySettings,
@@ -436,6 +440,7 @@ impl Default for UpstreamSettings {
             access_log: AccessLog::Off,
             max_pause: max_pause_default(Preset::None),
             quota: Spend::Use,
+            max_in_flight: CapSetting::Off,
             sleeper: sleeper_defaults(),
             throttle: throttle_defaults(Preset::None),
             retry: RetrySettings::default(),
@@ -464,6 +469,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     access_log: Parsed(parse_access_log),
     max_pause: SOME_TIME,
     quota: Plain,
+    max_in_flight: InFlightCap,
 } tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool, lanes);
 
 /// Which requests of an upstream get a line in the access log.

@@ -68,6 +68,9 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     if !set.has("max_pause") {
         u.max_pause = max_pause_default(preset);
     }
+    if !set.has("max_in_flight") {
+        u.max_in_flight = crate::concurrency::default_for(preset);
+    }
     u.sleeper = read_section(
         t.table("sleeper"),
         &SLEEPER,

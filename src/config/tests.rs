@@ -849,3 +849,37 @@ fn a_body_is_read_on_for_its_lane_fields_up_to_max_scan_bytes() {
         problems(&bad)
     );
 }
+
+#[test]
+fn max_in_flight_is_off_a_whole_number_or_learn_and_learned_by_github_and_model_servers() {
+    use crate::concurrency::CapSetting;
+    let cap =
+        |extra: &str| parse(&format!("{MINIMAL}{extra}\n")).unwrap().upstreams[0].max_in_flight;
+    assert_eq!(cap(""), CapSetting::Off);
+    assert_eq!(cap("max_in_flight = 8"), CapSetting::Fixed(8));
+    assert_eq!(cap("max_in_flight = \"learn\""), CapSetting::Learn);
+    assert_eq!(cap("preset = \"github\""), CapSetting::Learn);
+    assert_eq!(cap("preset = \"model-server\""), CapSetting::Learn);
+    assert_eq!(
+        cap("preset = \"github\"\nmax_in_flight = \"off\""),
+        CapSetting::Off
+    );
+    assert_eq!(cap("preset = \"openai\""), CapSetting::Off);
+    let says = "must be \"off\", a whole number from 1 to 100000 (a fixed cap), or \"learn\"";
+    assert_eq!(
+        problems(&format!("{MINIMAL}max_in_flight = 0\n")),
+        vec![format!(
+            "easeoff.toml:6:17: upstream \"orders\": max_in_flight: {says}, got 0"
+        )]
+    );
+    assert_eq!(
+        problems(&format!("{MINIMAL}max_in_flight = \"lots\"\n")),
+        vec![format!(
+            "easeoff.toml:6:17: upstream \"orders\": max_in_flight: {says}, got \"lots\""
+        )]
+    );
+    assert_eq!(
+        problems(&format!("{MINIMAL}max_in_flight = 1.5\n")),
+        vec!["easeoff.toml:6:17: upstream \"orders\": max_in_flight must be a whole number or a string, got float 1.5".to_string()]
+    );
+}

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Lane, Pushed};
+use crate::concurrency::feeds_cap;
 use crate::cost::answer::AnswerCost;
+use crate::flights::{Flight, Told as FlightTold};
 use crate::hints::{Pushback, Reading};
 use crate::pacer::Slot;
 use crate::throttle::{Signal, Verdict};
@@ -18,6 +20,9 @@ use crate::throttle::{Signal, Verdict};
 pub struct Pass {
     first: (Arc<Lane>, Slot),
     more: Vec<(Arc<Lane>, Slot)>,
+    /// The attempt's place under the upstream's `max_in_flight`, if capped: held
+    /// until its answer has passed.
+    flight: Option<Flight>,
 }
 
 /// An upstream's answer to an attempt, as the lanes take it.
@@ -78,7 +83,20 @@ impl Pass {
         Pass {
             first: (lane, slot),
             more: Vec::new(),
+            flight: None,
         }
+    }
+
+    /// The pass, holding `flight` (the attempt's place under `max_in_flight`).
+    pub fn with_flight(mut self, flight: Option<Flight>) -> Pass {
+        self.flight = flight;
+        self
+    }
+
+    /// Takes the attempt's flight out of the pass, to be held until its answer's body
+    /// has passed.
+    pub fn take_flight(&mut self) -> Option<Flight> {
+        self.flight.take()
     }
 
     /// Adds the slot of a further lane.
@@ -130,11 +148,17 @@ impl Pass {
 
     /// Ends the attempt: tells its lanes what `told` says. Called by
     /// `Control::settle`, which counts the upstream's half.
-    pub(crate) fn settle(self, told: Told<'_>) -> Settled {
+    pub(crate) fn settle(mut self, told: Told<'_>) -> Settled {
+        let flight = self.flight.take();
+        let settled = self.settled(told, flight.as_ref());
+        Settled { flight, ..settled }
+    }
+
+    fn settled(self, told: Told<'_>, flight: Option<&Flight>) -> Settled {
         match told {
             Told::Nothing => {
                 for (lane, slot) in self.iter() {
-                    let _ = lane.record(slot, None, None);
+                    let _ = lane.record(slot, None, None, false);
                 }
             }
             Told::Cost(cost) => {
@@ -143,22 +167,16 @@ impl Pass {
                 }
             }
             Told::Answer(answer) => {
-                let hold = self.answered(answer);
-                return Settled {
-                    backoff: Duration::ZERO,
-                    hold,
-                };
+                let hold = self.answered(answer, flight);
+                return Settled::held(hold);
             }
         }
-        Settled {
-            backoff: Duration::ZERO,
-            hold: Duration::ZERO,
-        }
+        Settled::held(Duration::ZERO)
     }
 
     /// The windows go to the first lane, the cost and the verdict to the lanes the
     /// answer concerns. Returns the pause the request waits before its retry.
-    fn answered(&self, answer: &Answer<'_>) -> Duration {
+    fn answered(&self, answer: &Answer<'_>, flight: Option<&Flight>) -> Duration {
         if let Some(reading) = answer.reading {
             self.lane().apply_quota(reading, self.slot().dispatched_at);
         }
@@ -168,6 +186,7 @@ impl Pass {
             }
         }
         let verdict = Some(answer.verdict);
+        let to_cap = flight.is_some_and(|flight| self.tell_flight(flight, answer));
         let mut hold = Duration::ZERO;
         match answer.lanes {
             Concerns::Held => {
@@ -184,13 +203,14 @@ impl Pass {
                     _ => None,
                 };
                 for (lane, slot) in self.iter() {
-                    hold = hold.max(lane.record(slot, verdict, pause).unwrap_or_default());
+                    let told = lane.record(slot, verdict, pause, to_cap);
+                    hold = hold.max(told.unwrap_or_default());
                 }
             }
             Concerns::Named(named) => {
                 for (lane, reason, resource) in named {
                     let routed = self.for_lane(Arc::clone(lane));
-                    let _ = lane.record(routed.slot(), verdict, None);
+                    let _ = lane.record(routed.slot(), verdict, None, to_cap);
                     lane.throttled(reason, Some(resource));
                 }
             }
@@ -203,21 +223,43 @@ impl Pass {
                     } else {
                         Some(Verdict::Success)
                     };
-                    let _ = lane.record(slot, verdict, None);
+                    let _ = lane.record(slot, verdict, None, false);
                 }
             }
         }
         hold
     }
 
+    /// Tells the upstream's learned cap, if any, how the attempt went; returns whether
+    /// a throttle went to the cap (and not to the rate: see
+    /// [`crate::concurrency::feeds_cap`]).
+    fn tell_flight(&self, flight: &Flight, answer: &Answer<'_>) -> bool {
+        let flights = flight.flights();
+        if !flights.learns() {
+            return false;
+        }
+        match answer.verdict {
+            Verdict::Success => {
+                let latency = flights.since(self.slot().dispatched_at);
+                flights.told(flight, FlightTold::Success(latency));
+                false
+            }
+            Verdict::Throttle(signal) => {
+                let spent = answer.reading.is_some_and(Reading::spent);
+                let to_cap = feeds_cap(signal, spent, flight.out(), flights.cap());
+                if to_cap {
+                    flights.told(flight, FlightTold::Refused);
+                }
+                to_cap
+            }
+            Verdict::Failure => false,
+        }
+    }
+
     /// Hands the pass to what settles it later (a watched body); the request path is
     /// done with it.
     pub fn defer(self) -> (Deferred, Settled) {
-        let settled = Settled {
-            backoff: Duration::ZERO,
-            hold: Duration::ZERO,
-        };
-        (Deferred(self), settled)
+        (Deferred(self), Settled::held(Duration::ZERO))
     }
 
     /// The pass's lanes and slots again, to settle a streamed answer's cost with
@@ -226,6 +268,7 @@ impl Pass {
         Deferred(Pass {
             first: (Arc::clone(&self.first.0), self.first.1),
             more: self.more.clone(),
+            flight: None,
         })
     }
 }
@@ -239,9 +282,25 @@ pub struct Settled {
     backoff: Duration,
     /// The pause a throttle's answer asked of the request it answers.
     hold: Duration,
+    /// The attempt's place under `max_in_flight`: it lands when this goes, unless
+    /// taken to go with the answer's body.
+    flight: Option<Flight>,
 }
 
 impl Settled {
+    fn held(hold: Duration) -> Settled {
+        Settled {
+            backoff: Duration::ZERO,
+            hold,
+            flight: None,
+        }
+    }
+
+    /// Takes the attempt's flight, to hold it until the answer's body has passed.
+    pub fn take_flight(&mut self) -> Option<Flight> {
+        self.flight.take()
+    }
+
     /// How long the connection backoff turns requests away after an attempt that
     /// could not connect; zero otherwise.
     pub fn backoff(&self) -> Duration {

@@ -331,7 +331,7 @@ fn after_a_storm_and_five_idle_minutes_the_next_request_goes_at_once() {
                 .slot()
                 .to_owned()
         };
-        lane.record(&slot, Some(Verdict::Throttle(Signal::Status)), None);
+        lane.record(&slot, Some(Verdict::Throttle(Signal::Status)), None, false);
     }
     let interval = control.interval();
     assert!(interval > Duration::from_secs(1), "{interval:?}");

@@ -23,6 +23,7 @@ impl Lane {
         signal: Signal,
         slot: &Slot,
         pause: Option<Pushed>,
+        to_cap: bool,
     ) -> Option<Duration> {
         self.metrics.throttle(signal);
         self.throttled(signal.as_str(), None);
@@ -36,9 +37,11 @@ impl Lane {
             self.since_origin_nanos(now),
             self.since_origin_nanos(now + delay),
         );
-        let lane_wide = pushed.spent
-            || signal == Signal::RateLimit
-            || self.common.settings.preset.pause_is_callers();
+        // A refusal for requests at once binds the request: the cap holds the rest.
+        let lane_wide = !to_cap
+            && (pushed.spent
+                || signal == Signal::RateLimit
+                || self.common.settings.preset.pause_is_callers());
         let sent = self.since_origin_nanos(slot.dispatched_at);
         let earlier = self.asked.get();
         self.asked.set(rules::Asked { came, ends });

@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use super::access::{self, Record};
 use super::oversized;
 use super::reply::{Dialect, Reason, reply};
-use super::watch::Watch;
+use super::watch::{Landing, Watch};
 use crate::attempt::{self, Next};
 use crate::clock::{Clock, Instant};
 use crate::cost::{Unit, answer::AnswerCost};
@@ -31,8 +31,8 @@ use crate::shed::sdk_patience;
 use crate::sigv4::SIGNED_BODY_LIMIT;
 use crate::throttle::{self, Head, Preset, Verdict, is_batch};
 use crate::transport::{
-    Bound, ConnectCause, ProxyBody, SendError, discard, expects_continue, read_error_body,
-    read_start, read_up_to, strip_hop_by_hop,
+    Bound, ConnectCause, ProxyBody, SendError, WatchFrames, discard, expects_continue,
+    read_error_body, read_start, read_up_to, strip_hop_by_hop,
 };
 use crate::upstream::drive::{Arrival, Conclusion, Dispatch, Ended, Turn};
 use crate::upstream::{Settle, Upstream};
@@ -397,7 +397,11 @@ impl<'a> Ctx<'a> {
         strip_hop_by_hop(&mut parts.headers);
         // The lanes the attempt held are told nothing when the answer names another.
         let pass = match self.named_lane(route, &parts.headers) {
-            Some(lane) => pass.for_lane(lane),
+            Some(lane) => {
+                let mut pass = pass;
+                let flight = pass.take_flight();
+                pass.for_lane(lane).with_flight(flight)
+            }
             None => pass,
         };
         let (verdict, body, bytes) = match self.classify(&parts, body, deadline).await {
@@ -650,13 +654,21 @@ impl<'a> Ctx<'a> {
             && !headers.contains_key("grpc-status");
         if !batch && !grpc {
             let bill = cost.as_ref().map(|_| pass.bill());
-            let settled = upstream.settle(pass, Settle::Answer(answer));
-            return match (cost, bill) {
-                (Some(cost), Some(bill)) => {
-                    let watch = Watch::cost(Arc::clone(upstream), cost, bill);
+            let mut settled = upstream.settle(pass, Settle::Answer(answer));
+            // A capped request is out until its body has passed (a stream's last
+            // event): the server's slot is busy until then.
+            let flight = settled.take_flight();
+            let watch = match (cost, bill) {
+                (Some(cost), Some(bill)) => Some(Watch::cost(Arc::clone(upstream), cost, bill)),
+                _ => None,
+            };
+            return match (watch, flight) {
+                (None, None) => (ProxyBody::Stream(inner), settled),
+                (Some(watch), None) => (ProxyBody::Watched { inner, watch }, settled),
+                (watch, Some(flight)) => {
+                    let watch = Landing::new(flight, watch.map(|w| w as Box<dyn WatchFrames>));
                     (ProxyBody::Watched { inner, watch }, settled)
                 }
-                _ => (ProxyBody::Stream(inner), settled),
             };
         }
         let upstream = Arc::clone(upstream);

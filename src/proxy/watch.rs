@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body::Frame;
 
 use crate::cost::answer::AnswerCost;
+use crate::flights::Flight;
 use crate::hints::Reading;
 use crate::lane::{Answer, Concerns, Deferred};
 use crate::route::dynamodb::unprocessed_tables;
@@ -35,6 +36,38 @@ pub struct Watch {
     cost: Option<AnswerCost>,
     /// The pass whose cost is settled at the end, its verdict already recorded.
     bill: Option<Deferred>,
+}
+
+/// Holds a capped request's flight (`max_in_flight`) until its answer's body has
+/// passed or broken off, beside what else watches the body.
+#[derive(Debug)]
+pub struct Landing {
+    _flight: Flight,
+    inner: Option<Box<dyn WatchFrames>>,
+}
+
+impl Landing {
+    /// Holds `flight` for the body's life; `inner` watches it as before.
+    pub fn new(flight: Flight, inner: Option<Box<dyn WatchFrames>>) -> Box<Landing> {
+        Box::new(Landing {
+            _flight: flight,
+            inner,
+        })
+    }
+}
+
+impl WatchFrames for Landing {
+    fn see(&mut self, frame: &Frame<Bytes>) {
+        if let Some(inner) = &mut self.inner {
+            inner.see(frame);
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(inner) = &mut self.inner {
+            inner.finish();
+        }
+    }
 }
 
 /// The most of a batch answer kept to judge its tables one by one.

@@ -2,7 +2,8 @@
 //! limit is spent and when a token lacks a permission: it counts as a throttle only
 //! when its headers or body say "rate limit", and otherwise is the error it looks like
 //! and goes back at once. 529 (Anthropic) and a 503 whose body says "overloaded" are
-//! overload: the upstream is busy whoever asks, which is no quota to learn.
+//! overload: the upstream is busy whoever asks, which is no quota to learn. A 503 that
+//! says "busy" (Ollama's full queue) is a server whose slots are full.
 
 use http::HeaderMap;
 
@@ -35,6 +36,8 @@ pub fn by_body(code: u16, body: &[u8]) -> Option<Verdict> {
             Verdict::Success
         }),
         503 if says(body, b"overloaded") => Some(Verdict::Throttle(Signal::Overload)),
+        // Ollama's "server busy": its queue is full.
+        503 if says(body, b"busy") => Some(Verdict::Throttle(Signal::Busy)),
         503 => Some(Verdict::Throttle(Signal::Status)),
         _ => None,
     }

@@ -1,0 +1,315 @@
+//! The learned concurrency cap (`max_in_flight = "learn"`): how many requests may be
+//! out at once, learned from refusals and latency.
+//!
+//! A server that counts requests at once (a model server's slots, GitHub's 100
+//! concurrent) refuses the request that finds it full, whatever the rate. The cap
+//! starts small and grows by one per success that went with the cap full (doubling
+//! per round trip), until the first refusal. A refusal cuts it to what was out
+//! without it (the in-flight count at its dispatch, less itself); one that came with
+//! no more out than last passed cuts to at most [`BETA`] of the cap, so refusals that
+//! keep coming with few out shrink it fast.
+//! That count is the ceiling: the cap stays there for a number of successes before
+//! one more goes out to probe, a number that doubles each time the probe is refused
+//! at the same ceiling (an exact limit of 8 costs one refusal per 64, 128, 256, ...
+//! answers, not one per round trip as additive increase would). Below the ceiling
+//! (after a cut for latency) the cap grows additively, one per cap's worth of
+//! successes. Latency growing to [`LATENCY_HOLD`] times its baseline stops growth; to
+//! [`LATENCY_CUT`] times, it cuts: a server that queues (vLLM, Ollama) says it is full
+//! only by answering later.
+//!
+//! Pure: the count out and each answer's latency come in as arguments; one burst of
+//! refusals cuts once (the epoch rule of `controller.rs`).
+
+use std::time::Duration;
+
+use crate::throttle::{Preset, Signal};
+
+/// Where a learned cap starts.
+pub const INITIAL: u32 = 4;
+
+/// A refusal cuts the cap to at most this share of it.
+pub const BETA: f64 = 0.9;
+
+/// Successes at the ceiling before the first probe above it, at the least; a cap of
+/// `c` waits `PROBE_PER_SLOT × c` when that is more.
+pub const PROBE_MIN: u32 = 64;
+
+/// Successes per unit of the ceiling before a probe (see [`PROBE_MIN`]).
+pub const PROBE_PER_SLOT: u32 = 4;
+
+/// The longest wait between probes, in multiples of the first.
+pub const PROBE_BACKOFF_MOST: u32 = 16;
+
+/// Recent latency at this many times its baseline stops the cap's growth.
+pub const LATENCY_HOLD: f64 = 2.0;
+
+/// Recent latency at this many times its baseline cuts the cap by [`BETA`].
+pub const LATENCY_CUT: f64 = 3.0;
+
+/// The weight of one answer in the recent latency.
+const RECENT_WEIGHT: f64 = 0.1;
+
+/// How far the baseline rises per answer toward a higher recent latency: the
+/// server's unloaded latency may grow for good (a larger model, longer prompts),
+/// and a baseline that never rose would cut for ever.
+const BASELINE_RISE: f64 = 0.002;
+
+/// What `max_in_flight` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapSetting {
+    /// No cap.
+    Off,
+    /// At most this many out at once.
+    Fixed(u32),
+    /// A cap learned from refusals and latency.
+    Learn,
+}
+
+impl std::fmt::Display for CapSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapSetting::Off => f.write_str("off"),
+            CapSetting::Fixed(n) => write!(f, "{n}"),
+            CapSetting::Learn => f.write_str("learn"),
+        }
+    }
+}
+
+/// The cap an upstream gets with no `max_in_flight`: learned where the vendor limits
+/// requests at once (GitHub's 100 concurrent, a model server's slots), none elsewhere.
+pub fn default_for(preset: Preset) -> CapSetting {
+    match preset {
+        Preset::GitHub | Preset::ModelServer => CapSetting::Learn,
+        _ => CapSetting::Off,
+    }
+}
+
+/// Whether a throttle moves a learned cap rather than the rate: a server that says
+/// it is busy (its slots are full) always; a spent window, a rate-limit signal, an
+/// overload (529: the vendor's weather, not this client's doing) or a batch's
+/// partial answer never; any other throttle (a bare 429, GitHub's secondary limit,
+/// which does not say which of its limits it met) when it went with many out: at
+/// least half the cap.
+pub fn feeds_cap(signal: Signal, spent: bool, out: u32, cap: u32) -> bool {
+    match signal {
+        Signal::Busy => true,
+        Signal::RateLimit | Signal::Overload | Signal::Partial => false,
+        Signal::Status | Signal::Header | Signal::Body | Signal::Grpc => {
+            !spent && u64::from(out) * 2 >= u64::from(cap)
+        }
+    }
+}
+
+/// What an answer did to the cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move {
+    /// It grew (a probe included).
+    Grow,
+    /// It was cut, and why.
+    Cut(Why),
+    /// Nothing moved.
+    Hold,
+}
+
+crate::spelled::spelled! {
+    fn as_str;
+    /// Why the cap moved; the `why` label of `easeoff_lane_cap_moves_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Why {
+        /// Answers came back with the cap full and no refusal.
+        Grew = "grew",
+        /// A request was refused with many out.
+        Refused = "refused",
+        /// Answers came back slower and slower.
+        Latency = "latency",
+        /// The fleet's share of a shared cap.
+        Fleet = "fleet",
+    }
+}
+
+/// A learned cap's state.
+#[derive(Clone, Debug)]
+pub struct Learner {
+    limit: f64,
+    most: f64,
+    /// Growing by one per success, until the first cut.
+    slow_start: bool,
+    /// The most out known to pass since the last refusal, once one came.
+    ceiling: Option<u32>,
+    /// Successes at the ceiling before the next probe.
+    probe_after: u32,
+    /// Successes counted toward it.
+    at_ceiling: u32,
+    /// Cuts so far; an attempt is stamped with it at dispatch.
+    epoch: u64,
+    /// Successes since the last cut for latency.
+    since_latency_cut: u32,
+    /// Seconds; 0 before the first answer.
+    recent: f64,
+    baseline: f64,
+}
+
+impl Learner {
+    /// A cap at [`INITIAL`] (at most `most`), growing to at most `most`.
+    pub fn new(most: u32) -> Learner {
+        let most = f64::from(most.max(1));
+        Learner {
+            limit: f64::from(INITIAL).min(most),
+            most,
+            slow_start: true,
+            ceiling: None,
+            probe_after: PROBE_MIN,
+            at_ceiling: 0,
+            epoch: 0,
+            since_latency_cut: 0,
+            recent: 0.0,
+            baseline: 0.0,
+        }
+    }
+
+    /// The cap in force: requests out at once.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "the limit lies in [1, most], most a u32"
+    )]
+    pub fn cap(&self) -> u32 {
+        self.limit.floor().max(1.0) as u32
+    }
+
+    /// Cuts so far: an attempt dispatched in an earlier one was out before the last
+    /// cut, and its refusal does not cut again.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The most out known to pass, once a refusal has set it.
+    pub fn ceiling(&self) -> Option<u32> {
+        self.ceiling
+    }
+
+    /// The recent latency and its baseline, in seconds.
+    pub fn latency(&self) -> (f64, f64) {
+        (self.recent, self.baseline)
+    }
+
+    /// A success that went with `out` requests out (itself included) and took
+    /// `latency` to answer.
+    pub fn success(&mut self, out: u32, latency: Duration) -> Move {
+        let latency = latency.as_secs_f64();
+        self.see_latency(latency);
+        let full = out >= self.cap();
+        if full && self.recent > LATENCY_CUT * self.baseline {
+            self.since_latency_cut = self.since_latency_cut.saturating_add(1);
+            // One cut per cap's worth of answers: those out were sent before it.
+            if self.since_latency_cut >= self.cap() {
+                self.since_latency_cut = 0;
+                self.limit = (self.limit * BETA).max(1.0);
+                self.slow_start = false;
+                self.epoch += 1;
+                return Move::Cut(Why::Latency);
+            }
+            return Move::Hold;
+        }
+        if let Some(ceiling) = self.ceiling
+            && out > ceiling
+        {
+            // A probe got through: more passes than the last refusal said.
+            self.ceiling = Some(out);
+            self.probe_after = probe_base(out);
+            self.at_ceiling = 0;
+        }
+        if !full || self.recent > LATENCY_HOLD * self.baseline || self.limit >= self.most {
+            return Move::Hold;
+        }
+        let before = self.cap();
+        match self.ceiling {
+            _ if self.slow_start => self.limit += 1.0,
+            Some(ceiling) if before >= ceiling => {
+                self.at_ceiling += 1;
+                if self.at_ceiling < self.probe_after {
+                    return Move::Hold;
+                }
+                self.at_ceiling = 0;
+                self.limit = f64::from(ceiling) + 1.0;
+            }
+            _ => self.limit += 1.0 / self.limit,
+        }
+        self.limit = self.limit.min(self.most);
+        if self.cap() > before {
+            Move::Grow
+        } else {
+            Move::Hold
+        }
+    }
+
+    /// A refusal of a request dispatched in `epoch` with `out` requests out (itself
+    /// included).
+    pub fn refused(&mut self, out: u32, epoch: u64) -> Move {
+        if epoch < self.epoch {
+            return Move::Hold;
+        }
+        let without = out.saturating_sub(1).max(1);
+        // Above what was known to pass (a probe, the slow start's overshoot), what
+        // was out without it is the limit; at or below it, the server's room shrank
+        // or it does not count requests at once: cut by BETA at least.
+        let above = self.ceiling.is_none_or(|ceiling| out > ceiling);
+        let cut = if above {
+            f64::from(without).min(self.limit)
+        } else {
+            f64::from(without).min(self.limit * BETA)
+        };
+        let cut = cut.max(1.0).floor();
+        let ceiling = self.cap_of(f64::from(without).min(self.limit));
+        // A probe above the same ceiling failed again: wait longer for the next.
+        self.probe_after = if self.ceiling == Some(ceiling) {
+            self.probe_after
+                .saturating_mul(2)
+                .min(probe_base(ceiling).saturating_mul(PROBE_BACKOFF_MOST))
+        } else {
+            probe_base(ceiling)
+        };
+        self.limit = cut;
+        self.ceiling = Some(ceiling);
+        self.at_ceiling = 0;
+        self.slow_start = false;
+        self.epoch += 1;
+        Move::Cut(Why::Refused)
+    }
+
+    /// Sets the cap from outside (a fleet member's share of the fleet's cap).
+    pub fn set(&mut self, cap: u32) {
+        self.limit = f64::from(cap.max(1)).min(self.most);
+    }
+
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a whole number in [1, most]"
+    )]
+    fn cap_of(&self, limit: f64) -> u32 {
+        limit.max(1.0) as u32
+    }
+
+    fn see_latency(&mut self, latency: f64) {
+        if self.recent == 0.0 {
+            self.recent = latency;
+            self.baseline = latency;
+            return;
+        }
+        self.recent += RECENT_WEIGHT * (latency - self.recent);
+        self.baseline = if self.recent < self.baseline {
+            self.recent
+        } else {
+            self.baseline + BASELINE_RISE * (self.recent - self.baseline)
+        };
+    }
+}
+
+/// Successes at a ceiling of `ceiling` before the first probe above it.
+fn probe_base(ceiling: u32) -> u32 {
+    PROBE_MIN.max(PROBE_PER_SLOT.saturating_mul(ceiling))
+}
+
+#[cfg(test)]
+mod tests;

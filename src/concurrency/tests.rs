@@ -1,0 +1,207 @@
+use std::time::Duration;
+
+use super::*;
+
+const MS: Duration = Duration::from_millis(100);
+
+/// Successes with the cap full, each answered in `latency`, until the cap moves or
+/// `most` answers went; returns the moves.
+fn full_successes(l: &mut Learner, n: u32, latency: Duration) -> Vec<Move> {
+    (0..n).map(|_| l.success(l.cap(), latency)).collect()
+}
+
+#[test]
+fn starts_at_initial_and_doubles_per_round_trip_in_slow_start() {
+    let mut l = Learner::new(1000);
+    assert_eq!(l.cap(), INITIAL);
+    // A round trip: each of the 4 out comes back with the cap full.
+    let moves = full_successes(&mut l, 4, MS);
+    assert_eq!(moves, vec![Move::Grow; 4]);
+    assert_eq!(l.cap(), 8);
+}
+
+#[test]
+fn grows_only_when_the_cap_was_full() {
+    let mut l = Learner::new(1000);
+    assert_eq!(l.success(3, MS), Move::Hold);
+    assert_eq!(l.cap(), 4);
+    assert_eq!(l.success(4, MS), Move::Grow);
+    assert_eq!(l.cap(), 5);
+}
+
+#[test]
+fn never_grows_past_most() {
+    let mut l = Learner::new(6);
+    full_successes(&mut l, 10, MS);
+    assert_eq!(l.cap(), 6);
+    assert_eq!(Learner::new(2).cap(), 2);
+}
+
+#[test]
+fn a_refusal_in_slow_start_cuts_to_what_was_out_without_it() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 8, MS);
+    assert_eq!(l.cap(), 12);
+    // An exact limit of 8: the ninth out is refused.
+    assert_eq!(l.refused(9, l.epoch()), Move::Cut(Why::Refused));
+    assert_eq!(l.cap(), 8);
+    assert_eq!(l.ceiling(), Some(8));
+    assert_eq!(l.epoch(), 1);
+}
+
+#[test]
+fn refusals_of_one_burst_cut_once() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 8, MS);
+    let epoch = l.epoch();
+    assert_eq!(l.refused(12, epoch), Move::Cut(Why::Refused));
+    assert_eq!(l.cap(), 11);
+    // Out with it, dispatched before the cut.
+    assert_eq!(l.refused(10, epoch), Move::Hold);
+    assert_eq!(l.refused(9, epoch), Move::Hold);
+    assert_eq!(l.cap(), 11);
+}
+
+#[test]
+fn at_the_ceiling_it_probes_after_probe_min_successes() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 8, MS);
+    l.refused(9, l.epoch());
+    assert_eq!(l.cap(), 8);
+    let moves = full_successes(&mut l, PROBE_MIN, MS);
+    assert!(
+        moves[..PROBE_MIN as usize - 1]
+            .iter()
+            .all(|m| *m == Move::Hold)
+    );
+    assert_eq!(moves[PROBE_MIN as usize - 1], Move::Grow);
+    assert_eq!(l.cap(), 9);
+}
+
+#[test]
+fn a_failed_probe_doubles_the_wait_for_the_next_up_to_a_bound() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 8, MS);
+    l.refused(9, l.epoch());
+    let mut waits = Vec::new();
+    for _ in 0..7 {
+        let mut n = 0;
+        while l.cap() == 8 {
+            l.success(8, MS);
+            n += 1;
+        }
+        waits.push(n);
+        // The probe, 9 out, is refused.
+        assert_eq!(l.refused(9, l.epoch()), Move::Cut(Why::Refused));
+        assert_eq!(l.cap(), 8);
+    }
+    assert_eq!(waits, vec![64, 128, 256, 512, 1024, 1024, 1024]);
+}
+
+#[test]
+fn a_probe_that_passes_raises_the_ceiling() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 8, MS);
+    l.refused(9, l.epoch());
+    full_successes(&mut l, PROBE_MIN, MS);
+    assert_eq!(l.cap(), 9);
+    // The ninth out comes back: nine pass.
+    l.success(9, MS);
+    assert_eq!(l.ceiling(), Some(9));
+    assert_eq!(l.cap(), 9);
+}
+
+#[test]
+fn refusals_with_no_more_out_than_passed_cut_by_beta() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 96, MS);
+    assert_eq!(l.cap(), 100);
+    l.refused(101, l.epoch());
+    assert_eq!(l.cap(), 100);
+    // The server now refuses with 100 out: its room shrank.
+    l.refused(100, l.epoch());
+    assert_eq!(l.cap(), 90);
+    l.refused(90, l.epoch());
+    assert_eq!(l.cap(), 81);
+    // Few out, refused: cut to what was out without it.
+    l.refused(20, l.epoch());
+    assert_eq!(l.cap(), 19);
+    l.refused(1, l.epoch());
+    assert_eq!(l.cap(), 1);
+}
+
+#[test]
+fn below_the_ceiling_it_grows_one_per_caps_worth_of_successes() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 16, MS);
+    l.refused(21, l.epoch());
+    assert_eq!(l.cap(), 20);
+    l.refused(20, l.epoch());
+    assert_eq!(l.cap(), 18);
+    // 1/18, 1/18.06, ...: the 19th success takes it past 19.
+    let moves = full_successes(&mut l, 19, MS);
+    assert_eq!(moves.iter().filter(|m| **m == Move::Grow).count(), 1);
+    assert_eq!(moves[18], Move::Grow);
+    assert_eq!(l.cap(), 19);
+}
+
+#[test]
+fn latency_at_twice_its_baseline_stops_growth() {
+    let mut l = Learner::new(1000);
+    // The baseline: 0.1 s.
+    l.success(4, MS);
+    let mut grew_while_slow = 0;
+    for _ in 0..50 {
+        let slow = {
+            let (recent, baseline) = l.latency();
+            recent > LATENCY_HOLD * baseline
+        };
+        let moved = l.success(l.cap(), Duration::from_millis(250));
+        if slow && moved != Move::Hold {
+            grew_while_slow += 1;
+        }
+    }
+    // Recent (0.115, 0.1285, 0.141, ...) passes 2x its baseline at the 11th slow
+    // answer, after 10 growths, and settles at 2.5x: no growth since, no cut.
+    assert_eq!(grew_while_slow, 0);
+    assert_eq!(l.cap(), 15);
+    let (recent, baseline) = l.latency();
+    assert!(recent > LATENCY_HOLD * baseline && recent < LATENCY_CUT * baseline);
+}
+
+#[test]
+fn latency_at_three_times_its_baseline_cuts_once_per_caps_worth() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 4, MS);
+    assert_eq!(l.cap(), 8);
+    let moves: Vec<Move> = (0..40).map(|_| l.success(l.cap(), MS * 10)).collect();
+    let cuts: Vec<usize> = moves
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| **m == Move::Cut(Why::Latency))
+        .map(|(i, _)| i)
+        .collect();
+    // 1 s answers against a 0.1 s baseline: recent 0.19 (a growth to 9), 0.271,
+    // 0.344 (past 3x: counting starts); then one cut per cap's worth of answers.
+    assert_eq!(moves[0], Move::Grow);
+    assert_eq!(cuts, vec![10, 18, 25, 31, 36]);
+    // 9 x 0.9^5 = 5.3.
+    assert_eq!(l.cap(), 5);
+}
+
+#[test]
+fn set_takes_a_share_within_bounds() {
+    let mut l = Learner::new(50);
+    l.set(30);
+    assert_eq!(l.cap(), 30);
+    l.set(0);
+    assert_eq!(l.cap(), 1);
+    l.set(500);
+    assert_eq!(l.cap(), 50);
+}
+
+#[test]
+fn why_spells_its_label() {
+    assert_eq!(Why::Refused.as_str(), "refused");
+    assert_eq!(Why::Latency.as_str(), "latency");
+}

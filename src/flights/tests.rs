@@ -1,0 +1,130 @@
+//! The cap in tokio's paused time: who goes, who waits, who is shed, and how a cut
+//! takes permits back only as flights land.
+
+use super::*;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn fixed(n: u32, max_waiting: usize) -> Arc<Flights> {
+    Flights::new(CapSetting::Fixed(n), max_waiting, Clock::Tokio, None).unwrap()
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+#[test]
+fn off_is_no_cap() {
+    assert!(Flights::new(CapSetting::Off, 10, Clock::Tokio, None).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_cap_lets_that_many_out_and_the_next_waits_its_turn() {
+    let flights = fixed(2, 10);
+    let a = flights.take(far()).await.unwrap();
+    let b = flights.take(far()).await.unwrap();
+    assert_eq!((a.out(), b.out(), flights.out()), (1, 2, 2));
+    let waiting = {
+        let flights = Arc::clone(&flights);
+        tokio::spawn(async move { flights.take(far()).await.map(|f| f.out()) })
+    };
+    tokio::time::sleep(MS).await;
+    assert_eq!(flights.waiting(), 1);
+    assert!(!waiting.is_finished());
+    drop(a);
+    assert_eq!(waiting.await.unwrap(), Ok(2));
+    assert_eq!(flights.waiting(), 0);
+    drop(b);
+    assert_eq!(flights.out(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_shed_at_its_deadline_and_past_max_waiting_at_once() {
+    let flights = fixed(1, 1);
+    let _out = flights.take(far()).await.unwrap();
+    let deadline = Instant::now() + 50 * MS;
+    let waiter = {
+        let flights = Arc::clone(&flights);
+        tokio::spawn(async move { flights.take(deadline).await.map(|f| f.out()) })
+    };
+    tokio::time::sleep(MS).await;
+    let full = flights.take(far()).await.unwrap_err();
+    assert_eq!(full.reason, ShedReason::QueueFull);
+    assert_eq!(full.retry_after, Duration::from_secs(1));
+    let shed = waiter.await.unwrap().unwrap_err();
+    assert_eq!(shed.reason, ShedReason::Deadline);
+    assert_eq!(Instant::now(), deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_learned_cap_starts_at_initial_and_grows_with_the_cap_full() {
+    let moves = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&moves);
+    let on_move: OnMove = Box::new(move |cap, why| seen.lock().unwrap().push((cap, why)));
+    let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, Some(on_move)).unwrap();
+    assert_eq!(flights.cap(), crate::concurrency::INITIAL);
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        out.push(flights.take(far()).await.unwrap());
+    }
+    assert!(flights.take(Instant::now()).await.is_err());
+    let first = out.remove(0);
+    assert_eq!(flights.told(&first, Told::Success(10 * MS)), Move::Hold);
+    let fourth = out.pop().unwrap();
+    assert_eq!(flights.told(&fourth, Told::Success(10 * MS)), Move::Grow);
+    assert_eq!(flights.cap(), 5);
+    // The new permit is there at once: two more go with three out.
+    drop((first, fourth));
+    let _a = flights.take(Instant::now()).await.unwrap();
+    let _b = flights.take(Instant::now()).await.unwrap();
+    let _c = flights.take(Instant::now()).await.unwrap();
+    assert_eq!(flights.out(), 5);
+    assert!(flights.take(Instant::now()).await.is_err());
+    assert_eq!(*moves.lock().unwrap(), vec![(5, Why::Grew)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_takes_permits_back_as_flights_land() {
+    let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        out.push(flights.take(far()).await.unwrap());
+    }
+    // The fourth out is refused: three pass.
+    let fourth = out.pop().unwrap();
+    assert_eq!(
+        flights.told(&fourth, Told::Refused),
+        Move::Cut(Why::Refused)
+    );
+    assert_eq!(flights.cap(), 3);
+    // No permit was free: the fourth's landing pays the debt.
+    drop(fourth);
+    assert_eq!(flights.out(), 3);
+    assert!(flights.take(Instant::now()).await.is_err());
+    drop(out.pop());
+    let _again = flights.take(Instant::now()).await.unwrap();
+    assert!(flights.take(Instant::now()).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn set_moves_a_learned_cap_both_ways() {
+    let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
+    let held: Vec<Flight> = vec![
+        flights.take(far()).await.unwrap(),
+        flights.take(far()).await.unwrap(),
+    ];
+    flights.set(1);
+    assert_eq!(flights.cap(), 1);
+    // Two out against a cap of one: the first landing pays the debt.
+    drop(held);
+    let _one = flights.take(Instant::now()).await.unwrap();
+    assert!(flights.take(Instant::now()).await.is_err());
+    flights.set(3);
+    let _two = flights.take(Instant::now()).await.unwrap();
+    let _three = flights.take(Instant::now()).await.unwrap();
+    assert!(flights.take(Instant::now()).await.is_err());
+    // A fixed cap does not move.
+    let fixed = fixed(2, 10);
+    fixed.set(9);
+    assert_eq!(fixed.cap(), 2);
+}
