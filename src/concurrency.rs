@@ -193,11 +193,17 @@ impl Learner {
         (self.recent, self.baseline)
     }
 
-    /// A success that went with `out` requests out (itself included) and took
-    /// `latency` to answer.
-    pub fn success(&mut self, out: u32, latency: Duration) -> Move {
+    /// A success dispatched in `epoch` with `out` requests out (itself included),
+    /// answered in `latency`. One dispatched before the last cut tells its latency
+    /// only: it went under the cap that was cut, and the count out over-states what
+    /// the server held (a request counts until its answer has passed, the server's
+    /// slot frees before), so its success is no proof that more pass.
+    pub fn success(&mut self, out: u32, epoch: u64, latency: Duration) -> Move {
         let latency = latency.as_secs_f64();
         self.see_latency(latency);
+        if epoch < self.epoch {
+            return Move::Hold;
+        }
         let full = out >= self.cap();
         if full && self.recent > LATENCY_CUT * self.baseline {
             self.since_latency_cut = self.since_latency_cut.saturating_add(1);

@@ -189,7 +189,7 @@ impl Flights {
         let mut learner = lock(learner);
         let moved = match told {
             Told::Success(latency) => {
-                let moved = learner.success(flight.out, latency);
+                let moved = learner.success(flight.out, flight.epoch, latency);
                 let (recent, _) = learner.latency();
                 self.latency_ns
                     .store(nanos(Duration::from_secs_f64(recent)), Ordering::Relaxed);

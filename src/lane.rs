@@ -10,11 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::clock::{Clock, Instant};
+use crate::concurrency::Why;
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
 use crate::cost::Unit;
 use crate::cost::answer::AnswerCost;
 use crate::fleet::{COLD_GROWTH, COLD_RATE, Decision, LaneLink};
+use crate::flights::{Flight, Flights, OnMove};
 use crate::hints::Hint;
 use crate::metrics::{LaneMetrics, UpstreamMetrics};
 use crate::observe::Goodput;
@@ -103,6 +105,8 @@ pub struct Lane {
     placed: AtomicU64,
     /// The latest pause a refusal asked for.
     asked: LatestAsk,
+    /// `[upstream.lanes] max_in_flight`: this lane's requests out at once, when capped.
+    flights: Option<Arc<Flights>>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -136,6 +140,7 @@ impl Lane {
         if !controller.interval().is_zero() || observe {
             start.end();
         }
+        let flights = lane_flights(settings, clock, common, key.name());
         Lane {
             key,
             common: Arc::clone(common),
@@ -157,7 +162,29 @@ impl Lane {
             floors_from: AtomicU64::new(0),
             placed: AtomicU64::new(u64::MAX),
             asked: LatestAsk::default(),
+            flights,
         }
+    }
+
+    /// Waits for the request's place under the lane's `max_in_flight`, when the lane
+    /// has one; a shed is told when to come back as the pacer's are.
+    pub async fn take_flight(&self, deadline: Instant) -> Option<Result<Flight, Shed>> {
+        let flights = self.flights.as_ref()?;
+        Some(flights.take(deadline).await.map_err(|shed| {
+            let now = self.common.clock.now();
+            let retry_after = self
+                .spread
+                .retry_after(now, shed.retry_after, self.pacer.spacing());
+            Shed {
+                retry_after,
+                ..shed
+            }
+        }))
+    }
+
+    /// The lane's own cap and the requests out under it, when it has one.
+    pub fn flights(&self) -> Option<&Flights> {
+        self.flights.as_deref()
     }
 
     /// The lane's link to the fleet, with `[fleet]`.
@@ -599,6 +626,27 @@ impl Lane {
         }
         tracing::debug!(upstream = %upstream, lane = name, interval_ms, "interval changed");
     }
+}
+
+/// A lane's cap as `[upstream.lanes] max_in_flight` asks; its moves are logged.
+fn lane_flights(
+    settings: &UpstreamSettings,
+    clock: &Clock,
+    common: &Common,
+    lane: &str,
+) -> Option<Arc<Flights>> {
+    let (upstream, lane) = (common.upstream.to_string(), lane.to_string());
+    let on_move: OnMove = Box::new(move |cap, why| {
+        if why != Why::Grew {
+            tracing::info!(upstream = %upstream, lane = %lane, cap, why = why.as_str(), "the lane's max_in_flight moved");
+        }
+    });
+    Flights::new(
+        settings.lanes.max_in_flight,
+        settings.queue.max_waiting,
+        clock.clone(),
+        Some(on_move),
+    )
 }
 
 fn nanos_since(origin: Instant, now: Instant) -> u64 {

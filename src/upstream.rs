@@ -433,31 +433,35 @@ impl Control {
         deadline: Instant,
         patient: bool,
     ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
-        let flight = match &self.flights {
-            None => None,
-            Some(flights) => {
-                let flight = flights
-                    .take(deadline)
-                    .await
-                    .map_err(|shed| (shed, &route.first))?;
-                self.metrics.cap_out.set(i64::from(flights.out()));
-                Some(flight)
-            }
-        };
+        let mut flights = Vec::new();
+        if let Some(upstream) = &self.flights {
+            let flight = upstream
+                .take(deadline)
+                .await
+                .map_err(|shed| (shed, &route.first))?;
+            self.metrics.cap_out.set(i64::from(upstream.out()));
+            flights.push(flight);
+        }
+        if let Some(flight) = route.first.take_flight(deadline).await {
+            flights.push(flight.map_err(|shed| (shed, &route.first))?);
+        }
         let slot = route
             .first
             .acquire(deadline, patient, route.cost)
             .await
             .map_err(|shed| (shed, &route.first))?;
-        let mut pass = Pass::one(Arc::clone(&route.first), slot).with_flight(flight);
+        let mut pass = Pass::one(Arc::clone(&route.first), slot);
         for (i, lane) in route.more.iter().enumerate() {
+            if let Some(flight) = lane.take_flight(deadline).await {
+                flights.push(flight.map_err(|shed| (shed, lane))?);
+            }
             let slot = lane
                 .acquire(deadline, patient, route.cost_in_more(i))
                 .await
                 .map_err(|shed| (shed, lane))?;
             pass.add(Arc::clone(lane), slot);
         }
-        Ok(pass)
+        Ok(pass.with_flights(flights))
     }
 
     /// Joins the fleet with every lane, those made later included.

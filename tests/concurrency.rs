@@ -195,3 +195,63 @@ async fn a_learned_cap_finds_the_slots_and_leaves_the_rate_alone() {
         "a full server moved the rate"
     );
 }
+
+#[tokio::test]
+async fn a_lane_cap_holds_each_lane_on_its_own() {
+    let seen = Slots::default();
+    let inside = seen.clone();
+    // Per model, as Ollama's OLLAMA_NUM_PARALLEL is: one at a time for each.
+    let per_model: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+    let models = Arc::clone(&per_model);
+    let up = upstream(move |req| {
+        let (seen, models) = (inside.clone(), Arc::clone(&models));
+        async move {
+            let model = req.headers()["x-model"].to_str().unwrap().to_string();
+            let busy = {
+                let mut models = models.lock().unwrap();
+                let n = models.entry(model.clone()).or_default();
+                *n += 1;
+                *n > 1
+            };
+            seen.enter(100);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            seen.leave();
+            *models.lock().unwrap().get_mut(&model).unwrap() -= 1;
+            if busy {
+                respond(503, &[], "server busy")
+            } else {
+                ok()
+            }
+        }
+    })
+    .await;
+    let proxy = proxy(
+        up.addr,
+        "[upstream.lanes]\nby = [\"header:x-model\"]\nmax_in_flight = 1",
+    )
+    .await;
+    let url = format!("http://{}/api/chat", proxy.addr);
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let url = url.clone();
+        let model = if i % 2 == 0 { "a" } else { "b" };
+        tasks.push(tokio::spawn(async move {
+            let client = client();
+            let mut statuses = Vec::new();
+            for _ in 0..5 {
+                statuses.push(
+                    send(&client, "POST", &url, &[("x-model", model)], "{}")
+                        .await
+                        .status,
+                );
+            }
+            statuses
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap().iter().all(|s| *s == 200));
+    }
+    // Both models ran at once, never two of one.
+    assert_eq!(seen.most.load(Ordering::SeqCst), 2);
+    assert_eq!(up.count(), 40);
+}

@@ -781,6 +781,8 @@ pub struct LaneSettings {
     pub metrics_histograms: bool,
     /// What a lane paces in: requests, or what each costs (tokens, capacity units).
     pub cost: Unit,
+    /// Each lane's requests out at once: none, a fixed cap, or a learned one.
+    pub max_in_flight: CapSetting,
 }
 
 impl LaneSettings {
@@ -815,6 +817,7 @@ impl Default for LaneSettings {
             metrics_lanes: 32,
             metrics_histograms: false,
             cost: Unit::Requests,
+            max_in_flight: CapSetting::Off,
         }
     }
 }
@@ -833,6 +836,7 @@ pub const LANES: Schema<LaneSettings> = keys!(
         metrics_lanes: Bounds::new(0, 10_000),
         metrics_histograms: Plain,
         cost: Plain,
+        max_in_flight: InFlightCap,
     }
 );
 

@@ -20,9 +20,9 @@ use crate::throttle::{Signal, Verdict};
 pub struct Pass {
     first: (Arc<Lane>, Slot),
     more: Vec<(Arc<Lane>, Slot)>,
-    /// The attempt's place under the upstream's `max_in_flight`, if capped: held
-    /// until its answer has passed.
-    flight: Option<Flight>,
+    /// The attempt's places under `max_in_flight` (the upstream's, its lanes'),
+    /// where capped: held until its answer has passed.
+    flights: Vec<Flight>,
 }
 
 /// An upstream's answer to an attempt, as the lanes take it.
@@ -83,20 +83,20 @@ impl Pass {
         Pass {
             first: (lane, slot),
             more: Vec::new(),
-            flight: None,
+            flights: Vec::new(),
         }
     }
 
-    /// The pass, holding `flight` (the attempt's place under `max_in_flight`).
-    pub fn with_flight(mut self, flight: Option<Flight>) -> Pass {
-        self.flight = flight;
+    /// The pass, holding `flights` (the attempt's places under `max_in_flight`).
+    pub fn with_flights(mut self, flights: Vec<Flight>) -> Pass {
+        self.flights = flights;
         self
     }
 
-    /// Takes the attempt's flight out of the pass, to be held until its answer's body
-    /// has passed.
-    pub fn take_flight(&mut self) -> Option<Flight> {
-        self.flight.take()
+    /// Takes the attempt's flights out of the pass, to go with a pass standing in
+    /// for it.
+    pub fn take_flights(&mut self) -> Vec<Flight> {
+        std::mem::take(&mut self.flights)
     }
 
     /// Adds the slot of a further lane.
@@ -149,12 +149,12 @@ impl Pass {
     /// Ends the attempt: tells its lanes what `told` says. Called by
     /// `Control::settle`, which counts the upstream's half.
     pub(crate) fn settle(mut self, told: Told<'_>) -> Settled {
-        let flight = self.flight.take();
-        let settled = self.settled(told, flight.as_ref());
-        Settled { flight, ..settled }
+        let flights = self.take_flights();
+        let settled = self.settled(told, &flights);
+        Settled { flights, ..settled }
     }
 
-    fn settled(self, told: Told<'_>, flight: Option<&Flight>) -> Settled {
+    fn settled(self, told: Told<'_>, flights: &[Flight]) -> Settled {
         match told {
             Told::Nothing => {
                 for (lane, slot) in self.iter() {
@@ -167,7 +167,7 @@ impl Pass {
                 }
             }
             Told::Answer(answer) => {
-                let hold = self.answered(answer, flight);
+                let hold = self.answered(answer, flights);
                 return Settled::held(hold);
             }
         }
@@ -176,7 +176,7 @@ impl Pass {
 
     /// The windows go to the first lane, the cost and the verdict to the lanes the
     /// answer concerns. Returns the pause the request waits before its retry.
-    fn answered(&self, answer: &Answer<'_>, flight: Option<&Flight>) -> Duration {
+    fn answered(&self, answer: &Answer<'_>, flights: &[Flight]) -> Duration {
         if let Some(reading) = answer.reading {
             self.lane().apply_quota(reading, self.slot().dispatched_at);
         }
@@ -186,7 +186,11 @@ impl Pass {
             }
         }
         let verdict = Some(answer.verdict);
-        let to_cap = flight.is_some_and(|flight| self.tell_flight(flight, answer));
+        // Every cap hears the answer; a throttle any of them took leaves the rate.
+        let mut to_cap = false;
+        for flight in flights {
+            to_cap |= self.tell_flight(flight, answer);
+        }
         let mut hold = Duration::ZERO;
         match answer.lanes {
             Concerns::Held => {
@@ -230,7 +234,7 @@ impl Pass {
         hold
     }
 
-    /// Tells the upstream's learned cap, if any, how the attempt went; returns whether
+    /// Tells a learned cap how the attempt went; returns whether
     /// a throttle went to the cap (and not to the rate: see
     /// [`crate::concurrency::feeds_cap`]).
     fn tell_flight(&self, flight: &Flight, answer: &Answer<'_>) -> bool {
@@ -268,7 +272,7 @@ impl Pass {
         Deferred(Pass {
             first: (Arc::clone(&self.first.0), self.first.1),
             more: self.more.clone(),
-            flight: None,
+            flights: Vec::new(),
         })
     }
 }
@@ -282,9 +286,9 @@ pub struct Settled {
     backoff: Duration,
     /// The pause a throttle's answer asked of the request it answers.
     hold: Duration,
-    /// The attempt's place under `max_in_flight`: it lands when this goes, unless
+    /// The attempt's places under `max_in_flight`: they land when this goes, unless
     /// taken to go with the answer's body.
-    flight: Option<Flight>,
+    flights: Vec<Flight>,
 }
 
 impl Settled {
@@ -292,13 +296,13 @@ impl Settled {
         Settled {
             backoff: Duration::ZERO,
             hold,
-            flight: None,
+            flights: Vec::new(),
         }
     }
 
-    /// Takes the attempt's flight, to hold it until the answer's body has passed.
-    pub fn take_flight(&mut self) -> Option<Flight> {
-        self.flight.take()
+    /// Takes the attempt's flights, to hold them until the answer's body has passed.
+    pub fn take_flights(&mut self) -> Vec<Flight> {
+        std::mem::take(&mut self.flights)
     }
 
     /// How long the connection backoff turns requests away after an attempt that

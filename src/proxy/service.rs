@@ -399,8 +399,8 @@ impl<'a> Ctx<'a> {
         let pass = match self.named_lane(route, &parts.headers) {
             Some(lane) => {
                 let mut pass = pass;
-                let flight = pass.take_flight();
-                pass.for_lane(lane).with_flight(flight)
+                let flights = pass.take_flights();
+                pass.for_lane(lane).with_flights(flights)
             }
             None => pass,
         };
@@ -657,18 +657,18 @@ impl<'a> Ctx<'a> {
             let mut settled = upstream.settle(pass, Settle::Answer(answer));
             // A capped request is out until its body has passed (a stream's last
             // event): the server's slot is busy until then.
-            let flight = settled.take_flight();
+            let flights = settled.take_flights();
             let watch = match (cost, bill) {
                 (Some(cost), Some(bill)) => Some(Watch::cost(Arc::clone(upstream), cost, bill)),
                 _ => None,
             };
-            return match (watch, flight) {
-                (None, None) => (ProxyBody::Stream(inner), settled),
-                (Some(watch), None) => (ProxyBody::Watched { inner, watch }, settled),
-                (watch, Some(flight)) => {
-                    let watch = Landing::new(flight, watch.map(|w| w as Box<dyn WatchFrames>));
+            return match watch {
+                _ if !flights.is_empty() => {
+                    let watch = Landing::new(flights, watch.map(|w| w as Box<dyn WatchFrames>));
                     (ProxyBody::Watched { inner, watch }, settled)
                 }
+                None => (ProxyBody::Stream(inner), settled),
+                Some(watch) => (ProxyBody::Watched { inner, watch }, settled),
             };
         }
         let upstream = Arc::clone(upstream);

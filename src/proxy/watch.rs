@@ -38,19 +38,19 @@ pub struct Watch {
     bill: Option<Deferred>,
 }
 
-/// Holds a capped request's flight (`max_in_flight`) until its answer's body has
+/// Holds a capped request's flights (`max_in_flight`) until its answer's body has
 /// passed or broken off, beside what else watches the body.
 #[derive(Debug)]
 pub struct Landing {
-    _flight: Flight,
+    _flights: Vec<Flight>,
     inner: Option<Box<dyn WatchFrames>>,
 }
 
 impl Landing {
-    /// Holds `flight` for the body's life; `inner` watches it as before.
-    pub fn new(flight: Flight, inner: Option<Box<dyn WatchFrames>>) -> Box<Landing> {
+    /// Holds `flights` for the body's life; `inner` watches it as before.
+    pub fn new(flights: Vec<Flight>, inner: Option<Box<dyn WatchFrames>>) -> Box<Landing> {
         Box::new(Landing {
-            _flight: flight,
+            _flights: flights,
             inner,
         })
     }
