@@ -126,7 +126,7 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   local pids=() c url
   for c in $(seq 1 "$nclients"); do
     url="http://127.0.0.1:$mock"
-    [ "$2" = sdk ] || url="http://127.0.0.1:$(start_easeoff "$2-$c" "$mock" "$2" "$preset" "$fleet" "$style")"
+    [ "$2" = sdk ] || url="http://127.0.0.1:$(start_easeoff "$1-$2-c$c" "$mock" "$2" "$preset" "$fleet" "$style")"
     "$venv/bin/python" bench/concurrency_client.py "$kind" "$url" "$workers" "$seconds" "c$c" >"$WORK/client-$c.json" &
     pids+=($!)
   done
