@@ -20,13 +20,17 @@
 #            so the documented client waits a minute; or whole seconds).
 # github-fleet  the same mock, one token, behind 4 sidecars, each with its own client
 #            of FLEET_WORKERS (40) workers; easeoff sides share through a
-#            redis-server ([fleet], as bench/fleet.sh writes it).
+#            redis-server ([fleet], as bench/fleet.sh writes it). The mock never lets
+#            more than the limit in: its refusals count the fleet's tries past it.
 # SIDES (default "sdk easeoff"): sdk the clients straight at the mock; easeoff through
 # EASEOFF_BIN (target/release/easeoff) with preset "model-server" (MODEL_PRESET) or
 # "github" and EASEOFF_EXTRA (default: max_in_flight = "learn") in the [[upstream]]
 # table; main through EASEOFF_BEFORE, an older build: preset "github" for the GitHub
 # scenarios, no preset for the model servers, and no extra keys. KEEP=1 keeps the work
-# directory (configs, logs, JSON lines).
+# directory (configs, logs, JSON lines, the mock's counts). Needs python3 and curl, and
+# redis-server for github-fleet through easeoff; the clients run in the SDK venv
+# (sdk_venv, bench/lib.sh). The mocks' self-tests: bench/model_server_test.py,
+# bench/vendor_mock_test.py; this script's: bench/concurrency_test.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh

@@ -10,7 +10,9 @@ mock's busy_seconds / (slots x wall); refused is the mock's refusals over its at
 calls that raised after the SDK's own retries; p50 and p99 are the successful calls'
 latency as the client saw it. GitHub: calls/min are the successes of all the
 scenario's clients; in flight is the mock's count for the token, at most at once and
-on average over the run (its integral over the wall time), against the limit."""
+on average over the run (its integral over the wall time), against the limit. The mock
+refuses the call that would go past the limit, so its most in flight never exceeds
+it: the refusals say how often the clients (or sidecars, together) tried to."""
 
 import json
 import statistics
