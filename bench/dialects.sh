@@ -49,14 +49,7 @@ bin="${EASEOFF_BIN:-target/release/easeoff}"
 [ -x "$bin" ] || { echo "build first: cargo build --release (or set EASEOFF_BIN)" >&2; exit 1; }
 
 scenarios="${SCENARIOS:-openai anthropic github shared}"
-pins="openai==1.59.9 anthropic==0.42.0"
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/easeoff-bench-sdks"
-if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q $pins
-  echo "$pins" >"$venv/.pins"
-fi
+sdk_venv
 
 start_work easeoff-dialects
 

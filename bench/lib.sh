@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench scripts (sourced): loopback port helpers, a work directory.
 
 # True when something listens on 127.0.0.1:PORT.
@@ -19,8 +20,8 @@ free_port() {
 # wait_listening PORT SECONDS PID: true once something listens on 127.0.0.1:PORT, false
 # after SECONDS or as soon as PID has exited.
 wait_listening() {
-  local i
-  for i in $(seq 1 $(( $2 * 10 ))); do
+  local _
+  for _ in $(seq 1 $(( $2 * 10 ))); do
     port_busy "$1" && return 0
     kill -0 "$3" 2>/dev/null || return 1
     sleep 0.1
@@ -44,4 +45,18 @@ stop_work() {
   for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
   for p in ${PIDS[@]+"${PIDS[@]}"}; do wait "$p" 2>/dev/null || true; done
   rm -rf -- "$WORK"
+}
+
+# sdk_venv: sets $venv to the virtualenv of the vendors' SDKs the bench clients use,
+# made (or made again, when the pins changed) on first use.
+sdk_venv() {
+  local pins="openai==1.59.9 anthropic==0.42.0"
+  venv="${XDG_CACHE_HOME:-$HOME/.cache}/easeoff-bench-sdks"
+  if [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    # shellcheck disable=SC2086 # one requirement a word
+    "$venv/bin/pip" install -q $pins
+    echo "$pins" >"$venv/.pins"
+  fi
 }

@@ -42,8 +42,20 @@ github     https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-th
            PATCH, PUT and DELETE 5, as the page prices REST requests; and
            create_per_min= / create_per_hour= content-creating (POST, PATCH, PUT,
            DELETE) requests a minute / an hour (0, the default: off; the page's
-           figures are 80 and 500). Concurrency limits are not modelled. GET
-           /forbidden answers a permission 403.
+           figures are 80 and 500). GET /forbidden answers a permission 403.
+           Concurrency ("No more than 100 concurrent requests are allowed"), with
+           concurrent=N (0, the default: off; the page's figure is 100): a call that
+           finds N calls of its identity in flight is refused at once with the
+           secondary-limit message, 403 (concurrent_status=429 for the page's other
+           status), and no retry-after unless concurrent_retry_after=S (seconds; the
+           page says to honour retry-after "if present", and otherwise, with
+           x-ratelimit-remaining above 0, to "wait for at least one minute"). The
+           identity is the authorization header (concurrent_key=authorization, the
+           default: GitHub limits a user or app, so sidecars sharing one token share
+           one limit), x-bench-instance (concurrent_key=instance) or everyone
+           (concurrent_key=all). latency=S makes every admitted call take S seconds
+           (0 by default), so that N in flight bound the rate at N / S a second.
+           Refusals of the primary or points limits answer at once.
 plain      https://www.rfc-editor.org/rfc/rfc9110#section-10.2.3 (Retry-After)
            a plain HTTP API: a bucket of burst= requests (rate*tick by default, at
            least 1) refilled with rate*tick requests every tick= seconds, in discrete
@@ -78,7 +90,11 @@ quota_headers=0 (openai) leaves the x-ratelimit-* headers out: an API that only 
   retry-after when it refuses.
 
 GET /__counts answers the counts so far as JSON: style; seen; ok, refused (429 and
-primary or secondary 403), overloaded (529); primary refusals by x-bench-instance and
+primary or secondary 403, concurrency refusals included), overloaded (529); github:
+concurrent_refused, and per identity (concurrent_key=, authorization by default)
+in_flight_max, in_flight_seconds (the integral over time of its calls in flight) and
+mean_in_flight (that over wall, the seconds from the first call until now), and
+in_flight_max_total (all identities at once); primary refusals by x-bench-instance and
 window; tokens (openai: as its TPM bucket counts them, prompt + max_tokens);
 input_tokens and output_tokens (anthropic: as its buckets finally count them, the
 actual output); charged_tokens (openai: prompt + max_tokens; anthropic: input + actual
@@ -107,11 +123,22 @@ style, port = sys.argv[1], int(sys.argv[2])
 raw = dict(a.split("=", 1) for a in sys.argv[3:])
 models_opt = raw.pop("models", "")
 retry_after_opt = raw.pop("retry_after", "whole")
+concurrent_key = raw.pop("concurrent_key", "authorization")
+if concurrent_key not in ("authorization", "instance", "all"):
+    sys.exit("concurrent_key= is authorization, instance or all")
+concurrent_retry_after = raw.pop("concurrent_retry_after", "none")
+if concurrent_retry_after != "none" and not concurrent_retry_after.isdigit():
+    sys.exit("concurrent_retry_after= is whole seconds or none")
 if retry_after_opt not in ("whole", "exact", "none"):
     sys.exit("retry_after= is whole, exact or none")
 opts = {k: float(v) for k, v in raw.items()}
 FILL = opts.get("fill", 1.0)
 OTHER = opts.get("other", 0.0)
+CONCURRENT = int(opts.get("concurrent", 0))
+CONCURRENT_STATUS = int(opts.get("concurrent_status", 403))
+LATENCY = opts.get("latency", 0.0)
+if CONCURRENT_STATUS not in (403, 429):
+    sys.exit("concurrent_status= is 403 or 429, as the page says")
 if not 0 <= OTHER < 1:
     sys.exit("other= is a share of the refill, 0 <= F < 1")
 lock = threading.Lock()
@@ -119,6 +146,10 @@ counts = {
     "style": style, "ok": 0, "refused": 0, "overloaded": 0, "primary": {}, "seen": 0,
     "tokens": 0, "input_tokens": 0, "output_tokens": 0, "charged_tokens": 0,
 }
+if style == "github":
+    counts.update(concurrent_refused=0, in_flight_max={}, in_flight_seconds={}, in_flight_max_total=0)
+# github: calls of each identity in flight now, and when that last changed.
+flights: dict[str, list] = {}
 
 
 class Bucket:
@@ -368,7 +399,21 @@ def anthropic(body: dict) -> tuple[int, dict, dict]:
 GITHUB_LIMITS = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
 
 
-def github(method: str, path: str, instance: str) -> tuple[int, dict, dict]:
+SECONDARY = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+
+
+def fly(identity: str, step: int) -> None:
+    """A call of `identity` enters (+1) or leaves (-1) flight; keeps its integral (lock held)."""
+    now = time.monotonic()
+    n, since = flights.setdefault(identity, [0, now])
+    seconds = counts["in_flight_seconds"]
+    seconds[identity] = seconds.get(identity, 0.0) + n * (now - since)
+    flights[identity] = [n + step, now]
+    counts["in_flight_max"][identity] = max(counts["in_flight_max"].get(identity, 0), n + step)
+    counts["in_flight_max_total"] = max(counts["in_flight_max_total"], sum(f[0] for f in flights.values()))
+
+
+def github(method: str, path: str, instance: str, crowded: bool = False) -> tuple[int, dict, dict]:
     # https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api
     now = time.time()
     if path.startswith("/forbidden"):
@@ -387,6 +432,17 @@ def github(method: str, path: str, instance: str) -> tuple[int, dict, dict]:
         key = f"{instance}@{reset}"
         counts["primary"][key] = counts["primary"].get(key, 0) + 1
         return 403, headers(), {"message": "API rate limit exceeded for user ID 1.", "documentation_url": GITHUB_LIMITS}
+    if crowded:
+        # "Make too many concurrent requests. No more than 100 concurrent requests are
+        # allowed." and, past a secondary limit, "a 403 or 429 response and an error
+        # message that indicates that you exceeded a secondary rate limit"; retry-after
+        # only "if present" (https://github.com/octokit/plugin-throttling.js notes it
+        # "can sometimes be blank"). Nothing is charged: the call never ran.
+        counts["concurrent_refused"] += 1
+        h = headers()
+        if concurrent_retry_after != "none":
+            h["retry-after"] = concurrent_retry_after
+        return CONCURRENT_STATUS, h, {"message": SECONDARY, "documentation_url": GITHUB_LIMITS + "#about-secondary-rate-limits"}
     # Secondary limits ("Calculating points for the secondary rate limit"): GET, HEAD
     # and OPTIONS 1 point, POST, PATCH, PUT and DELETE 5; "no more than 80
     # content-generating requests per minute and no more than 500 per hour".
@@ -396,7 +452,7 @@ def github(method: str, path: str, instance: str) -> tuple[int, dict, dict]:
     if wait > 0:
         h = headers()
         h["retry-after"] = str(math.ceil(wait))
-        return 403, h, {"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", "documentation_url": GITHUB_LIMITS + "#about-secondary-rate-limits"}
+        return 403, h, {"message": SECONDARY, "documentation_url": GITHUB_LIMITS + "#about-secondary-rate-limits"}
     for name, b in buckets.items():
         b.take(cost[name])
     window["used"] += 1
@@ -439,7 +495,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/__counts":
             with lock:
-                self.send(200, {}, counts)
+                c = counts
+                if style == "github":
+                    for identity in flights:
+                        fly(identity, 0)
+                    c = json.loads(json.dumps(counts))
+                    wall = time.monotonic() - counts["first_at"] if "first_at" in counts else 0.0
+                    c["wall"] = wall
+                    c["mean_in_flight"] = {k: v / wall for k, v in c["in_flight_seconds"].items()} if wall else {}
+                self.send(200, {}, c)
             return
         self.handle_call(self.read_body())
 
@@ -452,6 +516,7 @@ class Handler(BaseHTTPRequestHandler):
     do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_POST
 
     def handle_call(self, body: dict, head: bool = False) -> None:
+        identity = None
         with lock:
             counts["seen"] += 1
             if style == "openai":
@@ -459,15 +524,31 @@ class Handler(BaseHTTPRequestHandler):
             elif style == "anthropic":
                 code, headers, answer = anthropic(body)
             elif style == "github":
-                code, headers, answer = github(self.command, self.path, self.headers.get("x-bench-instance", "-"))
+                instance = self.headers.get("x-bench-instance", "-")
+                who = {"authorization": self.headers.get("authorization", "-"), "instance": instance, "all": "*"}[concurrent_key]
+                crowded = CONCURRENT > 0 and flights.get(who, [0])[0] >= CONCURRENT
+                code, headers, answer = github(self.command, self.path, instance, crowded)
+                if not crowded:
+                    # In flight until its answer is written; a call refused for
+                    # concurrency never was.
+                    identity = who
+                    fly(identity, +1)
             else:
                 code, headers, answer = plain()
             first_at = counts.setdefault("first_at", time.monotonic())
-            key = "ok" if code == 200 else "overloaded" if code == 529 else "refused" if code == 429 or "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0" else "ok"
+            secondary = SECONDARY in str(answer.get("message", "")) if style == "github" else False
+            key = "ok" if code == 200 else "overloaded" if code == 529 else "refused" if code == 429 or secondary or "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0" else "ok"
             counts[key] += 1
             if key == "refused":
                 counts.setdefault("refused_at", []).append(round(time.monotonic() - first_at, 2))
-        self.send(code, headers, answer, head)
+        try:
+            if code == 200 and LATENCY > 0:
+                time.sleep(LATENCY)
+            self.send(code, headers, answer, head)
+        finally:
+            if identity is not None:
+                with lock:
+                    fly(identity, -1)
 
     def send(self, code: int, headers: dict, answer: dict, head: bool = False) -> None:
         data = json.dumps(answer).encode()
@@ -481,6 +562,11 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+if CONCURRENT or LATENCY:
+    # The default listen backlog of 5 drops SYNs when a hundred clients connect at
+    # once, and a dropped SYN is retried a second later; kept where these options are
+    # absent, so the scenarios measured before are unchanged.
+    ThreadingHTTPServer.request_queue_size = 1024
 server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
 server.daemon_threads = True
 server.serve_forever()

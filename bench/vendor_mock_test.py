@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 MOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vendor_mock.py")
@@ -186,11 +187,85 @@ def test_github() -> None:
         m.close()
 
 
+def github_together(port: int, calls: list[dict], stagger: float = 0.03) -> list[tuple[int, dict, dict]]:
+    """GET /user once per entry of `calls` (its headers), each on a connection of its
+    own, started `stagger` seconds apart, all in flight together; in start order."""
+    out = [None] * len(calls)
+
+    def one(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/user", headers=calls[i])
+        r = conn.getresponse()
+        raw = r.read()
+        out[i] = (r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(raw) if raw else {})
+        conn.close()
+
+    threads = []
+    for i in range(len(calls)):
+        threads.append(threading.Thread(target=one, args=(i,)))
+        threads[-1].start()
+        time.sleep(stagger)
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_github_concurrent() -> None:
+    m = Mock("github", "points=0", "concurrent=3", "latency=0.4")
+    try:
+        token = {"authorization": "token a"}
+        got = github_together(m.port, [token] * 5)
+        codes = [g[0] for g in got]
+        check("github concurrent=3 latency=0.4: three in flight, the 4th and 5th refused", codes == [200, 200, 200, 403, 403], codes)
+        code, h, body = got[3]
+        check("github concurrency refusal: the secondary-limit message, no retry-after by default, x-ratelimit-remaining above 0",
+              "secondary rate limit" in body["message"] and body["documentation_url"].endswith("#about-secondary-rate-limits")
+              and "retry-after" not in h and int(h.get("x-ratelimit-remaining", "0")) > 0, (body, h.get("retry-after")))
+        began = time.monotonic()
+        code, _, _ = m.call("GET", "/user")
+        took = time.monotonic() - began
+        check("github latency=0.4: an admitted call takes 0.4 s", code == 200 and 0.38 <= took <= 0.6, f"{took:.3f} s")
+        c = m.counts()
+        check("github /__counts: 2 concurrency refusals counted as refused, in_flight_max 3 for the token",
+              c["concurrent_refused"] == 2 and c["refused"] == 2 and c["ok"] == 4 and c["in_flight_max"].get("token a") == 3
+              and c["in_flight_max_total"] == 3, c)
+        # The token's three calls of 0.4 s: 1.2 call-seconds; the call without a token
+        # is another identity ("-").
+        check("github /__counts: in_flight_seconds integrates the calls in flight", 1.18 <= c["in_flight_seconds"]["token a"] <= 1.35
+              and 0.39 <= c["in_flight_seconds"]["-"] <= 0.5
+              and abs(c["mean_in_flight"]["token a"] - c["in_flight_seconds"]["token a"] / c["wall"]) < 0.05, c["in_flight_seconds"])
+        got = github_together(m.port, [{"authorization": "token a"}] * 3 + [{"authorization": "token b"}] * 3)
+        check("github concurrent_key=authorization: each token has its own 3", [g[0] for g in got] == [200] * 6, [g[0] for g in got])
+        check("github /__counts: in_flight_max_total sums the identities", m.counts()["in_flight_max_total"] == 6, m.counts()["in_flight_max_total"])
+    finally:
+        m.close()
+    m = Mock("github", "points=0", "concurrent=2", "latency=0.4", "concurrent_key=instance", "concurrent_status=429", "concurrent_retry_after=7")
+    try:
+        got = github_together(m.port, [{"authorization": "token a", "x-bench-instance": "x"}] * 2 + [{"authorization": "token a", "x-bench-instance": "y"}] * 2
+                              + [{"authorization": "token b", "x-bench-instance": "x"}])
+        codes = [g[0] for g in got]
+        check("github concurrent_key=instance: x-bench-instance is the identity, whatever the token", codes == [200, 200, 200, 200, 429], codes)
+        check("github concurrent_status=429 concurrent_retry_after=7: 429 with retry-after: 7", got[4][1].get("retry-after") == "7", got[4][1].get("retry-after"))
+    finally:
+        m.close()
+    m = Mock("github", "points=10")
+    try:
+        c = m.counts()
+        check("github without concurrent=: nothing refused for concurrency, counters present",
+              c["concurrent_refused"] == 0 and c["in_flight_max_total"] == 0, c)
+        got = github_together(m.port, [{}] * 12, stagger=0)
+        check("github without concurrent=: 12 at once all pass the concurrency check, the points limit still refuses",
+              sorted(g[0] for g in got) == [200] * 10 + [403] * 2, [g[0] for g in got])
+    finally:
+        m.close()
+
+
 began = time.monotonic()
 test_help()
 test_openai()
 test_anthropic()
 test_plain()
 test_github()
+test_github_concurrent()
 print(f"{'all passed' if not failures else f'{failures} failed'} in {time.monotonic() - began:.1f} s")
 sys.exit(1 if failures else 0)
