@@ -193,18 +193,21 @@ impl Learner {
         (self.recent, self.baseline)
     }
 
-    /// A success dispatched in `epoch` with `out` requests out (itself included),
-    /// answered in `latency`. One dispatched before the last cut tells its latency
+    /// A success dispatched in `epoch` with `out` requests out (itself included)
+    /// under a cap of `cap` then, answered in `latency`. It went with the cap full
+    /// when `out` reached that cap (not the cap now: in a slow start the cap grows
+    /// while a request is out, and one that filled the cap it went under would
+    /// otherwise count as not). One dispatched before the last cut tells its latency
     /// only: it went under the cap that was cut, and the count out over-states what
     /// the server held (a request counts until its answer has passed, the server's
     /// slot frees before), so its success is no proof that more pass.
-    pub fn success(&mut self, out: u32, epoch: u64, latency: Duration) -> Move {
+    pub fn success(&mut self, out: u32, cap: u32, epoch: u64, latency: Duration) -> Move {
         let latency = latency.as_secs_f64();
         self.see_latency(latency);
         if epoch < self.epoch {
             return Move::Hold;
         }
-        let full = out >= self.cap();
+        let full = out >= cap.min(self.cap());
         if full && self.recent > LATENCY_CUT * self.baseline {
             self.since_latency_cut = self.since_latency_cut.saturating_add(1);
             // One cut per cap's worth of answers: those out were sent before it.

@@ -58,6 +58,8 @@ pub struct Flight {
     out: u32,
     /// The learner's epoch then.
     epoch: u64,
+    /// The cap then.
+    cap: u32,
 }
 
 /// What an answer tells a learned cap.
@@ -151,6 +153,7 @@ impl Flights {
         // Given back by hand when the flight lands, or kept to pay a cut's debt.
         permit.forget();
         let out = self.out.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        let cap = self.cap();
         let epoch = self
             .learner
             .as_ref()
@@ -159,6 +162,7 @@ impl Flights {
             flights: Arc::clone(self),
             out,
             epoch,
+            cap,
         })
     }
 
@@ -189,7 +193,7 @@ impl Flights {
         let mut learner = lock(learner);
         let moved = match told {
             Told::Success(latency) => {
-                let moved = learner.success(flight.out, flight.epoch, latency);
+                let moved = learner.success(flight.out, flight.cap, flight.epoch, latency);
                 let (recent, _) = learner.latency();
                 self.latency_ns
                     .store(nanos(Duration::from_secs_f64(recent)), Ordering::Relaxed);

@@ -8,7 +8,7 @@ const MS: Duration = Duration::from_millis(100);
 /// `most` answers went; returns the moves.
 fn full_successes(l: &mut Learner, n: u32, latency: Duration) -> Vec<Move> {
     (0..n)
-        .map(|_| l.success(l.cap(), l.epoch(), latency))
+        .map(|_| l.success(l.cap(), l.cap(), l.epoch(), latency))
         .collect()
 }
 
@@ -25,9 +25,9 @@ fn starts_at_initial_and_doubles_per_round_trip_in_slow_start() {
 #[test]
 fn grows_only_when_the_cap_was_full() {
     let mut l = Learner::new(1000);
-    assert_eq!(l.success(3, l.epoch(), MS), Move::Hold);
+    assert_eq!(l.success(3, l.cap(), l.epoch(), MS), Move::Hold);
     assert_eq!(l.cap(), 4);
-    assert_eq!(l.success(4, l.epoch(), MS), Move::Grow);
+    assert_eq!(l.success(4, l.cap(), l.epoch(), MS), Move::Grow);
     assert_eq!(l.cap(), 5);
 }
 
@@ -89,7 +89,7 @@ fn a_failed_probe_doubles_the_wait_for_the_next_up_to_a_bound() {
     for _ in 0..7 {
         let mut n = 0;
         while l.cap() == 8 {
-            l.success(8, l.epoch(), MS);
+            l.success(8, l.cap(), l.epoch(), MS);
             n += 1;
         }
         waits.push(n);
@@ -108,7 +108,7 @@ fn a_probe_that_passes_raises_the_ceiling() {
     full_successes(&mut l, PROBE_MIN, MS);
     assert_eq!(l.cap(), 9);
     // The ninth out comes back: nine pass.
-    l.success(9, l.epoch(), MS);
+    l.success(9, l.cap(), l.epoch(), MS);
     assert_eq!(l.ceiling(), Some(9));
     assert_eq!(l.cap(), 9);
 }
@@ -151,14 +151,14 @@ fn below_the_ceiling_it_grows_one_per_caps_worth_of_successes() {
 fn latency_at_twice_its_baseline_stops_growth() {
     let mut l = Learner::new(1000);
     // The baseline: 0.1 s.
-    l.success(4, l.epoch(), MS);
+    l.success(4, l.cap(), l.epoch(), MS);
     let mut grew_while_slow = 0;
     for _ in 0..50 {
         let slow = {
             let (recent, baseline) = l.latency();
             recent > LATENCY_HOLD * baseline
         };
-        let moved = l.success(l.cap(), l.epoch(), Duration::from_millis(250));
+        let moved = l.success(l.cap(), l.cap(), l.epoch(), Duration::from_millis(250));
         if slow && moved != Move::Hold {
             grew_while_slow += 1;
         }
@@ -177,7 +177,7 @@ fn latency_at_three_times_its_baseline_cuts_once_per_caps_worth() {
     full_successes(&mut l, 4, MS);
     assert_eq!(l.cap(), 8);
     let moves: Vec<Move> = (0..40)
-        .map(|_| l.success(l.cap(), l.epoch(), MS * 10))
+        .map(|_| l.success(l.cap(), l.cap(), l.epoch(), MS * 10))
         .collect();
     let cuts: Vec<usize> = moves
         .iter()
@@ -218,10 +218,24 @@ fn a_success_sent_before_the_last_cut_proves_nothing() {
     l.refused(9, before);
     assert_eq!(l.cap(), 8);
     // Out with the refused one, it came back: the count out over-stated the server's.
-    assert_eq!(l.success(10, before, MS), Move::Hold);
+    assert_eq!(l.success(10, 12, before, MS), Move::Hold);
     assert_eq!(l.ceiling(), Some(8));
     assert_eq!(l.cap(), 8);
     // Sent since the cut, with 9 out, it is a probe that passed.
-    l.success(9, l.epoch(), MS);
+    l.success(9, l.cap(), l.epoch(), MS);
     assert_eq!(l.ceiling(), Some(9));
+}
+
+#[test]
+fn a_success_that_filled_the_cap_it_went_under_grows_though_the_cap_grew_since() {
+    let mut l = Learner::new(1000);
+    // Four went out together under a cap of 4, the last filling it; answers of
+    // those sent after it filled the cap of their time.
+    assert_eq!(l.success(4, 4, 0, MS), Move::Grow);
+    assert_eq!(l.cap(), 5);
+    assert_eq!(l.success(4, 4, 0, MS), Move::Grow);
+    assert_eq!(l.success(5, 5, 0, MS), Move::Grow);
+    assert_eq!(l.cap(), 7);
+    // One that went with room left under its cap proves nothing.
+    assert_eq!(l.success(3, 4, 0, MS), Move::Hold);
 }
