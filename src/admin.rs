@@ -27,11 +27,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::document::{
-    CappedStatus, CostStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus, LaneStatus,
-    ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
+    CapStatus, CappedStatus, CostStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus,
+    LaneStatus, ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
 };
 use crate::admin::history::{History, Key, Sample};
 use crate::clock::Clock;
+use crate::concurrency::Why;
 use crate::fleet::{Decision, Fleet};
 use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
@@ -121,6 +122,7 @@ fn samples_of(u: &Upstream) -> Vec<(Key, Sample)> {
             interval_ms: ms(u.lanes.slowest().interval()),
             waiting: u.waiting() as u64,
             throttles_total,
+            cap: u.flights().map(|f| (f.cap(), f.out())),
             ..Sample::default()
         },
     )];
@@ -137,6 +139,7 @@ fn samples_of(u: &Upstream) -> Vec<(Key, Sample)> {
             throttles_total: Signal::ALL.iter().map(|s| m.throttles(*s)).sum(),
             dispatches_total: Some(m.dispatches.get()),
             paused: lane.pause_left(now).is_some(),
+            cap: None,
         };
         samples.push((Key::lane(u.name(), lane.name()), sample));
     }
@@ -259,6 +262,7 @@ fn describe(u: &Upstream, history: &History) -> UpstreamStatus {
         rate_limit_floor: floor(u, default),
         waiting: u.waiting() as u64,
         in_flight: m.in_flight.get(),
+        in_flight_cap: cap_view(u),
         requests: by(Outcome::ALL.map(|o| (o.as_str(), m.request(o).get()))),
         throttles: by(Signal::ALL.map(|s| (s.as_str(), m.throttle(s).get()))),
         interval_increases: m.increases.get(),
@@ -287,6 +291,21 @@ fn ms(d: Duration) -> f64 {
 
 fn by<const N: usize>(pairs: [(&str, u64); N]) -> BTreeMap<String, u64> {
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// `max_in_flight` as it stands: the cap, what is out and waits under it, and how a
+/// learned cap moved; none without a cap.
+fn cap_view(u: &Upstream) -> Option<CapStatus> {
+    let flights = u.flights()?;
+    Some(CapStatus {
+        setting: u.settings.max_in_flight.to_string(),
+        cap: flights.cap(),
+        out: flights.out(),
+        waiting: flights.waiting() as u64,
+        ceiling: flights.ceiling(),
+        last_move: flights.last_move().map(|why| why.as_str().to_string()),
+        moves: by(Why::ALL.map(|w| (w.as_str(), u.metrics.cap_move(w).get()))),
+    })
 }
 
 fn capped(u: &Upstream, lane: &Lane) -> Option<CappedStatus> {

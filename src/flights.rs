@@ -8,7 +8,7 @@
 //! request. A cut takes permits back as flights land (`debt`), so a cap never
 //! drops a request already out.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +39,8 @@ pub struct Flights {
     latency_ns: AtomicU64,
     learner: Option<Mutex<Learner>>,
     on_move: Option<OnMove>,
+    /// The latest move's why, as one more than its place in [`Why::ALL`]; 0 before any.
+    last_move: AtomicU8,
 }
 
 impl std::fmt::Debug for Flights {
@@ -99,6 +101,7 @@ impl Flights {
             latency_ns: AtomicU64::new(0),
             learner,
             on_move,
+            last_move: AtomicU8::new(0),
         }))
     }
 
@@ -125,6 +128,12 @@ impl Flights {
     /// The learned cap's ceiling (the most out known to pass), if it has one.
     pub fn ceiling(&self) -> Option<u32> {
         self.learner.as_ref().and_then(|l| lock(l).ceiling())
+    }
+
+    /// Why the cap last moved; `None` before its first move (and always for a fixed cap).
+    pub fn last_move(&self) -> Option<Why> {
+        let place = usize::from(self.last_move.load(Ordering::Relaxed)).checked_sub(1)?;
+        Why::ALL.get(place).copied()
     }
 
     /// Waits for a flight until `deadline`; a request that cannot wait (the queue is
@@ -209,9 +218,7 @@ impl Flights {
         let cap = learner.cap();
         drop(learner);
         self.resize(cap);
-        if let Some(on_move) = &self.on_move {
-            on_move(cap, why);
-        }
+        self.moved(cap, why);
         moved
     }
 
@@ -226,9 +233,15 @@ impl Flights {
         drop(learner);
         if cap != self.cap() {
             self.resize(cap);
-            if let Some(on_move) = &self.on_move {
-                on_move(cap, Why::Fleet);
-            }
+            self.moved(cap, Why::Fleet);
+        }
+    }
+
+    /// Remembers why the cap moved to `cap` and tells its owner.
+    fn moved(&self, cap: u32, why: Why) {
+        self.last_move.store(why as u8 + 1, Ordering::Relaxed);
+        if let Some(on_move) = &self.on_move {
+            on_move(cap, why);
         }
     }
 

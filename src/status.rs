@@ -12,7 +12,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::admin::document::{HistoryStatus, LaneStatus, Status, UpstreamStatus};
+use crate::admin::document::{CapStatus, HistoryStatus, LaneStatus, Status, UpstreamStatus};
 
 /// Where `easeoff status` looks when neither `--admin` nor a config names the admin server.
 pub const DEFAULT_ADMIN: &str = "http://127.0.0.1:9901";
@@ -93,8 +93,8 @@ pub async fn fetch(admin: &str) -> Result<Status, StatusError> {
 }
 
 /// The table: one row per upstream (its headline interval) and one per lane, then
-/// each one's interval over the kept minutes as a line of bars, and why each lane was
-/// last throttled.
+/// each one's interval over the kept minutes as a line of bars, its `max_in_flight`
+/// cap, and why each lane was last throttled.
 pub fn render(status: &Status, admin: &str) -> String {
     let mut rows = vec![
         [
@@ -138,6 +138,9 @@ pub fn render(status: &Status, admin: &str) -> String {
     }
     for u in &status.upstreams {
         let _ = write!(out, "\n{}", chart_line(&u.name, &u.history));
+        if let Some(cap) = &u.in_flight_cap {
+            let _ = writeln!(out, "{}", cap_line(&u.name, cap));
+        }
         for lane in &u.lanes {
             if let Some(history) = &lane.history {
                 let _ = write!(
@@ -161,6 +164,33 @@ fn chart_line(name: &str, history: &HistoryStatus) -> String {
         values.len(),
         ms(values.iter().copied().fold(0.0, f64::max)),
         bars(values, 60)
+    )
+}
+
+/// `up: in flight 2 / cap 4 (learned, ceiling 4, last move refused; moves: grew 3,
+/// refused 1), 1 waiting`; a fixed cap says `fixed`.
+fn cap_line(name: &str, c: &CapStatus) -> String {
+    let how = if c.setting == "learn" {
+        let mut how = vec!["learned".to_string()];
+        how.extend(c.ceiling.map(|n| format!("ceiling {n}")));
+        how.extend(c.last_move.as_ref().map(|why| format!("last move {why}")));
+        let moves: Vec<String> = c
+            .moves
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(why, n)| format!("{why} {n}"))
+            .collect();
+        let mut how = how.join(", ");
+        if !moves.is_empty() {
+            let _ = write!(how, "; moves: {}", moves.join(", "));
+        }
+        how
+    } else {
+        "fixed".to_string()
+    };
+    format!(
+        "{name}: in flight {} / cap {} ({how}), {} waiting",
+        c.out, c.cap, c.waiting
     )
 }
 
@@ -277,6 +307,36 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("  lane writes: throttled by a 429"), "{out}");
+    }
+
+    #[test]
+    fn a_capped_upstream_gets_a_line_for_its_cap() {
+        let status: Status = serde_json::from_value(json!({
+            "upstreams": [
+                {"name": "llm", "in_flight_cap": {
+                    "setting": "learn", "cap": 4, "out": 2, "waiting": 1, "ceiling": 4,
+                    "last_move": "refused",
+                    "moves": {"grew": 3, "refused": 1, "latency": 0, "fleet": 0}}},
+                {"name": "api", "in_flight_cap": {
+                    "setting": "3", "cap": 3, "out": 0, "waiting": 0, "ceiling": null,
+                    "last_move": null, "moves": {"grew": 0}}},
+                {"name": "plain"},
+            ],
+        }))
+        .unwrap();
+        let out = render(&status, "127.0.0.1:9901");
+        assert!(
+            out.contains(
+                "\nllm: in flight 2 / cap 4 (learned, ceiling 4, last move refused; \
+                 moves: grew 3, refused 1), 1 waiting\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("\napi: in flight 0 / cap 3 (fixed), 0 waiting\n"),
+            "{out}"
+        );
+        assert!(!out.contains("plain: in flight"), "{out}");
     }
 
     #[test]

@@ -24,8 +24,78 @@ async fn health_readiness_and_status_answer() {
     assert_eq!(s["paused_until"], serde_json::Value::Null);
     assert_eq!(s["waiting"], 0);
     assert_eq!(s["in_flight"], 0);
+    assert!(
+        s.get("in_flight_cap").is_none(),
+        "no cap, no in_flight_cap: {s}"
+    );
     assert_eq!(s["requests"]["success"], 0);
     assert_eq!(s["throttles"]["status"], 0);
+}
+
+/// `max_in_flight` on `/status`: a fixed cap and a learned one with what is out under
+/// them, kept per second in the history; an upstream without a cap has neither.
+#[tokio::test]
+async fn status_shows_a_fixed_or_learned_in_flight_cap() {
+    let up = upstream(|_| async { ok() }).await;
+    let proxy = proxy_config(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[upstream]]\nname = \"fixed\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
+         max_in_flight = 3\n\n\
+         [[upstream]]\nname = \"learned\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
+         max_in_flight = \"learn\"\n\n\
+         [[upstream]]\nname = \"open\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n",
+        a = up.addr
+    ))
+    .await;
+    assert_eq!(get(&format!("http://{}/", proxy.addr)).await.status, 200);
+    let no_moves = serde_json::json!({"grew": 0, "refused": 0, "latency": 0, "fleet": 0});
+    let doc = wait_for_status(proxy.admin, |doc| {
+        doc["upstreams"][0]["history"]["cap"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty())
+    })
+    .await;
+    let [fixed, learned, open] = [0, 1, 2].map(|i| &doc["upstreams"][i]);
+    assert_eq!(
+        fixed["in_flight_cap"],
+        serde_json::json!({
+            "setting": "3", "cap": 3, "out": 0, "waiting": 0,
+            "ceiling": null, "last_move": null, "moves": no_moves,
+        }),
+        "{doc}"
+    );
+    let learned_cap = &learned["in_flight_cap"];
+    assert_eq!(learned_cap["setting"], "learn", "{doc}");
+    assert_eq!(learned_cap["cap"], 4, "a learned cap starts at 4: {doc}");
+    assert_eq!(learned_cap["moves"], no_moves, "{doc}");
+    assert!(open.get("in_flight_cap").is_none(), "{doc}");
+    let history = &fixed["history"];
+    let caps = history["cap"].as_array().unwrap();
+    assert!(caps.iter().all(|c| *c == 3), "{history}");
+    assert_eq!(history["out"].as_array().map(Vec::len), Some(caps.len()));
+    assert!(open["history"].get("cap").is_none(), "{doc}");
+}
+
+/// The whole `/status` document once `ready` says it is.
+async fn wait_for_status(
+    admin: std::net::SocketAddr,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let doc = std::sync::Mutex::new(serde_json::Value::Null);
+    let (last, ready) = (&doc, &ready);
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "a sample of the history",
+        move || async move {
+            let text = get(&format!("http://{admin}/status")).await.text();
+            let now: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let done = ready(&now);
+            *last.lock().unwrap() = now;
+            done
+        },
+    )
+    .await;
+    doc.into_inner().unwrap()
 }
 
 #[tokio::test]

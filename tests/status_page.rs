@@ -5,7 +5,11 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use support::*;
 
@@ -26,6 +30,53 @@ async fn two_upstreams() -> (Proxy, TestUpstream, TestUpstream) {
         get(&format!("http://{}/", proxy.addr)).await;
     }
     (proxy, orders, inventory)
+}
+
+/// Two capped upstreams: "up" with `max_in_flight = 3` and two requests held out
+/// (until `release` gets permits) over three seconds of history, and "llm" with a
+/// learned cap and no traffic.
+async fn capped_upstreams() -> (Proxy, TestUpstream, Arc<Semaphore>, Vec<JoinHandle<u16>>) {
+    let release = Arc::new(Semaphore::new(0));
+    let gate = Arc::clone(&release);
+    let up = upstream(move |_| {
+        let gate = Arc::clone(&gate);
+        async move {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            ok()
+        }
+    })
+    .await;
+    let proxy = proxy_config(&format!(
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
+         max_in_flight = 3\n\n\
+         [[upstream]]\nname = \"llm\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
+         max_in_flight = \"learn\"\n",
+        a = up.addr
+    ))
+    .await;
+    let held = (0..2)
+        .map(|_| {
+            let url = format!("http://{}/", proxy.addr);
+            tokio::spawn(async move { get(&url).await.status.as_u16() })
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(20),
+        "two requests out under the cap, sampled three times",
+        || async {
+            let s = status(proxy.admin).await;
+            let out = &s["history"]["out"];
+            s["in_flight_cap"]["out"] == 2
+                && out
+                    .as_array()
+                    .is_some_and(|v| v.len() >= 3 && v.contains(&2.into()))
+        },
+    )
+    .await;
+    (proxy, up, release, held)
 }
 
 /// Waits until the admin server has sampled upstream "up" `n` times (one a second).
@@ -103,6 +154,27 @@ async fn the_status_command_prints_a_table_of_a_running_easeoff() {
 }
 
 #[tokio::test]
+async fn the_status_command_shows_what_is_out_under_a_cap() {
+    let (proxy, _up, release, held) = capped_upstreams().await;
+    let out = easeoff(&["status", "--admin", &proxy.admin.to_string()]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.contains(&"up: in flight 2 / cap 3 (fixed), 0 waiting"),
+        "{stdout}"
+    );
+    assert!(
+        lines.contains(&"llm: in flight 0 / cap 4 (learned), 0 waiting"),
+        "{stdout}"
+    );
+    release.add_permits(2);
+    for request in held {
+        assert_eq!(request.await.unwrap(), 200);
+    }
+}
+
+#[tokio::test]
 async fn the_status_command_says_when_easeoff_is_unreachable() {
     let nobody = refusing_port();
     let out = easeoff(&["status", "--admin", &nobody.to_string()]).await;
@@ -161,6 +233,61 @@ async fn chromium_renders_every_upstream_with_its_interval_chart() {
         png.display()
     );
     eprintln!("status page screenshot: {}", png.display());
+}
+
+/// A capped upstream's card: what is out against the cap in the headline figures,
+/// "learned" for a learned cap with its moves among the counts, and the cap and what
+/// was out drawn beside the interval in the chart.
+#[tokio::test]
+async fn chromium_shows_the_in_flight_cap_and_charts_it() {
+    if no_chromium() {
+        return;
+    }
+    let (proxy, _up, release, held) = capped_upstreams().await;
+    let url = format!("http://{}/", proxy.admin);
+    let dom = chromium(&["--dump-dom", &url]).await;
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    let card = |name: &str| {
+        dom.split(&format!(
+            "<section class=\"card upstream\" data-name=\"{name}\">"
+        ))
+        .nth(1)
+        .and_then(|rest| rest.split("<section").next())
+        .unwrap_or_else(|| panic!("no card for {name} in\n{dom}"))
+        .to_string()
+    };
+    let (up, llm) = (card("up"), card("llm"));
+    assert!(
+        up.contains(
+            "<div class=\"value\"><span class=\"in-flight-cap\">2 / 3</span></div>\
+             <div class=\"label\">in flight / cap</div>"
+        ),
+        "no \"2 / 3\" in flight against the cap in\n{up}"
+    );
+    for line in ["interval-line", "cap-line", "out-line"] {
+        assert!(
+            up.contains(&format!("<polyline class=\"{line}\"")),
+            "no {line} in the chart of\n{up}"
+        );
+    }
+    assert!(!up.contains("cap moves"), "a fixed cap never moves: {up}");
+    assert!(
+        llm.contains(
+            "<span class=\"in-flight-cap\">0 / 4</span></div>\
+             <div class=\"label\">in flight / cap · learned</div>"
+        ),
+        "no learned cap in\n{llm}"
+    );
+    assert!(llm.contains("<div class=\"kind\">cap moves</div>"), "{llm}");
+
+    let png = target_dir().join("status-page-cap.png");
+    let shot = format!("--screenshot={}", png.display());
+    chromium(&[&shot, "--window-size=1200,900", &url]).await;
+    eprintln!("capped status page screenshot: {}", png.display());
+    release.add_permits(2);
+    for request in held {
+        assert_eq!(request.await.unwrap(), 200);
+    }
 }
 
 /// `easeoff demo` killed when dropped.

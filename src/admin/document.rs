@@ -55,6 +55,9 @@ pub struct UpstreamStatus {
     /// Requests waiting for a slot, over all lanes.
     pub waiting: u64,
     pub in_flight: i64,
+    /// `max_in_flight`'s cap and the requests out under it; absent without a cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight_cap: Option<CapStatus>,
     /// Requests by outcome (`success`, `throttled`, `error`, `shed`, `timeout`).
     pub requests: BTreeMap<String, u64>,
     /// Throttles by signal.
@@ -79,6 +82,27 @@ pub struct UpstreamStatus {
     pub history: HistoryStatus,
     /// The effective config as TOML, the URL's path hidden.
     pub config: String,
+}
+
+/// An upstream's `max_in_flight`: the cap in force and what is out under it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CapStatus {
+    /// `learn`, or the fixed cap as a number in text.
+    pub setting: String,
+    /// Requests let out at once now.
+    pub cap: u32,
+    /// Requests out under the cap, their answers included until they have passed.
+    pub out: u32,
+    /// Requests waiting for a flight.
+    pub waiting: u64,
+    /// A learned cap's ceiling: the most out known to pass since the last refusal.
+    pub ceiling: Option<u32>,
+    /// Why a learned cap last moved (`grew`, `refused`, `latency`, `fleet`); null
+    /// before its first move.
+    pub last_move: Option<String>,
+    /// A learned cap's moves so far, by why.
+    pub moves: BTreeMap<String, u64>,
 }
 
 /// One lane: its pace, what holds it and why.
@@ -192,4 +216,10 @@ pub struct HistoryStatus {
     /// Whether a pause held the lane at the sample, 0 or 1 (lanes only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paused: Vec<u8>,
+    /// `max_in_flight`'s cap at the sample (upstreams with a cap only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cap: Vec<u32>,
+    /// Requests out under the cap at the sample (upstreams with a cap only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub out: Vec<u32>,
 }

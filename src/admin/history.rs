@@ -1,6 +1,6 @@
 //! The last minutes of each upstream and each lane with series of its own, for the
 //! status page: one sample a second, kept in a bounded ring each, so the page can chart
-//! the interval without Prometheus. Lanes are bounded like their series
+//! the interval (and a `max_in_flight` cap) without Prometheus. Lanes are bounded like their series
 //! (`metrics_lanes`). What to sample and when is the admin server's business; this
 //! only stores.
 
@@ -50,6 +50,8 @@ pub struct Sample {
     pub dispatches_total: Option<u64>,
     /// Whether a pause held it.
     pub paused: bool,
+    /// For an upstream with `max_in_flight`: the cap and the requests out under it.
+    pub cap: Option<(u32, u32)>,
 }
 
 /// Recent samples of every upstream and sampled lane, at most [`SAMPLES`] each.
@@ -69,6 +71,8 @@ struct Ring {
     throttles: VecDeque<u64>,
     dispatches: VecDeque<u64>,
     paused: VecDeque<u8>,
+    cap: VecDeque<u32>,
+    out: VecDeque<u32>,
 }
 
 /// The increase of a running total since the last sample (0 for the first).
@@ -96,6 +100,18 @@ impl History {
                 push(&mut ring.dispatches, dispatches);
                 push(&mut ring.paused, u8::from(sample.paused));
             }
+            match sample.cap {
+                Some((cap, out)) => {
+                    push(&mut ring.cap, cap);
+                    push(&mut ring.out, out);
+                }
+                // A reload took the cap away: what is left would not line up with
+                // the interval's samples.
+                None => {
+                    ring.cap.clear();
+                    ring.out.clear();
+                }
+            }
         }
     }
 
@@ -111,6 +127,8 @@ impl History {
             throttles: ring.throttles.iter().copied().collect(),
             dispatches: ring.dispatches.iter().copied().collect(),
             paused: ring.paused.iter().copied().collect(),
+            cap: ring.cap.iter().copied().collect(),
+            out: ring.out.iter().copied().collect(),
         })
     }
 
@@ -174,6 +192,10 @@ mod tests {
             h.of(&a()).dispatches.is_empty(),
             "upstreams count no dispatches"
         );
+        assert!(
+            h.of(&a()).cap.is_empty(),
+            "an uncapped upstream keeps no cap"
+        );
     }
 
     #[test]
@@ -192,6 +214,26 @@ mod tests {
         assert_eq!(j.dispatches, [0, 50, 1]);
         assert_eq!(j.paused, [0, 1, 0]);
         assert_eq!(h.get(&Key::lane("a", "other")), None);
+    }
+
+    #[test]
+    fn a_capped_upstream_keeps_its_cap_and_what_was_out_per_sample() {
+        let h = History::default();
+        for cap in [Some((4, 1)), Some((5, 5)), Some((3, 3))] {
+            let s = Sample {
+                cap,
+                ..sample(0.0, 0)
+            };
+            h.record(0.0, &[(a(), s)]);
+        }
+        let j = h.of(&a());
+        assert_eq!(j.cap, [4, 5, 3]);
+        assert_eq!(j.out, [1, 5, 3]);
+        // The cap gone (a reload), its samples go, so the rest stay aligned.
+        h.record(1.0, &[(a(), sample(0.0, 0))]);
+        let j = h.of(&a());
+        assert!(j.cap.is_empty() && j.out.is_empty(), "{j:?}");
+        assert_eq!(j.interval_ms.len(), 4);
     }
 
     #[test]

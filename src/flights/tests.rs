@@ -128,3 +128,22 @@ async fn set_moves_a_learned_cap_both_ways() {
     fixed.set(9);
     assert_eq!(fixed.cap(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_cap_remembers_why_it_last_moved() {
+    let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
+    assert_eq!(flights.last_move(), None);
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        out.push(flights.take(far()).await.unwrap());
+    }
+    let fourth = out.pop().unwrap();
+    flights.told(&fourth, Told::Refused);
+    assert_eq!(flights.last_move(), Some(Why::Refused));
+    flights.set(7);
+    assert_eq!(flights.last_move(), Some(Why::Fleet));
+    // A fixed cap never moves.
+    let fixed = fixed(2, 10);
+    fixed.set(9);
+    assert_eq!(fixed.last_move(), None);
+}
