@@ -5,9 +5,9 @@
 //! concurrent) refuses the request that finds it full, whatever the rate. The cap
 //! starts small and grows by one per success that went with the cap full (doubling
 //! per round trip), until the first refusal. A refusal cuts it to what was out
-//! without it (the in-flight count at its dispatch, less itself); one that came with
-//! no more out than last passed cuts to at most [`BETA`] of the cap, so refusals that
-//! keep coming with few out shrink it fast.
+//! without it (the in-flight count at its dispatch, less itself); a second one in a
+//! row that came with no more out than last passed cuts to at most [`BETA`] of the
+//! cap, so refusals that keep coming with few out shrink it fast.
 //! That count is the ceiling: the cap stays there for a number of successes before
 //! one more goes out to probe, a number that doubles each time the probe is refused
 //! at the same ceiling (an exact limit of 8 costs one refusal per 64, 128, 256, ...
@@ -144,6 +144,8 @@ pub struct Learner {
     epoch: u64,
     /// Successes since the last cut for latency.
     since_latency_cut: u32,
+    /// The last cut came with no more out than had passed, and nothing grew since.
+    shrinking: bool,
     /// Seconds; 0 before the first answer.
     recent: f64,
     baseline: f64,
@@ -162,6 +164,7 @@ impl Learner {
             at_ceiling: 0,
             epoch: 0,
             since_latency_cut: 0,
+            shrinking: false,
             recent: 0.0,
             baseline: 0.0,
         }
@@ -232,6 +235,7 @@ impl Learner {
             return Move::Hold;
         }
         let before = self.cap();
+        self.shrinking = false;
         match self.ceiling {
             _ if self.slow_start => self.limit += 1.0,
             Some(ceiling) if before >= ceiling => {
@@ -260,13 +264,18 @@ impl Learner {
         }
         let without = out.saturating_sub(1).max(1);
         // Above what was known to pass (a probe, the slow start's overshoot), what
-        // was out without it is the limit; at or below it, the server's room shrank
-        // or it does not count requests at once: cut by BETA at least.
+        // was out without it is the limit. At or below it once, the count out was a
+        // little off (it counts answers still passing, whose slots the server has
+        // freed) or the server's room shrank: the same. At or below it again, with
+        // nothing passing between, the server's room keeps shrinking or it does not
+        // count requests at once: cut by BETA at least.
         let above = self.ceiling.is_none_or(|ceiling| out > ceiling);
-        let cut = if above {
-            f64::from(without).min(self.limit)
-        } else {
+        let again = !above && self.shrinking;
+        self.shrinking = !above;
+        let cut = if again {
             f64::from(without).min(self.limit * BETA)
+        } else {
+            f64::from(without).min(self.limit)
         };
         let cut = cut.max(1.0).floor();
         let ceiling = self.cap_of(f64::from(without).min(self.limit));

@@ -114,22 +114,38 @@ fn a_probe_that_passes_raises_the_ceiling() {
 }
 
 #[test]
-fn refusals_with_no_more_out_than_passed_cut_by_beta() {
+fn refusals_with_no_more_out_than_passed_cut_by_beta_from_the_second() {
     let mut l = Learner::new(1000);
     full_successes(&mut l, 96, MS);
     assert_eq!(l.cap(), 100);
     l.refused(101, l.epoch());
     assert_eq!(l.cap(), 100);
-    // The server now refuses with 100 out: its room shrank.
+    // Refused at the ceiling: the count was a little off; cut to what passed.
     l.refused(100, l.epoch());
-    assert_eq!(l.cap(), 90);
-    l.refused(90, l.epoch());
-    assert_eq!(l.cap(), 81);
+    assert_eq!(l.cap(), 99);
+    // Again with no more out than passed, nothing grown between: the room shrinks.
+    l.refused(99, l.epoch());
+    assert_eq!(l.cap(), 89);
+    l.refused(89, l.epoch());
+    assert_eq!(l.cap(), 80);
     // Few out, refused: cut to what was out without it.
     l.refused(20, l.epoch());
     assert_eq!(l.cap(), 19);
     l.refused(1, l.epoch());
     assert_eq!(l.cap(), 1);
+}
+
+#[test]
+fn answers_at_the_cap_between_two_refusals_spare_the_second_beta() {
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 16, MS);
+    l.refused(21, l.epoch());
+    l.refused(20, l.epoch());
+    assert_eq!(l.cap(), 19);
+    // Successes with the cap full: it holds there.
+    full_successes(&mut l, 5, MS);
+    l.refused(19, l.epoch());
+    assert_eq!(l.cap(), 18);
 }
 
 #[test]
@@ -139,12 +155,15 @@ fn below_the_ceiling_it_grows_one_per_caps_worth_of_successes() {
     l.refused(21, l.epoch());
     assert_eq!(l.cap(), 20);
     l.refused(20, l.epoch());
-    assert_eq!(l.cap(), 18);
-    // 1/18, 1/18.06, ...: the 19th success takes it past 19.
-    let moves = full_successes(&mut l, 19, MS);
+    l.refused(19, l.epoch());
+    // 19 x 0.9 = 17.1.
+    assert_eq!(l.cap(), 17);
+    assert_eq!(l.ceiling(), Some(18));
+    // 1/17, 1/17.06, ...: the 18th success takes it past 18.
+    let moves = full_successes(&mut l, 18, MS);
     assert_eq!(moves.iter().filter(|m| **m == Move::Grow).count(), 1);
-    assert_eq!(moves[18], Move::Grow);
-    assert_eq!(l.cap(), 19);
+    assert_eq!(moves[17], Move::Grow);
+    assert_eq!(l.cap(), 18);
 }
 
 #[test]
