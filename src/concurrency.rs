@@ -5,7 +5,7 @@
 //! concurrent) refuses the request that finds it full, whatever the rate. The cap
 //! starts small and grows by one per success that went with the cap full (doubling
 //! per round trip), until the first refusal. A refusal cuts it to what was out
-//! without it (the in-flight count at its dispatch, less itself); a second one in a
+//! without it (the in-flight count at its dispatch, less itself); a third one in a
 //! row that came with no more out than last passed cuts to at most [`BETA`] of the
 //! cap, so refusals that keep coming with few out shrink it fast.
 //! That count is the ceiling: the cap stays there for a number of successes before
@@ -39,6 +39,10 @@ pub const PROBE_PER_SLOT: u32 = 4;
 
 /// The longest wait between probes, in multiples of the first.
 pub const PROBE_BACKOFF_MOST: u32 = 16;
+
+/// Refusals in a row at or below the ceiling that cut only to what passed; past
+/// them, [`BETA`].
+pub const SHRINKING_EXACT: u8 = 2;
 
 /// Recent latency at this many times its baseline stops the cap's growth.
 pub const LATENCY_HOLD: f64 = 2.0;
@@ -144,8 +148,9 @@ pub struct Learner {
     epoch: u64,
     /// Successes since the last cut for latency.
     since_latency_cut: u32,
-    /// The last cut came with no more out than had passed, and nothing grew since.
-    shrinking: bool,
+    /// Cuts in a row that came with no more out than had passed, nothing growing
+    /// between.
+    shrinking: u8,
     /// Seconds; 0 before the first answer.
     recent: f64,
     baseline: f64,
@@ -164,7 +169,7 @@ impl Learner {
             at_ceiling: 0,
             epoch: 0,
             since_latency_cut: 0,
-            shrinking: false,
+            shrinking: 0,
             recent: 0.0,
             baseline: 0.0,
         }
@@ -235,7 +240,7 @@ impl Learner {
             return Move::Hold;
         }
         let before = self.cap();
-        self.shrinking = false;
+        self.shrinking = 0;
         match self.ceiling {
             _ if self.slow_start => self.limit += 1.0,
             Some(ceiling) if before >= ceiling => {
@@ -264,14 +269,19 @@ impl Learner {
         }
         let without = out.saturating_sub(1).max(1);
         // Above what was known to pass (a probe, the slow start's overshoot), what
-        // was out without it is the limit. At or below it once, the count out was a
+        // was out without it is the limit. At or below it, the count out was a
         // little off (it counts answers still passing, whose slots the server has
-        // freed) or the server's room shrank: the same. At or below it again, with
-        // nothing passing between, the server's room keeps shrinking or it does not
-        // count requests at once: cut by BETA at least.
+        // already freed: one or two at 400 answers a second) or the server's room
+        // shrank: the same, twice in a row. A third time, with nothing growing
+        // between, the room keeps shrinking or the server does not count requests at
+        // once: cut by BETA at least.
         let above = self.ceiling.is_none_or(|ceiling| out > ceiling);
-        let again = !above && self.shrinking;
-        self.shrinking = !above;
+        self.shrinking = if above {
+            0
+        } else {
+            self.shrinking.saturating_add(1)
+        };
+        let again = self.shrinking > SHRINKING_EXACT;
         let cut = if again {
             f64::from(without).min(self.limit * BETA)
         } else {

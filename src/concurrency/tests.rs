@@ -114,20 +114,23 @@ fn a_probe_that_passes_raises_the_ceiling() {
 }
 
 #[test]
-fn refusals_with_no_more_out_than_passed_cut_by_beta_from_the_second() {
+fn refusals_with_no_more_out_than_passed_cut_by_beta_from_the_third() {
     let mut l = Learner::new(1000);
     full_successes(&mut l, 96, MS);
     assert_eq!(l.cap(), 100);
     l.refused(101, l.epoch());
     assert_eq!(l.cap(), 100);
-    // Refused at the ceiling: the count was a little off; cut to what passed.
+    // Refused at the ceiling, twice: the count was a little off; cut to what passed.
     l.refused(100, l.epoch());
     assert_eq!(l.cap(), 99);
-    // Again with no more out than passed, nothing grown between: the room shrinks.
     l.refused(99, l.epoch());
-    assert_eq!(l.cap(), 89);
-    l.refused(89, l.epoch());
-    assert_eq!(l.cap(), 80);
+    assert_eq!(l.cap(), 98);
+    // A third time with no more out than passed, nothing grown between: the room
+    // shrinks.
+    l.refused(98, l.epoch());
+    assert_eq!(l.cap(), 88);
+    l.refused(88, l.epoch());
+    assert_eq!(l.cap(), 79);
     // Few out, refused: cut to what was out without it.
     l.refused(20, l.epoch());
     assert_eq!(l.cap(), 19);
@@ -136,16 +139,17 @@ fn refusals_with_no_more_out_than_passed_cut_by_beta_from_the_second() {
 }
 
 #[test]
-fn answers_at_the_cap_between_two_refusals_spare_the_second_beta() {
+fn answers_at_the_cap_between_refusals_spare_the_beta() {
     let mut l = Learner::new(1000);
     full_successes(&mut l, 16, MS);
     l.refused(21, l.epoch());
     l.refused(20, l.epoch());
-    assert_eq!(l.cap(), 19);
-    // Successes with the cap full: it holds there.
-    full_successes(&mut l, 5, MS);
     l.refused(19, l.epoch());
     assert_eq!(l.cap(), 18);
+    // Successes with the cap full: it holds there.
+    full_successes(&mut l, 5, MS);
+    l.refused(18, l.epoch());
+    assert_eq!(l.cap(), 17);
 }
 
 #[test]
@@ -156,14 +160,15 @@ fn below_the_ceiling_it_grows_one_per_caps_worth_of_successes() {
     assert_eq!(l.cap(), 20);
     l.refused(20, l.epoch());
     l.refused(19, l.epoch());
-    // 19 x 0.9 = 17.1.
-    assert_eq!(l.cap(), 17);
-    assert_eq!(l.ceiling(), Some(18));
-    // 1/17, 1/17.06, ...: the 18th success takes it past 18.
-    let moves = full_successes(&mut l, 18, MS);
+    l.refused(18, l.epoch());
+    // 18 x 0.9 = 16.2.
+    assert_eq!(l.cap(), 16);
+    assert_eq!(l.ceiling(), Some(17));
+    // 1/16, 1/16.06, ...: the 17th success takes it past 17.
+    let moves = full_successes(&mut l, 17, MS);
     assert_eq!(moves.iter().filter(|m| **m == Move::Grow).count(), 1);
-    assert_eq!(moves[17], Move::Grow);
-    assert_eq!(l.cap(), 18);
+    assert_eq!(moves[16], Move::Grow);
+    assert_eq!(l.cap(), 17);
 }
 
 #[test]

@@ -264,3 +264,36 @@ fn overload_is_its_own_signal() {
     let plain = Classifier::new(Preset::None, default_rules());
     assert_eq!(verdict(&plain, 529, &[], overloaded), Verdict::Failure);
 }
+
+#[test]
+fn a_model_servers_429_and_503_say_its_slots_are_full_and_elsewhere_a_busy_503_does() {
+    let busy = Verdict::Throttle(Signal::Busy);
+    let model = Classifier::new(
+        Preset::ModelServer,
+        throttle_defaults_like(Preset::ModelServer),
+    );
+    let tgi = r#"{"error":"Model is overloaded","error_type":"overloaded"}"#;
+    assert_eq!(verdict(&model, 429, &[], tgi), busy);
+    assert_eq!(verdict(&model, 503, &[], "anything"), busy);
+    assert_eq!(verdict(&model, 500, &[], ""), Verdict::Failure);
+    let plain = Classifier::new(Preset::None, throttle_defaults_like(Preset::None));
+    let ollama = r#"{"error":"server busy, please try again.  maximum pending requests exceeded"}"#;
+    assert_eq!(verdict(&plain, 503, &[], ollama), busy);
+    assert_eq!(
+        verdict(&plain, 429, &[], tgi),
+        Verdict::Throttle(Signal::Status)
+    );
+}
+
+/// The statuses a preset lists by default (`config::schema::throttle_defaults`).
+fn throttle_defaults_like(preset: Preset) -> Rules {
+    let statuses = match preset {
+        Preset::GitHub => vec![403, 429],
+        Preset::Anthropic => vec![429, 503, 529],
+        _ => vec![429, 503],
+    };
+    Rules {
+        statuses,
+        ..Rules::default()
+    }
+}
