@@ -12,8 +12,8 @@
 //! one more goes out to probe, a number that doubles each time the probe is refused
 //! at the same ceiling (an exact limit of 8 costs one refusal per 64, 128, 256, ...
 //! answers, not one per round trip as additive increase would). Below the ceiling
-//! (after a cut for latency) the cap grows additively, one per cap's worth of
-//! successes. Latency growing to [`LATENCY_HOLD`] times its baseline stops growth; to
+//! (after a cut by [`BETA`] or for latency) it grows back half the way a round trip
+//! (a cap's worth of successes), and by one at least. Latency growing to [`LATENCY_HOLD`] times its baseline stops growth; to
 //! [`LATENCY_CUT`] times, it cuts: a server that queues (vLLM, Ollama) says it is full
 //! only by answering later.
 //!
@@ -251,7 +251,13 @@ impl Learner {
                 self.at_ceiling = 0;
                 self.limit = f64::from(ceiling) + 1.0;
             }
-            _ => self.limit += 1.0 / self.limit,
+            // Back toward the ceiling, half the way a round trip (a cap's worth of
+            // answers), and one a round trip at least.
+            Some(ceiling) => {
+                let gap = f64::from(ceiling) - self.limit;
+                self.limit += (gap / 2.0).max(1.0) / self.limit;
+            }
+            None => self.limit += 1.0 / self.limit,
         }
         self.limit = self.limit.min(self.most);
         if self.cap() > before {

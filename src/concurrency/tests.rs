@@ -172,6 +172,24 @@ fn below_the_ceiling_it_grows_one_per_caps_worth_of_successes() {
 }
 
 #[test]
+fn far_below_the_ceiling_it_grows_back_half_the_way_a_round_trip() {
+    const SECOND: u32 = 93;
+    let mut l = Learner::new(1000);
+    full_successes(&mut l, 96, MS);
+    l.refused(101, l.epoch());
+    l.refused(100, l.epoch());
+    l.refused(99, l.epoch());
+    l.refused(98, l.epoch());
+    assert_eq!((l.cap(), l.ceiling()), (88, Some(97)));
+    // A round trip: 88 answers take it about 0.4 of the way (1 - e^-1/2, the gap
+    // closing as it goes) to 97.
+    full_successes(&mut l, 88, MS);
+    assert_eq!(l.cap(), 91);
+    full_successes(&mut l, 91, MS);
+    assert_eq!(l.cap(), SECOND);
+}
+
+#[test]
 fn latency_at_twice_its_baseline_stops_growth() {
     let mut l = Learner::new(1000);
     // The baseline: 0.1 s.

@@ -655,9 +655,15 @@ impl<'a> Ctx<'a> {
         if !batch && !grpc {
             let bill = cost.as_ref().map(|_| pass.bill());
             let mut settled = upstream.settle(pass, Settle::Answer(answer));
-            // A capped request is out until its body has passed (a stream's last
-            // event): the server's slot is busy until then.
-            let flights = settled.take_flights();
+            // A capped request that streams is out until its body has passed (a
+            // stream's last event): the server's slot is busy until then. One whose
+            // small body the server wrote with its head freed the slot already; held
+            // to the body's end it would count the client's reading as the server's.
+            let flights = if streams(headers) {
+                settled.take_flights()
+            } else {
+                Vec::new()
+            };
             let watch = match (cost, bill) {
                 (Some(cost), Some(bill)) => Some(Watch::cost(Arc::clone(upstream), cost, bill)),
                 _ => None,
@@ -722,6 +728,18 @@ async fn read_error_body_of(body: ProxyBody) -> Option<ProxyBody> {
 }
 
 /// Whether an answer is a stream of server-sent events.
+/// Whether an answer's body comes over time: an event stream, or a body of unknown or
+/// more than 64 KiB length.
+fn streams(headers: &HeaderMap) -> bool {
+    const SMALL: u64 = 64 << 10;
+    is_event_stream(headers)
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_none_or(|len| len > SMALL)
+}
+
 fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
