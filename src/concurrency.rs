@@ -11,7 +11,8 @@
 //! That count is the ceiling: the cap stays there for a number of successes before
 //! one more goes out to probe, a number that doubles each time the probe is refused
 //! at the same ceiling (an exact limit of 8 costs one refusal per 64, 128, 256, ...
-//! answers, not one per round trip as additive increase would). Below the ceiling
+//! answers, not one per round trip as additive increase would), and shortens four
+//! times each time a probe passes (room that grew is found within a few probes). Below the ceiling
 //! (after a cut by [`BETA`] or for latency) it grows back half the way a round trip
 //! (a cap's worth of successes), and by one at least. Latency growing to [`LATENCY_HOLD`] times its baseline stops growth; to
 //! [`LATENCY_CUT`] times, it cuts: a server that queues (vLLM, Ollama) says it is full
@@ -36,6 +37,9 @@ pub const PROBE_MIN: u32 = 64;
 
 /// Successes per unit of the ceiling before a probe (see [`PROBE_MIN`]).
 pub const PROBE_PER_SLOT: u32 = 4;
+
+/// A probe that passes makes the wait for the next this many times shorter.
+pub const PROBE_SOONER: u32 = 4;
 
 /// The longest wait between probes, in multiples of the first.
 pub const PROBE_BACKOFF_MOST: u32 = 16;
@@ -231,9 +235,11 @@ impl Learner {
         if let Some(ceiling) = self.ceiling
             && out > ceiling
         {
-            // A probe got through: more passes than the last refusal said.
+            // A probe got through: more passes than the last refusal said. The next
+            // probe comes four times sooner (the limit may have grown by more than
+            // one: other traffic left), until a refusal sets the wait back.
             self.ceiling = Some(out);
-            self.probe_after = probe_base(out);
+            self.probe_after = (self.probe_after / PROBE_SOONER).max(1);
             self.at_ceiling = 0;
         }
         if !full || self.recent > LATENCY_HOLD * self.baseline || self.limit >= self.most {
