@@ -9,7 +9,7 @@
 //! drops a request already out.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -39,6 +39,8 @@ pub struct Flights {
     latency_ns: AtomicU64,
     learner: Option<Mutex<Learner>>,
     on_move: Option<OnMove>,
+    /// The end of the shutdown drain, once it began: no request waits past it.
+    drain_by: OnceLock<Instant>,
     /// The latest move's why, as one more than its place in [`Why::ALL`]; 0 before any.
     last_move: AtomicU8,
 }
@@ -101,6 +103,7 @@ impl Flights {
             latency_ns: AtomicU64::new(0),
             learner,
             on_move,
+            drain_by: OnceLock::new(),
             last_move: AtomicU8::new(0),
         }))
     }
@@ -140,6 +143,10 @@ impl Flights {
     /// full, or its deadline came) is shed, told to come back when a flight is
     /// likely free.
     pub async fn take(self: &Arc<Self>, deadline: Instant) -> Result<Flight, Shed> {
+        let (deadline, late) = match self.drain_by.get() {
+            Some(by) if *by < deadline => (*by, ShedReason::Draining),
+            _ => (deadline, ShedReason::Deadline),
+        };
         let permit = match self.permits.try_acquire() {
             Ok(permit) => permit,
             Err(_) => {
@@ -155,7 +162,7 @@ impl Flights {
                 {
                     Some(Ok(permit)) => permit,
                     // The semaphore is never closed; a timeout is the deadline.
-                    Some(Err(_)) | None => return Err(self.shed(ShedReason::Deadline)),
+                    Some(Err(_)) | None => return Err(self.shed(late)),
                 }
             }
         };
@@ -173,6 +180,11 @@ impl Flights {
             epoch,
             cap,
         })
+    }
+
+    /// From now on no request waits for a flight past `by` (the shutdown drain).
+    pub fn drain(&self, by: Instant) {
+        let _ = self.drain_by.set(by);
     }
 
     /// A shed while flights are all out: come back in about one answer's time.

@@ -505,7 +505,11 @@ impl Control {
     /// From now on no request waits more than `within` from now (the shutdown drain),
     /// in every lane.
     pub fn drain(&self, within: Duration) {
-        self.lanes.drain(after(self.clock.now(), within));
+        let by = after(self.clock.now(), within);
+        if let Some(flights) = &self.flights {
+            flights.drain(by);
+        }
+        self.lanes.drain(by);
     }
 
     /// Sets the gauges that depend on the moment of the scrape; idle lanes forget

@@ -147,3 +147,17 @@ async fn the_cap_remembers_why_it_last_moved() {
     fixed.set(9);
     assert_eq!(fixed.last_move(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn past_the_drain_a_waiter_is_shed_as_draining() {
+    let flights = fixed(1, 10);
+    let _out = flights.take(far()).await.unwrap();
+    let start = Instant::now();
+    flights.drain(start + 10 * MS);
+    // A deadline before the drain's end is the request's own.
+    let shed = flights.take(start + 5 * MS).await.unwrap_err();
+    assert_eq!(shed.reason, ShedReason::Deadline);
+    let shed = flights.take(far()).await.unwrap_err();
+    assert_eq!(shed.reason, ShedReason::Draining);
+    assert_eq!(Instant::now(), start + 10 * MS);
+}

@@ -391,6 +391,9 @@ impl Lanes {
         *self.drain_by.lock().unwrap_or_else(PoisonError::into_inner) = Some(by);
         for lane in self.all() {
             lane.pacer.drain(by);
+            if let Some(flights) = lane.flights() {
+                flights.drain(by);
+            }
         }
     }
 
@@ -496,6 +499,9 @@ impl Lanes {
         let lane = Lane::new(key, &self.common, (rng, seed), (metrics, named), self.reach);
         if let Some(by) = *self.drain_by.lock().unwrap_or_else(PoisonError::into_inner) {
             lane.pacer.drain(by);
+            if let Some(flights) = lane.flights() {
+                flights.drain(by);
+            }
         }
         lane
     }
