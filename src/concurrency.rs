@@ -97,16 +97,21 @@ pub fn default_for(preset: Preset) -> CapSetting {
 /// overload (529: the vendor's weather, not this client's doing) or a batch's
 /// partial answer never; any other throttle (a bare 429, GitHub's secondary limit,
 /// which does not say which of its limits it met) when it went with many out: at
-/// least half the cap.
+/// least [`MANY_OUT`] and half the cap. A rate limit refuses with few out as readily
+/// as with many, and a cap cut for it would starve the lane long before its rate.
 pub fn feeds_cap(signal: Signal, spent: bool, out: u32, cap: u32) -> bool {
     match signal {
         Signal::Busy => true,
         Signal::RateLimit | Signal::Overload | Signal::Partial => false,
         Signal::Status | Signal::Header | Signal::Body | Signal::Grpc => {
-            !spent && u64::from(out) * 2 >= u64::from(cap)
+            !spent && out >= MANY_OUT && u64::from(out) * 2 >= u64::from(cap)
         }
     }
 }
+
+/// The fewest out with which a throttle that does not say why counts toward a
+/// learned cap (see [`feeds_cap`]).
+pub const MANY_OUT: u32 = 16;
 
 /// What an answer did to the cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

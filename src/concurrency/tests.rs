@@ -291,3 +291,20 @@ fn a_success_that_filled_the_cap_it_went_under_grows_though_the_cap_grew_since()
     // One that went with room left under its cap proves nothing.
     assert_eq!(l.success(3, 4, 0, MS), Move::Hold);
 }
+
+#[test]
+fn a_throttle_feeds_the_cap_when_it_says_busy_or_came_with_many_out() {
+    use crate::throttle::Signal;
+    assert!(feeds_cap(Signal::Busy, false, 1, 8));
+    assert!(feeds_cap(Signal::Busy, true, 1, 8));
+    for never in [Signal::RateLimit, Signal::Overload, Signal::Partial] {
+        assert!(!feeds_cap(never, false, 100, 100));
+    }
+    // GitHub's secondary limit with 100 out under a cap of 101: the cap's.
+    assert!(feeds_cap(Signal::Body, false, 100, 101));
+    assert!(feeds_cap(Signal::Status, false, MANY_OUT, 2 * MANY_OUT));
+    // Few out, or less than half the cap, or a window spent: the rate's.
+    assert!(!feeds_cap(Signal::Status, false, MANY_OUT - 1, MANY_OUT));
+    assert!(!feeds_cap(Signal::Status, false, 40, 81));
+    assert!(!feeds_cap(Signal::Header, true, 100, 100));
+}
