@@ -224,7 +224,16 @@ impl Learner {
         if epoch < self.epoch {
             return Move::Hold;
         }
-        let full = out >= cap.min(self.cap());
+        // In the slow start, half the cap out counts as full (as TCP counts a window
+        // in use): requests take off as others land and as the cap grows, so half of
+        // a round trip's go with a place or more to spare, and counting only the
+        // others grew it by half, not double, a round trip.
+        let needed = if self.slow_start {
+            cap.min(self.cap()).div_ceil(2)
+        } else {
+            cap.min(self.cap())
+        };
+        let full = out >= needed;
         if full && self.recent > LATENCY_CUT * self.baseline {
             self.since_latency_cut = self.since_latency_cut.saturating_add(1);
             // One cut per cap's worth of answers: those out were sent before it.

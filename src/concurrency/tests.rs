@@ -23,12 +23,18 @@ fn starts_at_initial_and_doubles_per_round_trip_in_slow_start() {
 }
 
 #[test]
-fn grows_only_when_the_cap_was_full() {
+fn grows_only_when_the_cap_was_full_half_full_in_the_slow_start() {
     let mut l = Learner::new(1000);
-    assert_eq!(l.success(3, l.cap(), l.epoch(), MS), Move::Hold);
+    assert_eq!(l.success(1, l.cap(), l.epoch(), MS), Move::Hold);
     assert_eq!(l.cap(), 4);
-    assert_eq!(l.success(4, l.cap(), l.epoch(), MS), Move::Grow);
+    assert_eq!(l.success(2, l.cap(), l.epoch(), MS), Move::Grow);
     assert_eq!(l.cap(), 5);
+    l.refused(6, l.epoch());
+    assert_eq!(l.cap(), 5);
+    // Past the slow start only a full cap grows it (toward the next probe).
+    full_successes(&mut l, PROBE_MIN - 1, MS);
+    assert_eq!(l.success(4, 5, l.epoch(), MS), Move::Hold);
+    assert_eq!(l.success(5, 5, l.epoch(), MS), Move::Grow);
 }
 
 #[test]
@@ -288,8 +294,8 @@ fn a_success_that_filled_the_cap_it_went_under_grows_though_the_cap_grew_since()
     assert_eq!(l.success(4, 4, 0, MS), Move::Grow);
     assert_eq!(l.success(5, 5, 0, MS), Move::Grow);
     assert_eq!(l.cap(), 7);
-    // One that went with room left under its cap proves nothing.
-    assert_eq!(l.success(3, 4, 0, MS), Move::Hold);
+    // One that went with more than half the cap to spare proves nothing.
+    assert_eq!(l.success(3, 8, 0, MS), Move::Hold);
 }
 
 #[test]
