@@ -11,8 +11,9 @@
 //! That count is the ceiling: the cap stays there for a number of successes before
 //! one more goes out to probe, a number that doubles each time the probe is refused
 //! at the same ceiling (an exact limit of 8 costs one refusal per 64, 128, 256, ...
-//! answers, not one per round trip as additive increase would), and shortens four
-//! times each time a probe passes (room that grew is found within a few probes). Below the ceiling
+//! answers, not one per round trip as additive increase would); each time a probe
+//! passes the wait shortens four times and the next probe reaches twice as far, so
+//! room that grew (or a cut too deep) is found within a few round trips. Below the ceiling
 //! (after a cut by [`BETA`] or for latency) it grows back half the way a round trip
 //! (a cap's worth of successes), and by one at least. Latency growing to [`LATENCY_HOLD`] times its baseline stops growth; to
 //! [`LATENCY_CUT`] times, it cuts: a server that queues (vLLM, Ollama) says it is full
@@ -40,6 +41,9 @@ pub const PROBE_PER_SLOT: u32 = 4;
 
 /// A probe that passes makes the wait for the next this many times shorter.
 pub const PROBE_SOONER: u32 = 4;
+
+/// The farthest a probe reaches above the ceiling.
+pub const PROBE_STEP_MOST: u32 = 64;
 
 /// The longest wait between probes, in multiples of the first.
 pub const PROBE_BACKOFF_MOST: u32 = 16;
@@ -151,6 +155,10 @@ pub struct Learner {
     ceiling: Option<u32>,
     /// Successes at the ceiling before the next probe.
     probe_after: u32,
+    /// How far the next probe reaches above the ceiling: one, doubling each time a
+    /// probe passes, so a cap cut too far (a count out that ran behind the
+    /// server's) is back within a few round trips, not one a round trip.
+    probe_step: u32,
     /// Successes counted toward it.
     at_ceiling: u32,
     /// Cuts so far; an attempt is stamped with it at dispatch.
@@ -175,6 +183,7 @@ impl Learner {
             slow_start: true,
             ceiling: None,
             probe_after: PROBE_MIN,
+            probe_step: 1,
             at_ceiling: 0,
             epoch: 0,
             since_latency_cut: 0,
@@ -254,6 +263,7 @@ impl Learner {
             // one: other traffic left), until a refusal sets the wait back.
             self.ceiling = Some(out);
             self.probe_after = (self.probe_after / PROBE_SOONER).max(1);
+            self.probe_step = self.probe_step.saturating_mul(2).min(PROBE_STEP_MOST);
             self.at_ceiling = 0;
         }
         if !full || self.recent > LATENCY_HOLD * self.baseline || self.limit >= self.most {
@@ -269,7 +279,7 @@ impl Learner {
                     return Move::Hold;
                 }
                 self.at_ceiling = 0;
-                self.limit = f64::from(ceiling) + 1.0;
+                self.limit = f64::from(ceiling) + f64::from(self.probe_step);
             }
             // Back toward the ceiling, half the way a round trip (a cap's worth of
             // answers), and one a round trip at least.
@@ -326,6 +336,7 @@ impl Learner {
         self.limit = cut;
         self.ceiling = Some(ceiling);
         self.at_ceiling = 0;
+        self.probe_step = 1;
         self.slow_start = false;
         self.epoch += 1;
         Move::Cut(Why::Refused)

@@ -118,15 +118,21 @@ fn a_probe_that_passes_raises_the_ceiling() {
     assert_eq!(l.ceiling(), Some(9));
     assert_eq!(l.cap(), 9);
     // The next probe comes after 64 / 4 successes at 9 (the probe's own the
-    // first), the one after after 4.
+    // first) and reaches 2 above; the one after after 4, and 4 above.
     let moves = full_successes(&mut l, 14, MS);
     assert!(moves.iter().all(|m| *m == Move::Hold));
     assert_eq!(l.success(9, 9, l.epoch(), MS), Move::Grow);
-    l.success(10, 10, l.epoch(), MS);
-    assert_eq!(l.ceiling(), Some(10));
-    full_successes(&mut l, 2, MS);
-    assert_eq!(l.success(10, 10, l.epoch(), MS), Move::Grow);
     assert_eq!(l.cap(), 11);
+    l.success(11, 11, l.epoch(), MS);
+    assert_eq!(l.ceiling(), Some(11));
+    full_successes(&mut l, 2, MS);
+    assert_eq!(l.success(11, 11, l.epoch(), MS), Move::Grow);
+    assert_eq!(l.cap(), 15);
+    // A refusal: the next probe reaches one above again.
+    l.refused(14, l.epoch());
+    assert_eq!((l.cap(), l.ceiling()), (13, Some(13)));
+    full_successes(&mut l, PROBE_MIN, MS);
+    assert_eq!(l.cap(), 14);
 }
 
 #[test]
