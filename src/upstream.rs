@@ -434,15 +434,18 @@ impl Control {
         patient: bool,
     ) -> Result<Pass, (Shed, &'r Arc<Lane>)> {
         let mut flights = Vec::new();
+        // Boxed, as a cap is rare: every request's future would carry room for the
+        // semaphore's wait otherwise.
         if let Some(upstream) = &self.flights {
-            let flight = upstream
-                .take(deadline)
+            let flight = Box::pin(upstream.take(deadline))
                 .await
                 .map_err(|shed| (shed, &route.first))?;
             self.metrics.cap_out.set(i64::from(upstream.out()));
             flights.push(flight);
         }
-        if let Some(flight) = route.first.take_flight(deadline).await {
+        if route.first.flights().is_some()
+            && let Some(flight) = Box::pin(route.first.take_flight(deadline)).await
+        {
             flights.push(flight.map_err(|shed| (shed, &route.first))?);
         }
         let slot = route
@@ -452,7 +455,9 @@ impl Control {
             .map_err(|shed| (shed, &route.first))?;
         let mut pass = Pass::one(Arc::clone(&route.first), slot);
         for (i, lane) in route.more.iter().enumerate() {
-            if let Some(flight) = lane.take_flight(deadline).await {
+            if lane.flights().is_some()
+                && let Some(flight) = Box::pin(lane.take_flight(deadline)).await
+            {
                 flights.push(flight.map_err(|shed| (shed, lane))?);
             }
             let slot = lane
