@@ -28,7 +28,7 @@ use tokio::sync::watch;
 
 use crate::admin::document::{
     CapStatus, CappedStatus, CostStatus, FleetDecision, FleetStatus, FloorStatus, HistoryStatus,
-    LaneStatus, ObservedStatus, Status, ThrottleStatus, UpstreamStatus,
+    LaneStatus, ObservedStatus, Status, TenantStatus, ThrottleStatus, UpstreamStatus,
 };
 use crate::admin::history::{History, Key, Sample};
 use crate::clock::Clock;
@@ -263,6 +263,7 @@ fn describe(u: &Upstream, history: &History) -> UpstreamStatus {
         waiting: u.waiting() as u64,
         in_flight: m.in_flight.get(),
         in_flight_cap: cap_view(u),
+        tenants: tenants_view(u),
         requests: by(Outcome::ALL.map(|o| (o.as_str(), m.request(o).get()))),
         throttles: by(Signal::ALL.map(|s| (s.as_str(), m.throttle(s).get()))),
         interval_increases: m.increases.get(),
@@ -306,6 +307,37 @@ fn cap_view(u: &Upstream) -> Option<CapStatus> {
         last_move: flights.last_move().map(|why| why.as_str().to_string()),
         moves: by(Why::ALL.map(|w| (w.as_str(), u.metrics.cap_move(w).get()))),
     })
+}
+
+/// Each tenant's part, with `[upstream.fairness]`.
+#[allow(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+fn tenants_view(u: &Upstream) -> Option<Vec<TenantStatus>> {
+    let tenants = u.lanes.tenants()?.all();
+    let total: f64 = tenants.iter().map(|t| t.cost.get()).sum();
+    Some(
+        tenants
+            .iter()
+            .map(|t| {
+                let dispatches = t.dispatches.get();
+                TenantStatus {
+                    name: t.name.to_string(),
+                    weight: t.weight,
+                    dispatches,
+                    share: if total > 0.0 {
+                        t.cost.get() / total
+                    } else {
+                        0.0
+                    },
+                    mean_wait_ms: if dispatches > 0 {
+                        t.wait.get() * 1e3 / dispatches as f64
+                    } else {
+                        0.0
+                    },
+                    sheds: t.sheds.get(),
+                }
+            })
+            .collect(),
+    )
 }
 
 fn capped(u: &Upstream, lane: &Lane) -> Option<CappedStatus> {

@@ -25,9 +25,9 @@ use toml::de::DeTable;
 pub use kinds::{UpstreamUrl, ca_roots, client_identity};
 use reader::{Sink, TableReader};
 pub use schema::{
-    AccessLog, ConnectBackoffSettings, FleetSettings, LaneSettings, PoolSettings, QueueSettings,
-    RedisMode, RedisNodes, RedisUrl, RetrySettings, RuntimeShape, ServerSettings, SigV4Settings,
-    UpstreamSettings,
+    AccessLog, Caller, ConnectBackoffSettings, FairnessSettings, FleetSettings, LaneSettings,
+    PoolSettings, QueueSettings, RedisMode, RedisNodes, RedisUrl, RetrySettings, RuntimeShape,
+    ServerSettings, SigV4Settings, UpstreamSettings,
 };
 pub use sections::ALL_SECTIONS;
 

@@ -13,18 +13,19 @@ use crate::clock::{Clock, Instant};
 use crate::concurrency::Why;
 use crate::config::UpstreamSettings;
 use crate::controller::Controller;
-use crate::cost::Unit;
 use crate::cost::answer::AnswerCost;
+use crate::cost::{ONE, Unit};
 use crate::fleet::{COLD_GROWTH, COLD_RATE, Decision, LaneLink};
 use crate::flights::{Flight, Flights, OnMove};
 use crate::hints::Hint;
 use crate::metrics::{LaneMetrics, UpstreamMetrics};
 use crate::observe::Goodput;
-use crate::pacer::{Limits, Pacer, Shed, Slot, Would};
+use crate::pacer::{Limits, Pacer, Shed, Slot, Ticket, Would};
 use crate::quota::Falls;
 use crate::route::Key;
 use crate::shed::Spread;
 use crate::sleeper::{Mode, Step};
+use crate::tenants::{Tenant, Tenants};
 use crate::throttle::{Signal, Verdict};
 
 mod costs;
@@ -59,6 +60,8 @@ struct Common {
     metrics: Arc<UpstreamMetrics>,
     /// Per header kind: a capped pause was logged (once is enough to find the cause).
     capped_logged: [AtomicBool; Hint::ALL.len()],
+    /// With `[upstream.fairness]`: who requests wait as.
+    tenants: Option<Arc<Tenants>>,
 }
 
 /// One lane's decision state.
@@ -128,6 +131,7 @@ impl Lane {
         let limits = Limits {
             max_waiting: settings.queue.max_waiting,
             max_gap: settings.max_pause,
+            fair: common.tenants.as_ref().map(|t| t.per_tenant()),
         };
         let controller = Controller::new(&settings.sleeper, rng);
         let pacer = Pacer::with_clock(settings.sleeper.mode, limits, clock.clone());
@@ -357,8 +361,15 @@ impl Lane {
     /// [`crate::pacer::Pacer::acquire_with`]; `cost`: what the request is reserved
     /// at, in thousandths of the lane's unit ([`crate::cost::ONE`] where it counts
     /// requests). A lane that left a slot unused for `idle_decay` first forgets its
-    /// throttles.
-    pub async fn acquire(&self, deadline: Instant, patient: bool, cost: u64) -> Result<Slot, Shed> {
+    /// throttles. With `[upstream.fairness]`, `who` places the request among the
+    /// lane's waiting tenants.
+    pub async fn acquire(
+        &self,
+        deadline: Instant,
+        patient: bool,
+        cost: u64,
+        who: Option<Ticket>,
+    ) -> Result<Slot, Shed> {
         let clock = &self.common.clock;
         let cost = self.reserved(cost);
         if let Some(link) = self.fleet() {
@@ -375,7 +386,11 @@ impl Lane {
             self.start.end();
             Duration::ZERO
         };
-        let slot = match self.pacer.acquire_costing(deadline, patient, cost).await {
+        let slot = match self
+            .pacer
+            .acquire_costing(deadline, patient, cost, who)
+            .await
+        {
             Ok(slot) if started.is_zero() => slot,
             // Counted as waiting, not as a sleep: the sleeper did not hold it.
             Ok(slot) => Slot {
@@ -385,6 +400,9 @@ impl Lane {
             Err(shed) => {
                 if let Some(link) = self.fleet() {
                     link.refused();
+                }
+                if let Some(tenant) = self.tenant(who) {
+                    tenant.sheds.inc();
                 }
                 let spacing = self.pacer.spacing();
                 let retry_after = self
@@ -397,7 +415,21 @@ impl Lane {
             }
         };
         self.dispatched(&slot, cost);
+        if let Some(tenant) = self.tenant(who) {
+            tenant.dispatches.inc();
+            #[allow(clippy::cast_precision_loss, reason = "a cost in thousandths")]
+            tenant.cost.inc_by(cost as f64 / ONE as f64);
+            tenant.wait.inc_by(slot.waited.as_secs_f64());
+        }
         Ok(slot)
+    }
+
+    /// The tenant a request waits as, with `[upstream.fairness]`.
+    fn tenant(&self, who: Option<Ticket>) -> Option<Arc<Tenant>> {
+        self.common
+            .tenants
+            .as_ref()?
+            .get(who.unwrap_or(Ticket::ANYONE).tenant)
     }
 
     /// What a request estimated at `estimate` is reserved at ([`rules::reservation`]).

@@ -24,8 +24,11 @@ mod sharded;
 
 use lane::{LANE_FAMILIES, LaneFamilies};
 pub use lane::{LANE_SERIES, LaneCosts, LaneMetrics, LaneSeries, reason_label};
+use sharded::{
+    Cell, Sharded, ShardedCounterVec, ShardedFloatCounterVec, ShardedGaugeVec, ShardedHistogramVec,
+    ShardedVec,
+};
 pub use sharded::{ShardedCounter, ShardedFloatCounter, ShardedGauge, ShardedHistogram};
-use sharded::{ShardedCounterVec, ShardedFloatCounterVec, ShardedGaugeVec, ShardedHistogramVec};
 
 use crate::concurrency::Why;
 use crate::hints::Hint;
@@ -184,6 +187,14 @@ per_upstream! {
         "Remaining connection backoff.";
     pub signing_failures: IntCounter = "easeoff_sigv4_signing_failures_total",
         "Attempts that could not be SigV4-signed (no credentials, or the credentials source failed); answered 503.";
+    pub tenant_dispatches: ByName<sharded::CounterCell> = "easeoff_tenant_dispatches_total",
+        "With [upstream.fairness]: requests dispatched, by tenant (at most max_tenants names and other).";
+    pub tenant_cost: ByName<sharded::FloatCell> = "easeoff_tenant_cost_total",
+        "With [upstream.fairness]: what those requests were reserved at, in the lanes' unit (requests, tokens or capacity units), by tenant.";
+    pub tenant_wait: ByName<sharded::FloatCell> = "easeoff_tenant_wait_seconds_total",
+        "With [upstream.fairness]: time those requests waited for their slots, by tenant.";
+    pub tenant_sheds: ByName<sharded::CounterCell> = "easeoff_tenant_shed_total",
+        "With [upstream.fairness]: requests shed from the lanes' queues, by tenant.";
     pub lanes: IntGauge = "easeoff_lanes",
         "Lanes alive: the default lane and one per table, method or bucket requests were paced in.";
     pub goaway_dropped: IntCounter = "easeoff_goaway_dropped_total",
@@ -714,6 +725,42 @@ impl PerUpstream for Responses {
     }
 }
 
+/// A family labelled by a name the upstream learns as it runs (a tenant's): a series
+/// is made when its name first comes, not at start-up.
+pub struct ByName<C: Cell> {
+    family: ShardedVec<C>,
+    upstream: String,
+}
+
+impl<C: Cell> ByName<C> {
+    /// The series of `name`, made if new.
+    pub fn named(&self, name: &str) -> Sharded<C> {
+        self.family
+            .with_label_values(&[self.upstream.as_str(), name])
+    }
+}
+
+impl<C: Cell> PerUpstream for ByName<C> {
+    type Family = ShardedVec<C>;
+    const KIND: &'static str = "counter";
+    const LABELS: &'static [&'static str] = &["upstream", "tenant"];
+
+    fn family(name: &str, help: &str) -> Result<Self::Family, prometheus::Error> {
+        ShardedVec::new(Opts::new(name, help), Self::LABELS)
+    }
+
+    fn resolve(family: &Self::Family, upstream: &str) -> Self {
+        ByName {
+            family: family.clone(),
+            upstream: upstream.to_string(),
+        }
+    }
+
+    fn remove(family: &Self::Family, labels: &HashMap<&str, &str>) {
+        let _ = family.remove(labels);
+    }
+}
+
 /// Removes every label set of `family` whose `upstream` is `upstream`, whichever other
 /// labels it has, by reading back what the family holds.
 fn withdraw<F: Collector>(family: &F, upstream: &str, remove: fn(&F, &HashMap<&str, &str>)) {
@@ -773,7 +820,12 @@ mod tests {
     #[test]
     fn every_declared_family_is_exported_with_its_help_and_type() {
         let m = Metrics::new().unwrap();
-        let _orders = m.upstream("orders");
+        let orders = m.upstream("orders");
+        // Tenants' series come with their first request.
+        orders.tenant_dispatches.named("web");
+        orders.tenant_cost.named("web");
+        orders.tenant_wait.named("web");
+        orders.tenant_sheds.named("web");
         let every = LaneSeries {
             costs: true,
             histograms: true,

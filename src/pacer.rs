@@ -20,9 +20,9 @@
 //! requests is spaced wider at once. When the answer tells the actual cost,
 //! [`Pacer::settle`] moves the gap still ahead by the difference.
 
+mod line;
 mod precise;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -31,8 +31,10 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::clock::{Clock, Instant};
 pub use crate::cost::ONE;
+pub use crate::fair::Ticket;
 use crate::sleeper::Mode;
 use crate::window::WindowedCount;
+use line::Line;
 use precise::PreciseSleep;
 
 /// Permission to send one attempt upstream.
@@ -103,6 +105,10 @@ pub struct Limits {
     /// The longest gap one dispatch leaves after it, whatever it cost (unless one
     /// unit's spacing is longer): no single request holds the lane longer.
     pub max_gap: Duration,
+    /// With `Some`, waiters go in fair order between the tenants their tickets name
+    /// (`crate::fair`), each tenant with at most this many waiting; with `None`, in
+    /// arrival order.
+    pub fair: Option<usize>,
 }
 
 impl Limits {
@@ -112,6 +118,7 @@ impl Limits {
         Limits {
             max_waiting,
             max_gap: Duration::from_secs(24 * 3600),
+            fair: None,
         }
     }
 }
@@ -164,7 +171,7 @@ struct Shared {
     /// Their costs (thousandths), for the spacing per unit.
     units: WindowedCount,
     /// Waiters behind the one the release task is working on.
-    queue: Mutex<VecDeque<Waiter>>,
+    queue: Mutex<Line<Waiter>>,
     /// Something changed for the release task: a new waiter, interval, pause or floor.
     changed: Notify,
     /// Set when the last `Pacer` handle is dropped, to end the release task.
@@ -193,6 +200,8 @@ struct Waiter {
     arrived: Instant,
     deadline: Instant,
     cost: u64,
+    /// Who it waits for, in a fair queue.
+    ticket: Option<Ticket>,
     grant: oneshot::Sender<Result<Slot, Shed>>,
 }
 
@@ -225,7 +234,7 @@ impl Pacer {
             last_dispatch_ns: AtomicU64::new(NEVER),
             rate: WindowedCount::new(Duration::from_secs(1)),
             units: WindowedCount::new(Duration::from_secs(1)),
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Line::new(limits.fair)),
             changed: Notify::new(),
             closed: AtomicBool::new(false),
             releasing: AtomicBool::new(false),
@@ -253,16 +262,19 @@ impl Pacer {
         deadline: Instant,
         patient: bool,
     ) -> impl Future<Output = Result<Slot, Shed>> + '_ {
-        self.acquire_costing(deadline, patient, ONE)
+        self.acquire_costing(deadline, patient, ONE, None)
     }
 
     /// [`Pacer::acquire_with`] for a request reserved at `cost` (thousandths of a
-    /// unit): the next dispatch goes the spacing × the cost after it.
+    /// unit): the next dispatch goes the spacing × the cost after it. In a fair
+    /// pacer, `who` places it among the waiting tenants (none: the tenant 0 of
+    /// weight 1 in class 0); elsewhere it is not looked at.
     pub async fn acquire_costing(
         &self,
         deadline: Instant,
         patient: bool,
         cost: u64,
+        who: Option<Ticket>,
     ) -> Result<Slot, Shed> {
         let s = &*self.shared;
         let now = s.clock.now();
@@ -303,10 +315,25 @@ impl Pacer {
                             return Ok(s.dispatch(now, now, at, cost));
                         }
                     }
-                    let waiting = s.enter(patient)?;
-                    // Its slot if nothing changes: after everyone already waiting.
-                    let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);
-                    let ahead_cost = s.queued_cost.load(Ordering::Relaxed);
+                    let (waiting, ahead, ahead_cost) = match queue.fair_mut() {
+                        None => {
+                            let waiting = s.enter(patient)?;
+                            // Its slot if nothing changes: after everyone already waiting.
+                            let ahead = s.waiting.load(Ordering::Relaxed).saturating_sub(1);
+                            (waiting, ahead, s.queued_cost.load(Ordering::Relaxed))
+                        }
+                        Some(fair) => {
+                            let who = who.unwrap_or(Ticket::ANYONE);
+                            let place = fair
+                                .place(who, deadline_in)
+                                .map_err(|_| s.full(now, s.limits.fair.unwrap_or(0)))?;
+                            (
+                                s.enter_fair(fair, place.key, patient)?,
+                                place.ahead,
+                                place.ahead_cost,
+                            )
+                        }
+                    };
                     let expected = s.release_at(now) + s.gaps(now, ahead, ahead_cost);
                     if expected > deadline && !s.lenient() {
                         return Err(Shed {
@@ -314,10 +341,11 @@ impl Pacer {
                             reason: s.late(deadline_in),
                         });
                     }
-                    queue.push_back(Waiter {
+                    queue.push(Waiter {
                         arrived: now,
                         deadline: deadline_in,
                         cost,
+                        ticket: who,
                         grant,
                     });
                     s.queued_cost.fetch_add(cost, Ordering::Relaxed);
@@ -656,7 +684,7 @@ impl Shared {
         }
     }
 
-    fn lock_queue(&self) -> MutexGuard<'_, VecDeque<Waiter>> {
+    fn lock_queue(&self) -> MutexGuard<'_, Line<Waiter>> {
         // Waiters are only pushed and popped under the lock; a panic elsewhere cannot
         // leave the deque inconsistent.
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
@@ -671,18 +699,47 @@ impl Shared {
             self.limits.max_waiting
         };
         if self.waiting.load(Ordering::Relaxed) >= bound {
-            let now = self.clock.now();
-            let wait = self
-                .release_at(now)
-                .saturating_duration_since(now)
-                .saturating_add(self.spacing(now).saturating_mul(count(bound)));
-            return Err(Shed {
-                retry_after: wait,
-                reason: ShedReason::QueueFull,
-            });
+            return Err(self.full(self.clock.now(), bound));
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
         Ok(WaitingGuard(&self.waiting))
+    }
+
+    /// [`Shared::enter`] in a fair queue, for a newcomer whose place would be `key`:
+    /// when the queue is full, the waiter that would go last (in the lowest class,
+    /// of the tenant furthest over its share) is shed instead, if it stands behind
+    /// the newcomer.
+    fn enter_fair(
+        &self,
+        fair: &mut crate::fair::FairQueue<Waiter>,
+        key: crate::fair::Key,
+        patient: bool,
+    ) -> Result<WaitingGuard<'_>, Shed> {
+        match self.enter(patient) {
+            Err(shed) if fair.last_key().is_some_and(|last| last > key) => {
+                if let Some((last, cost)) = fair.pop_last() {
+                    self.queued_cost.fetch_sub(cost, Ordering::Relaxed);
+                    let _ = last.grant.send(Err(shed));
+                }
+                // The one shed leaves the count when its request hears of it.
+                self.waiting.fetch_add(1, Ordering::Relaxed);
+                Ok(WaitingGuard(&self.waiting))
+            }
+            entered => entered,
+        }
+    }
+
+    /// The shed of a newcomer when `bound` requests already wait: told to come back
+    /// when they will have gone.
+    fn full(&self, now: Instant, bound: usize) -> Shed {
+        let wait = self
+            .release_at(now)
+            .saturating_duration_since(now)
+            .saturating_add(self.spacing(now).saturating_mul(count(bound)));
+        Shed {
+            retry_after: wait,
+            reason: ShedReason::QueueFull,
+        }
     }
 
     /// Releases a request of `cost` that arrived at `arrived` and was due at `scheduled`.
@@ -876,10 +933,10 @@ impl Shared {
         let mut earliest: Option<Instant> = None;
         let mut queue = self.lock_queue();
         let mut expected = head_at + self.gap(now, head_cost);
-        for waiter in std::mem::take(&mut *queue) {
+        queue.sweep(|waiter| {
             if waiter.grant.is_closed() {
                 self.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);
-                continue;
+                return None;
             }
             let limit = self.limit(waiter.deadline);
             if overdue(expected, limit, now, lenient) {
@@ -890,14 +947,15 @@ impl Shared {
                     retry_after,
                     reason,
                 }));
+                None
             } else {
                 expected += self.gap(now, waiter.cost);
                 if lenient {
                     earliest = Some(earliest.map_or(limit, |e| e.min(limit)));
                 }
-                queue.push_back(waiter);
+                Some(waiter)
             }
-        }
+        });
         earliest
     }
 }
@@ -906,8 +964,8 @@ impl Shared {
 async fn release(shared: Arc<Shared>) {
     let mut timer = PreciseSleep::new(shared.clock.clone());
     loop {
-        let next = shared.lock_queue().pop_front();
-        let Some(mut waiter) = next else {
+        let next = shared.lock_queue().pop();
+        let Some((mut place, mut waiter)) = next else {
             if shared.closed.load(Ordering::Relaxed) {
                 return;
             }
@@ -947,6 +1005,15 @@ async fn release(shared: Arc<Shared>) {
                 _ = shared.changed.notified() => {}
                 // The client went away: its place goes to the next waiter.
                 _ = waiter.grant.closed() => {}
+            }
+            // In a fair queue, one that came since may go before this waiter.
+            if let Some(key) = place {
+                let (key, next, overtaken) = shared.lock_queue().overtake(key, waiter);
+                place = Some(key);
+                waiter = next;
+                if overtaken {
+                    due = waiter.arrived;
+                }
             }
         }
         shared.queued_cost.fetch_sub(waiter.cost, Ordering::Relaxed);

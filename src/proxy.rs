@@ -23,4 +23,9 @@ pub use connection::{
     Acceptor, Closed, Limits, RequestGuard, Tracker, builder as connection_builder, drive,
 };
 pub use listener::{Current, ListenerContext, serve};
+
+/// The client connection's address, on a request's extensions where tenants are
+/// told apart by it (`[upstream.fairness] by = "client-ip"`).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientIp(pub std::net::IpAddr);
 pub use reply::{Dialect, REASON_HEADER, Reason, reply};

@@ -450,7 +450,7 @@ impl Control {
         }
         let slot = route
             .first
-            .acquire(deadline, patient, route.cost)
+            .acquire(deadline, patient, route.cost, route.who)
             .await
             .map_err(|shed| (shed, &route.first))?;
         let mut pass = Pass::one(Arc::clone(&route.first), slot);
@@ -461,7 +461,7 @@ impl Control {
                 flights.push(flight.map_err(|shed| (shed, lane))?);
             }
             let slot = lane
-                .acquire(deadline, patient, route.cost_in_more(i))
+                .acquire(deadline, patient, route.cost_in_more(i), route.who)
                 .await
                 .map_err(|shed| (shed, lane))?;
             pass.add(Arc::clone(lane), slot);

@@ -28,7 +28,8 @@ async fn readme_metric_table_matches_the_exported_families() {
     ];
     let up = throttles_first(1, move || respond(429, &spent, "")).await;
     // Costs in tokens with their histogram: every optional family.
-    let lanes = "[upstream.lanes]\ncost = \"tokens\"\nmetrics_histograms = true\n";
+    // With fairness, whose tenants' series come with the tenants.
+    let lanes = "[upstream.lanes]\ncost = \"tokens\"\nmetrics_histograms = true\n\n[upstream.fairness]\nby = \"client-ip\"\n";
     let proxy = proxy_with_absent_fleet(up.addr, lanes).await;
     // One throttle with a pause, so label sets made on first use are exported too.
     get(&format!("http://{}/", proxy.addr)).await;

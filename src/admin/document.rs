@@ -58,6 +58,10 @@ pub struct UpstreamStatus {
     /// `max_in_flight`'s cap and the requests out under it; absent without a cap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_flight_cap: Option<CapStatus>,
+    /// With `[upstream.fairness]`: each tenant's part over all lanes, `other` first;
+    /// absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<TenantStatus>>,
     /// Requests by outcome (`success`, `throttled`, `error`, `shed`, `timeout`).
     pub requests: BTreeMap<String, u64>,
     /// Throttles by signal.
@@ -82,6 +86,24 @@ pub struct UpstreamStatus {
     pub history: HistoryStatus,
     /// The effective config as TOML, the URL's path hidden.
     pub config: String,
+}
+
+/// One tenant's part of an upstream's dispatches, since start.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TenantStatus {
+    /// Its name (`other` for callers not told apart).
+    pub name: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Requests dispatched.
+    pub dispatches: u64,
+    /// Its share of what the upstream's tenants were reserved at (in the lanes' unit).
+    pub share: f64,
+    /// Its requests' mean wait for a slot, in milliseconds.
+    pub mean_wait_ms: f64,
+    /// Requests shed from a lane's queue.
+    pub sheds: u64,
 }
 
 /// An upstream's `max_in_flight`: the cap in force and what is out under it.

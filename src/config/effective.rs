@@ -6,7 +6,8 @@ use std::fmt::Write;
 
 use super::keys::Schema;
 use super::schema::{
-    CONNECT_BACKOFF, FLEET, LANES, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE, UPSTREAM,
+    CONNECT_BACKOFF, FAIRNESS, FLEET, LANES, POOL, QUEUE, RETRY, SERVER, SIGV4, SLEEPER, THROTTLE,
+    UPSTREAM,
 };
 use super::{Config, UpstreamSettings};
 
@@ -38,6 +39,9 @@ fn upstream(out: &mut String, u: &UpstreamSettings) {
     section(out, &QUEUE, &u.queue);
     if let Some(sig) = &u.sigv4 {
         section(out, &SIGV4, sig);
+    }
+    if let Some(fair) = &u.fairness {
+        section(out, &FAIRNESS, fair);
     }
     section(out, &CONNECT_BACKOFF, &u.connect_backoff);
     section(out, &POOL, &u.pool);

@@ -412,6 +412,72 @@ impl Kind<Option<HeaderName>> for HeaderKey {
     }
 }
 
+/// `priority = "header:NAME"`: an optional header, written as a request part.
+pub struct HeaderPart;
+
+impl Kind<Option<HeaderName>> for HeaderPart {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Option<HeaderName>>> {
+        let name = t.parsed(key, super::schema::parse_priority)?;
+        let span = name.span();
+        Some(Spanned::new(span, Some(name.into_inner())))
+    }
+
+    fn show(&self, value: &Option<HeaderName>) -> Option<String> {
+        value.as_ref().map(|name| quote(&format!("header:{name}")))
+    }
+}
+
+/// `weights = { NAME = N }`: whole numbers from 1 to 1000 by free-form name.
+pub struct Weights;
+
+/// The largest weight: a thousand to one is as uneven as a share gets useful.
+pub const MAX_WEIGHT: u64 = 1000;
+
+impl Kind<Vec<(String, u32)>> for Weights {
+    fn read(
+        &self,
+        t: &mut TableReader<'_, '_>,
+        key: &'static str,
+    ) -> Option<Spanned<Vec<(String, u32)>>> {
+        let span = t.span();
+        let present = t.has(key);
+        let numbers = t.name_numbers(key);
+        if !present {
+            return None;
+        }
+        let mut weights = Vec::new();
+        for (name, n) in numbers {
+            match u32::try_from(*n.get_ref()) {
+                Ok(w) if (1..=MAX_WEIGHT).contains(&u64::from(w)) => {
+                    weights.push((name.into_inner(), w));
+                }
+                _ => t.error(
+                    n.span(),
+                    key,
+                    format_args!(
+                        "{}: must be from 1 to {MAX_WEIGHT}, got {}",
+                        name.get_ref(),
+                        n.get_ref()
+                    ),
+                ),
+            }
+        }
+        Some(Spanned::new(span, weights))
+    }
+
+    fn show(&self, value: &Vec<(String, u32)>) -> Option<String> {
+        let weights: Vec<String> = value
+            .iter()
+            .map(|(name, w)| format!("{} = {w}", quote(name)))
+            .collect();
+        Some(format!("{{ {} }}", weights.join(", ")).replace("{  }", "{}"))
+    }
+}
+
 /// An `IP:port` a socket is bound to.
 pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, String> {
     text.parse().map_err(|_| {

@@ -344,6 +344,26 @@ impl<'t, 'i> TableReader<'t, 'i> {
         out
     }
 
+    /// A table whose keys are free-form names and whose values are whole numbers
+    /// (`weights = { batch = 3 }`).
+    pub fn name_numbers(&mut self, key: &'static str) -> Vec<(Spanned<String>, Spanned<u64>)> {
+        let Some(value) = self.raw(key) else {
+            return Vec::new();
+        };
+        let DeValue::Table(table) = value.get_ref() else {
+            self.wrong_type(key, value, "a table of name = whole number");
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (name, v) in table.iter() {
+            let entry = format!("{key}.{}", name.get_ref());
+            if let Some(n) = self.unsigned_value(&entry, v) {
+                out.push((Spanned::new(name.span(), name.get_ref().to_string()), n));
+            }
+        }
+        out
+    }
+
     /// A sub-table (`[upstream.sleeper]`), read with the same context.
     pub fn table(&mut self, key: &'static str) -> Option<TableReader<'t, 'i>> {
         let value = self.raw(key)?;

@@ -26,9 +26,9 @@ use super::keys::{
     Bounds, Choice, Kind, NonEmpty, Parsed, Plain, Required, Schema, Size, keys, quote, strings,
 };
 use super::kinds::{
-    CA_FILE, CERT_FILE, HeaderKey, HeaderNames, HeaderRules, InFlightCap, InitialInterval,
-    KEY_FILE, LaneParts, Name, Needles, Statuses, TlsName, UpstreamUrl, parse_socket_addr,
-    parse_url,
+    CA_FILE, CERT_FILE, HeaderKey, HeaderNames, HeaderPart, HeaderRules, InFlightCap,
+    InitialInterval, KEY_FILE, LaneParts, Name, Needles, Statuses, TlsName, UpstreamUrl, Weights,
+    parse_socket_addr, parse_url,
 };
 use super::reader::TableReader;
 use crate::concurrency::CapSetting;
@@ -412,6 +412,8 @@ pub struct UpstreamSettings {
     pub retry: RetrySettings,
     pub queue: QueueSettings,
     pub sigv4: Option<SigV4Settings>,
+    /// `[upstream.fairness]`: the lanes' queues in fair order between callers.
+    pub fairness: Option<FairnessSettings>,
     pub connect_backoff: ConnectBackoffSettings,
     pub pool: PoolSettings,
     pub lanes: LaneSettings,
@@ -446,6 +448,7 @@ impl Default for UpstreamSettings {
             retry: RetrySettings::default(),
             queue: QueueSettings::default(),
             sigv4: None,
+            fairness: None,
             connect_backoff: ConnectBackoffSettings::default(),
             pool: PoolSettings::default(),
             lanes: LaneSettings::default(),
@@ -470,7 +473,7 @@ pub const UPSTREAM: Schema<UpstreamSettings> = keys!("[[upstream]]", UpstreamSet
     max_pause: SOME_TIME,
     quota: Plain,
     max_in_flight: InFlightCap,
-} tables: sleeper, throttle, retry, queue, sigv4, connect_backoff, pool, lanes);
+} tables: sleeper, throttle, retry, queue, sigv4, fairness, connect_backoff, pool, lanes);
 
 /// Which requests of an upstream get a line in the access log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -691,6 +694,84 @@ pub const SIGV4: Schema<SigV4Settings> = keys!(
     SigV4Settings {
         service: Required(NonEmpty, SIGV4_NEEDS),
         region: Required(NonEmpty, SIGV4_NEEDS),
+    }
+);
+
+/// Who a caller is, for `[upstream.fairness] by`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// A request header's value (hashed when it is a credential).
+    Header(HeaderName),
+    /// The client connection's IP address.
+    ClientIp,
+}
+
+impl std::fmt::Display for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Caller::Header(name) => write!(f, "header:{name}"),
+            Caller::ClientIp => f.write_str("client-ip"),
+        }
+    }
+}
+
+/// `by = "header:NAME"` or `"client-ip"`.
+pub fn parse_caller(text: &str) -> Result<Caller, String> {
+    if text == "client-ip" {
+        return Ok(Caller::ClientIp);
+    }
+    text.strip_prefix("header:")
+        .and_then(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .map(Caller::Header)
+        .ok_or_else(|| format!("must be \"header:NAME\" or \"client-ip\", got \"{text}\""))
+}
+
+/// `priority = "header:NAME"`.
+pub fn parse_priority(text: &str) -> Result<HeaderName, String> {
+    text.strip_prefix("header:")
+        .and_then(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .ok_or_else(|| format!("must be \"header:NAME\", got \"{text}\""))
+}
+
+/// `[upstream.fairness]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FairnessSettings {
+    /// Who a caller is.
+    pub by: Caller,
+    /// Tenants' weights by name; the rest weigh 1.
+    pub weights: Vec<(String, u32)>,
+    /// The header holding a request's priority class, if any.
+    pub priority: Option<HeaderName>,
+    /// Tenants told apart per upstream; later callers share the tenant `other`.
+    pub max_tenants: usize,
+    /// Requests one tenant may have waiting in one lane.
+    pub max_waiting: usize,
+}
+
+impl Default for FairnessSettings {
+    fn default() -> Self {
+        FairnessSettings {
+            by: Caller::ClientIp,
+            weights: Vec::new(),
+            priority: None,
+            max_tenants: 16,
+            max_waiting: 1000,
+        }
+    }
+}
+
+/// What a `[upstream.fairness]` without `by` is told.
+const FAIRNESS_NEEDS: &str = " ([upstream.fairness] needs by: \"header:NAME\" or \"client-ip\")";
+
+/// The keys of `[upstream.fairness]`.
+pub const FAIRNESS: Schema<FairnessSettings> = keys!(
+    "[upstream.fairness]",
+    FairnessSettings {
+        by: Required(Parsed(parse_caller), FAIRNESS_NEEDS),
+        weights: Weights,
+        priority: HeaderPart,
+        max_tenants: Bounds::new(1, 1000),
+        max_waiting: Bounds::new(1, MILLION),
     }
 );
 

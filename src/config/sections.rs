@@ -5,10 +5,10 @@
 use super::keys::{Schema, Set, keep_unset, read_keys};
 use super::reader::{Section, TableReader};
 use super::schema::{
-    CONNECT_BACKOFF, FLEET, FleetSettings, LANES, LaneSettings, POOL, PoolSettings, QUEUE,
-    QueueSettings, RETRY, RetrySettings, SERVER, SIGV4, SLEEPER, ServerSettings, SigV4Settings,
-    THROTTLE, UPSTREAM, UpstreamSettings, max_pause_default, sleeper_defaults,
-    sleeper_defaults_for, throttle_defaults,
+    CONNECT_BACKOFF, FAIRNESS, FLEET, FairnessSettings, FleetSettings, LANES, LaneSettings, POOL,
+    PoolSettings, QUEUE, QueueSettings, RETRY, RetrySettings, SERVER, SIGV4, SLEEPER,
+    ServerSettings, SigV4Settings, THROTTLE, UPSTREAM, UpstreamSettings, max_pause_default,
+    sleeper_defaults, sleeper_defaults_for, throttle_defaults,
 };
 use super::validate;
 use crate::sleeper::{Mode, Strategy};
@@ -21,6 +21,7 @@ pub const UPSTREAM_SECTIONS: &[Section] = &[
     RETRY.section(),
     QUEUE.section(),
     SIGV4.section(),
+    FAIRNESS.section(),
     CONNECT_BACKOFF.section(),
     POOL.section(),
     LANES.section(),
@@ -37,6 +38,7 @@ pub const ALL_SECTIONS: &[Section] = &[
     RETRY.section(),
     QUEUE.section(),
     SIGV4.section(),
+    FAIRNESS.section(),
     CONNECT_BACKOFF.section(),
     POOL.section(),
     LANES.section(),
@@ -106,6 +108,14 @@ pub fn read_upstream(mut t: TableReader<'_, '_>) -> (UpstreamSettings, Set) {
     u.sigv4 = t
         .table("sigv4")
         .map(|table| read_section(Some(table), &SIGV4, SigV4Settings::default(), |_, _, _| {}));
+    u.fairness = t.table("fairness").map(|table| {
+        read_section(
+            Some(table),
+            &FAIRNESS,
+            FairnessSettings::default(),
+            |_, _, _| {},
+        )
+    });
     u.connect_backoff = read_section(
         t.table("connect_backoff"),
         &CONNECT_BACKOFF,

@@ -20,6 +20,7 @@ use crate::hints::Hint;
 use crate::metrics::{LaneMetrics, LaneSeries, Metrics, UpstreamMetrics};
 use crate::route::{self, Key, Rule};
 use crate::sleeper::Mode;
+use crate::tenants::Tenants;
 
 /// Lanes by name. Names come from requests, but `max_lanes` bounds how many a client
 /// can make, so a fast seeded hash is safe here.
@@ -76,13 +77,22 @@ impl Lanes {
     ) -> Lanes {
         let later = fastrand::Rng::with_seed(rng.get_seed() ^ 0x9e37_79b9_7f4a_7c15);
         let upstream: Box<str> = settings.name.as_str().into();
+        let upstream_metrics = Arc::new(metrics.upstream(&upstream));
         let common = Arc::new(Common {
-            metrics: Arc::new(metrics.upstream(&upstream)),
             upstream: upstream.clone(),
             settings: Arc::clone(&settings),
             origin: clock.now(),
             clock: clock.clone(),
             capped_logged: Hint::ALL.map(|_| AtomicBool::new(false)),
+            tenants: settings.fairness.as_ref().map(|fair| {
+                let upstream_metrics = Arc::clone(&upstream_metrics);
+                Arc::new(Tenants::new(
+                    fair,
+                    &settings.lanes.secret_headers,
+                    upstream_metrics,
+                ))
+            }),
+            metrics: upstream_metrics,
         });
         let lanes = &settings.lanes;
         let rule = Rule::of(
@@ -132,6 +142,11 @@ impl Lanes {
     /// The upstream's own counters, which its lanes update.
     pub fn upstream_metrics(&self) -> &Arc<UpstreamMetrics> {
         &self.common.metrics
+    }
+
+    /// The upstream's tenants, with `[upstream.fairness]`.
+    pub fn tenants(&self) -> Option<&Arc<Tenants>> {
+        self.common.tenants.as_ref()
     }
 
     /// The controllers' and the retry budget's time zero.

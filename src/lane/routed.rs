@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::Lane;
 use crate::cost::ONE;
+use crate::fair::Ticket;
 use crate::route;
 
 /// The lanes one request takes a slot in, in order, and the key the upstream's named
@@ -31,6 +32,8 @@ pub struct Route {
     pub more_costs: Vec<u64>,
     /// Whether the answer can say what the request cost ([`crate::cost::settles`]).
     pub settles: bool,
+    /// Who it waits as, with `[upstream.fairness]`.
+    pub who: Option<Ticket>,
 }
 
 /// Where a single-item DynamoDB request's partition key is: read and hashed only when
@@ -55,6 +58,7 @@ impl Route {
             cost: ONE,
             more_costs: Vec::new(),
             settles: false,
+            who: None,
         }
     }
 

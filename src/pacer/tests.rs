@@ -741,7 +741,7 @@ async fn start_costing(
     let before = pacer.waiting() + grants.lock().unwrap().len();
     let (p, g) = (pacer.clone(), Arc::clone(grants));
     let handle = tokio::spawn(async move {
-        let slot = p.acquire_costing(far(), false, cost).await.unwrap();
+        let slot = p.acquire_costing(far(), false, cost, None).await.unwrap();
         g.lock().unwrap().push((i, slot.dispatched_at - t0));
     });
     while pacer.waiting() + grants.lock().unwrap().len() == before {
@@ -778,18 +778,27 @@ async fn settling_moves_the_gap_still_ahead_and_never_before_now() {
     pacer.set_interval(10 * MS, 1);
     let (t0, grants) = (Instant::now(), Grants::default());
     // Reserved at 4 units (40 ms); the answer says 10: the next goes at 100 ms.
-    let first = pacer.acquire_costing(far(), false, 4 * ONE).await.unwrap();
+    let first = pacer
+        .acquire_costing(far(), false, 4 * ONE, None)
+        .await
+        .unwrap();
     pacer.settle(first.cost, 10 * ONE);
     let second = start_costing(&pacer, 1, ONE, t0, &grants).await;
     finish(vec![second]).await;
     assert_eq!(grants_of(&grants), [(1, 100 * MS)]);
     // Reserved at 8 units from 100 ms; at 120 ms the answer says 1: the rest of the
     // gap (to 110 ms) is already past, so the next goes now, not earlier.
-    let third = pacer.acquire_costing(far(), false, 8 * ONE).await.unwrap();
+    let third = pacer
+        .acquire_costing(far(), false, 8 * ONE, None)
+        .await
+        .unwrap();
     assert_eq!(third.dispatched_at - t0, 110 * MS);
     tokio::time::advance(10 * MS).await;
     pacer.settle(third.cost, ONE);
-    let fourth = pacer.acquire_costing(far(), false, ONE).await.unwrap();
+    let fourth = pacer
+        .acquire_costing(far(), false, ONE, None)
+        .await
+        .unwrap();
     assert_eq!(fourth.dispatched_at - t0, 120 * MS);
     assert!(!fourth.held);
 }
@@ -805,15 +814,24 @@ async fn no_single_request_holds_the_lane_longer_than_max_gap_whatever_it_cost()
     let (t0, grants) = (Instant::now(), Grants::default());
     // Reserved at 10^12 units (three centuries at 10 ms), then settled at more
     // still: the next waits 2 s.
-    let first = pacer.acquire_costing(far(), false, u64::MAX).await.unwrap();
+    let first = pacer
+        .acquire_costing(far(), false, u64::MAX, None)
+        .await
+        .unwrap();
     pacer.settle(first.cost, u64::MAX);
     let second = start_costing(&pacer, 1, ONE, t0, &grants).await;
     finish(vec![second]).await;
     assert_eq!(grants_of(&grants), [(1, 2000 * MS)]);
     // A spacing of one unit longer than max_gap still holds whole.
     pacer.set_interval(3000 * MS, 2);
-    let third = pacer.acquire_costing(far(), false, ONE).await.unwrap();
-    let fourth = pacer.acquire_costing(far(), false, ONE).await.unwrap();
+    let third = pacer
+        .acquire_costing(far(), false, ONE, None)
+        .await
+        .unwrap();
+    let fourth = pacer
+        .acquire_costing(far(), false, ONE, None)
+        .await
+        .unwrap();
     assert_eq!(fourth.dispatched_at - third.dispatched_at, 3000 * MS);
 }
 

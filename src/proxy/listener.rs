@@ -25,6 +25,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
+use super::ClientIp;
 use super::connection::{self, Acceptor, Closed, Limits, ParkIo, Sniffed, Tracker};
 use super::idle::IdleBody;
 use super::reply::{Dialect, Reason, reply};
@@ -110,11 +111,23 @@ async fn accept(
         let limits = ctx.limits;
         let body_idle = ctx.body_idle_timeout;
         let tracker = Tracker::new(&limits);
+        // Looked up only where tenants are told apart by address: a system call a
+        // connection.
+        let peer = current
+            .load()
+            .lanes
+            .tenants()
+            .filter(|t| t.by_client_ip())
+            .and_then(|_| stream.peer_addr().ok())
+            .map(|addr| ClientIp(addr.ip()));
         let service = {
             let tracker = Arc::clone(&tracker);
             let current = Arc::clone(current);
             let keep_alive = keep_alive.clone();
-            service_fn(move |req: Request<Incoming>| {
+            service_fn(move |mut req: Request<Incoming>| {
+                if let Some(peer) = peer {
+                    req.extensions_mut().insert(peer);
+                }
                 let guard = tracker.begin();
                 let upstream = current.load_full();
                 let keep_alive = keep_alive

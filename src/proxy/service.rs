@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, V
 use http_body::Body;
 use hyper::body::Incoming;
 
+use super::ClientIp;
 use super::access::{self, Record};
 use super::oversized;
 use super::reply::{Dialect, Reason, reply};
@@ -98,6 +99,10 @@ pub fn handle<'a>(
                 Err(answer) => break 'served answer,
             };
             let mut route = upstream.lanes.route(&head, body.held());
+            if let Some(tenants) = upstream.lanes.tenants() {
+                let peer = head.extensions.get::<ClientIp>().map(|c| c.0);
+                route.who = Some(tenants.ticket(&head.headers, peer));
+            }
             ctx.watch_batch |= route.batch;
             let arrival = Arrival {
                 at: ctx.arrived,
