@@ -38,6 +38,7 @@ use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
 use crate::sleeper::Mode;
+use crate::tenants::{Tenant, TenantFigures};
 use crate::throttle::Signal;
 use crate::upstream::Upstream;
 
@@ -309,35 +310,49 @@ fn cap_view(u: &Upstream) -> Option<CapStatus> {
     })
 }
 
-/// Each tenant's part, with `[upstream.fairness]`.
-#[allow(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+/// Each tenant's part over the upstream's lanes, with `[upstream.fairness]`.
 fn tenants_view(u: &Upstream) -> Option<Vec<TenantStatus>> {
     let tenants = u.lanes.tenants()?.all();
-    let total: f64 = tenants.iter().map(|t| t.cost.get()).sum();
-    Some(
-        tenants
-            .iter()
-            .map(|t| {
-                let dispatches = t.dispatches.get();
-                TenantStatus {
-                    name: t.name.to_string(),
-                    weight: t.weight,
-                    dispatches,
-                    share: if total > 0.0 {
-                        t.cost.get() / total
-                    } else {
-                        0.0
-                    },
-                    mean_wait_ms: if dispatches > 0 {
-                        t.wait.get() * 1e3 / dispatches as f64
-                    } else {
-                        0.0
-                    },
-                    sheds: t.sheds.get(),
-                }
-            })
-            .collect(),
-    )
+    let figures: Vec<TenantFigures> = tenants
+        .iter()
+        .map(|t| TenantFigures {
+            dispatches: t.dispatches.get(),
+            cost: t.cost.get(),
+            wait: Duration::from_secs_f64(t.wait.get().clamp(0.0, 1e12)),
+            sheds: t.sheds.get(),
+        })
+        .collect();
+    Some(tenant_rows(&tenants, &figures, true))
+}
+
+/// The tenants that sent requests to `lane`, with `[upstream.fairness]`.
+fn lane_tenants(u: &Upstream, lane: &Lane) -> Option<Vec<TenantStatus>> {
+    let tenants = u.lanes.tenants()?.all();
+    let figures = lane.tenant_figures()?;
+    Some(tenant_rows(&tenants, &figures, false))
+}
+
+/// One row per tenant (`all`), or per tenant with a dispatch or a shed.
+#[allow(clippy::cast_precision_loss, reason = "counts far below 2^52")]
+fn tenant_rows(tenants: &[Arc<Tenant>], figures: &[TenantFigures], all: bool) -> Vec<TenantStatus> {
+    let total: f64 = figures.iter().map(|f| f.cost).sum();
+    tenants
+        .iter()
+        .zip(figures)
+        .filter(|(_, f)| all || f.dispatches > 0 || f.sheds > 0)
+        .map(|(t, f)| TenantStatus {
+            name: t.name.to_string(),
+            weight: t.weight,
+            dispatches: f.dispatches,
+            share: if total > 0.0 { f.cost / total } else { 0.0 },
+            mean_wait_ms: if f.dispatches > 0 {
+                f.wait.as_secs_f64() * 1e3 / f.dispatches as f64
+            } else {
+                0.0
+            },
+            sheds: f.sheds,
+        })
+        .collect()
 }
 
 fn capped(u: &Upstream, lane: &Lane) -> Option<CappedStatus> {
@@ -403,6 +418,7 @@ fn lanes(u: &Upstream, history: &History) -> Vec<LaneStatus> {
                 }),
                 fleet: fleet_view(lane),
                 history: history.get(&Key::lane(u.name(), lane.name())),
+                tenants: lane_tenants(u, lane),
             }
         })
         .collect();

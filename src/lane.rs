@@ -25,7 +25,7 @@ use crate::quota::Falls;
 use crate::route::Key;
 use crate::shed::Spread;
 use crate::sleeper::{Mode, Step};
-use crate::tenants::{Tenant, Tenants};
+use crate::tenants::{Tenant, TenantCount, TenantFigures, Tenants};
 use crate::throttle::{Signal, Verdict};
 
 mod costs;
@@ -110,6 +110,8 @@ pub struct Lane {
     asked: LatestAsk,
     /// `[upstream.lanes] max_in_flight`: this lane's requests out at once, when capped.
     flights: Option<Arc<Flights>>,
+    /// With `[upstream.fairness]`: this lane's part of each tenant's requests, by index.
+    tenant_counts: Option<Box<[TenantCount]>>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -167,6 +169,7 @@ impl Lane {
             placed: AtomicU64::new(u64::MAX),
             asked: LatestAsk::default(),
             flights,
+            tenant_counts: common.tenants.as_ref().map(|t| t.counts()),
         }
     }
 
@@ -404,6 +407,9 @@ impl Lane {
                 if let Some(tenant) = self.tenant(who) {
                     tenant.sheds.inc();
                 }
+                if let Some(count) = self.tenant_count(who) {
+                    count.shed();
+                }
                 let spacing = self.pacer.spacing();
                 let retry_after = self
                     .spread
@@ -421,7 +427,22 @@ impl Lane {
             tenant.cost.inc_by(cost as f64 / ONE as f64);
             tenant.wait.inc_by(slot.waited.as_secs_f64());
         }
+        if let Some(count) = self.tenant_count(who) {
+            count.dispatched(cost, slot.waited);
+        }
         Ok(slot)
+    }
+
+    /// This lane's count of the tenant a request waits as.
+    fn tenant_count(&self, who: Option<Ticket>) -> Option<&TenantCount> {
+        let id = who.unwrap_or(Ticket::ANYONE).tenant;
+        self.tenant_counts.as_ref()?.get(usize::from(id))
+    }
+
+    /// With `[upstream.fairness]`: this lane's figures for each tenant, by index.
+    pub fn tenant_figures(&self) -> Option<Vec<TenantFigures>> {
+        let counts = self.tenant_counts.as_ref()?;
+        Some(counts.iter().map(TenantCount::figures).collect())
     }
 
     /// The tenant a request waits as, with `[upstream.fairness]`.

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderName};
 
@@ -33,6 +35,55 @@ pub struct Tenant {
     pub wait: ShardedFloatCounter,
     /// Requests shed from a lane's queue.
     pub sheds: ShardedCounter,
+}
+
+/// One lane's part of a tenant's requests.
+#[derive(Default)]
+pub struct TenantCount {
+    dispatches: AtomicU64,
+    /// Thousandths of the lane's unit.
+    cost: AtomicU64,
+    wait_ns: AtomicU64,
+    sheds: AtomicU64,
+}
+
+/// What a [`TenantCount`] holds, read at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TenantFigures {
+    /// Requests dispatched.
+    pub dispatches: u64,
+    /// What they were reserved at, in the lane's unit.
+    pub cost: f64,
+    /// Time they waited for their slots.
+    pub wait: Duration,
+    /// Requests shed.
+    pub sheds: u64,
+}
+
+impl TenantCount {
+    /// Counts a dispatch of `cost` thousandths that waited `wait`.
+    pub fn dispatched(&self, cost: u64, wait: Duration) {
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
+        self.cost.fetch_add(cost, Ordering::Relaxed);
+        let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_ns.fetch_add(wait, Ordering::Relaxed);
+    }
+
+    /// Counts a shed.
+    pub fn shed(&self) {
+        self.sheds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    #[allow(clippy::cast_precision_loss, reason = "a sum of bounded costs")]
+    pub fn figures(&self) -> TenantFigures {
+        TenantFigures {
+            dispatches: self.dispatches.load(Ordering::Relaxed),
+            cost: self.cost.load(Ordering::Relaxed) as f64 / crate::cost::ONE as f64,
+            wait: Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed)),
+            sheds: self.sheds.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// An upstream's tenants.
@@ -77,6 +128,11 @@ impl Tenants {
             tenants.id(name);
         }
         tenants
+    }
+
+    /// One lane's counts, a place for every tenant there can be.
+    pub fn counts(&self) -> Box<[TenantCount]> {
+        (0..=self.max).map(|_| TenantCount::default()).collect()
     }
 
     /// The most requests one tenant may have waiting in one lane.

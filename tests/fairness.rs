@@ -160,3 +160,43 @@ async fn a_full_queue_sheds_the_tenant_furthest_over_its_share() {
         Some(0.0)
     );
 }
+
+#[tokio::test]
+async fn each_lane_shows_its_own_tenants() {
+    let up = upstream(|_| async { ok() }).await;
+    let extra =
+        "[upstream.lanes]\nby = [\"path:1\"]\n\n[upstream.fairness]\nby = \"header:x-tenant\"\n";
+    let proxy = proxy(up.addr, extra).await;
+    for (path, tenant) in [("a", "web"), ("a", "web"), ("b", "batch")] {
+        let url = format!("http://{}/{path}", proxy.addr);
+        let answer = send(
+            &client(),
+            "GET",
+            &url,
+            &[("x-tenant", tenant)],
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(answer.status, 200);
+    }
+    let status = status(proxy.admin).await;
+    let lanes = status["lanes"].as_array().unwrap();
+    let tenants_of = |name: &str| -> Vec<(String, u64)> {
+        let lane = (lanes.iter().find(|l| l["name"] == name))
+            .unwrap_or_else(|| panic!("no lane {name} in {lanes:?}"));
+        lane["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["dispatches"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(tenants_of("/a"), [("web".to_string(), 2)]);
+    assert_eq!(tenants_of("/b"), [("batch".to_string(), 1)]);
+    assert_eq!(tenants_of("default"), []);
+}

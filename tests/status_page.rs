@@ -290,6 +290,33 @@ async fn chromium_shows_the_in_flight_cap_and_charts_it() {
     }
 }
 
+/// With `[upstream.fairness]`, the card lists each tenant: weight, share, mean wait
+/// and sheds.
+#[tokio::test]
+async fn chromium_shows_each_tenants_share() {
+    if no_chromium() {
+        return;
+    }
+    let up = upstream(|_| async { ok() }).await;
+    let fair = "[upstream.fairness]\nby = \"header:x-tenant\"\nweights = { batch = 3 }\n";
+    let proxy = proxy(up.addr, fair).await;
+    let url = format!("http://{}/", proxy.addr);
+    for tenant in ["batch", "batch", "batch", "web"] {
+        let answer = send(&client(), "GET", &url, &[("x-tenant", tenant)], "").await;
+        assert_eq!(answer.status, 200);
+    }
+    let page = format!("http://{}/", proxy.admin);
+    let dom = chromium(&["--dump-dom", &page]).await;
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    for row in [
+        "<tr data-tenant=\"batch\"><td>batch</td><td>3</td><td>75 %</td>",
+        "<tr data-tenant=\"web\"><td>web</td><td>1</td><td>25 %</td>",
+        "<tr data-tenant=\"other\"><td>other</td><td>1</td><td>0 %</td>",
+    ] {
+        assert!(dom.contains(row), "no {row} in\n{dom}");
+    }
+}
+
 /// `easeoff demo` killed when dropped.
 struct Demo(std::process::Child);
 

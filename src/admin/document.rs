@@ -98,7 +98,7 @@ pub struct TenantStatus {
     pub weight: u32,
     /// Requests dispatched.
     pub dispatches: u64,
-    /// Its share of what the upstream's tenants were reserved at (in the lanes' unit).
+    /// Its share of what the tenants were reserved at (in the lanes' unit).
     pub share: f64,
     /// Its requests' mean wait for a slot, in milliseconds.
     pub mean_wait_ms: f64,
@@ -153,6 +153,9 @@ pub struct LaneStatus {
     pub fleet: Option<FleetDecision>,
     /// The lane's last minutes; kept for lanes with series of their own.
     pub history: Option<HistoryStatus>,
+    /// With `[upstream.fairness]`: the tenants that sent requests to this lane.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<TenantStatus>>,
 }
 
 /// A lane's units: what its dispatches were reserved at, and what the answers that
