@@ -204,14 +204,20 @@ class Tenant:
     def run(self, port, until):
         threads = []
         if self.open_loop:
-            t = time.monotonic()
-            while t < until:
-                th = threading.Thread(target=self.call, args=(port,), daemon=True)
-                th.start()
-                threads.append(th)
-                t += self.every
-                time.sleep(max(0.0, t - time.monotonic()))
-            return threads
+            def drive():
+                calls, t = [], time.monotonic()
+                while t < until:
+                    th = threading.Thread(target=self.call, args=(port,), daemon=True)
+                    th.start()
+                    calls.append(th)
+                    t += self.every
+                    time.sleep(max(0.0, t - time.monotonic()))
+                for th in calls:
+                    th.join()
+
+            th = threading.Thread(target=drive, daemon=True)
+            th.start()
+            return [th]
 
         def loop():
             due = time.monotonic()

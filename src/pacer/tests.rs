@@ -923,3 +923,129 @@ async fn a_pacer_holds_a_release_task_only_from_its_first_waiter() {
     });
     assert!(ended.await.is_ok(), "the release task ends with its pacer");
 }
+
+/// Starts request `i` for `who` in a fair pacer; returns once it waits (or went), with
+/// its outcome: `Ok(dispatch time)` or the shed.
+async fn start_as(
+    pacer: &Pacer,
+    i: usize,
+    who: Ticket,
+    t0: Instant,
+    grants: &Grants,
+) -> JoinHandle<Result<(), Shed>> {
+    let before = pacer.waiting() + grants.lock().unwrap().len();
+    let (p, g) = (pacer.clone(), Arc::clone(grants));
+    let handle = tokio::spawn(async move {
+        let slot = p.acquire_costing(far(), false, ONE, Some(who)).await?;
+        g.lock().unwrap().push((i, slot.dispatched_at - t0));
+        Ok(())
+    });
+    // A request shed at once neither waits nor is granted.
+    while pacer.waiting() + grants.lock().unwrap().len() == before && !handle.is_finished() {
+        tokio::task::yield_now().await;
+    }
+    handle
+}
+
+fn tenant(tenant: u16, weight: u32, class: i8) -> Ticket {
+    Ticket {
+        tenant,
+        weight,
+        class,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_pacer_serves_a_higher_class_next_and_weights_by_their_ratio() {
+    let limits = Limits {
+        fair: Some(100),
+        ..OPEN
+    };
+    let pacer = Pacer::new(Mode::Pace, limits);
+    pacer.set_interval(10 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let mut handles = Vec::new();
+    // 0 goes at once; 1 to 4 (weight 3) and 5 to 8 (weight 1) wait; then 9, class 1.
+    handles.push(start_as(&pacer, 0, tenant(1, 3, 0), t0, &grants).await);
+    for i in 1..=4 {
+        handles.push(start_as(&pacer, i, tenant(1, 3, 0), t0, &grants).await);
+    }
+    for i in 5..=8 {
+        handles.push(start_as(&pacer, i, tenant(2, 1, 0), t0, &grants).await);
+    }
+    handles.push(start_as(&pacer, 9, tenant(3, 1, 1), t0, &grants).await);
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    let order: Vec<usize> = grants_of(&grants).iter().map(|(i, _)| *i).collect();
+    // 1 was already being timed when 9 came: 9 goes before it all the same. Then by
+    // tags: tenant 1's 0, 1/3, 2/3, 1 three for each of tenant 2's 0, 1, 2, 3.
+    assert_eq!(order, [0, 9, 1, 5, 2, 3, 4, 6, 7, 8]);
+    let times: Vec<Duration> = grants_of(&grants).iter().map(|(_, t)| *t).collect();
+    assert_eq!(times, (0..10).map(|k| k * 10 * MS).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_fair_pacer_sheds_the_last_in_line_for_a_newcomer_before_it() {
+    let limits = Limits {
+        fair: Some(100),
+        ..Limits::waiting(3)
+    };
+    let pacer = Pacer::new(Mode::Pace, limits);
+    pacer.set_interval(10 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let mut heavy = Vec::new();
+    for i in 0..4 {
+        heavy.push(start_as(&pacer, i, tenant(1, 1, 0), t0, &grants).await);
+    }
+    // Full: a fifth of the heavy tenant would go last itself, and is shed.
+    let fifth = start_as(&pacer, 4, tenant(1, 1, 0), t0, &grants).await;
+    assert_eq!(
+        fifth.await.unwrap().unwrap_err().reason,
+        ShedReason::QueueFull
+    );
+    // Another tenant's goes before the heavy tenant's last, which is shed instead.
+    // (Awaited at once: it takes the shed one's place, so the count of those waiting
+    // does not move.)
+    let slot = pacer.acquire_costing(far(), false, ONE, Some(tenant(2, 1, 0)));
+    let slot = slot.await.unwrap();
+    grants.lock().unwrap().push((5, slot.dispatched_at - t0));
+    let outcomes: Vec<bool> = futures_outcomes(heavy).await;
+    assert_eq!(outcomes, [true, true, true, false]);
+    let order: Vec<usize> = grants_of(&grants).iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1, 5, 2]);
+}
+
+async fn futures_outcomes(handles: Vec<JoinHandle<Result<(), Shed>>>) -> Vec<bool> {
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap().is_ok());
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_at_its_bound_is_shed_while_others_wait() {
+    let limits = Limits {
+        fair: Some(2),
+        ..OPEN
+    };
+    let pacer = Pacer::new(Mode::Pace, limits);
+    pacer.set_interval(10 * MS, 1);
+    let (t0, grants) = (Instant::now(), Grants::default());
+    let mut handles = Vec::new();
+    // 0 goes at once, 1 is being timed, 2 and 3 are in line.
+    for i in 0..4 {
+        handles.push(start_as(&pacer, i, tenant(1, 1, 0), t0, &grants).await);
+    }
+    let over = start_as(&pacer, 4, tenant(1, 1, 0), t0, &grants).await;
+    assert_eq!(
+        over.await.unwrap().unwrap_err().reason,
+        ShedReason::QueueFull
+    );
+    handles.push(start_as(&pacer, 5, tenant(2, 1, 0), t0, &grants).await);
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(pacer.waiting(), 0);
+}
