@@ -11,6 +11,10 @@
 //!   `hold` of the last one is dropped too: members take a raise at their next sync,
 //!   and until all have, the late ones still send at the old rate, so the early ones
 //!   see throttles in the new epoch that belong to the same burst.
+//!   A raise to at least [`DEEP_CUT`] times the stored interval lands within `hold`
+//!   all the same: an echo of the last raise asks one step of a sleeper, and a cut
+//!   that deep comes from what the fleet got through (`cap_raise`), which says the
+//!   capacity lies far below the rate in force (a burst ran out).
 //! - Anything else counts only within the stored epoch, and the stored interval becomes
 //!   the lower of the two: the member grew since its last sync. Every member adopts the
 //!   stored interval at each sync and steps from it on its own results, so in one sync
@@ -43,6 +47,9 @@ pub struct Proposal {
     pub raised_from: Option<u64>,
 }
 
+/// How many times the stored interval a raise must ask to land within the hold.
+pub const DEEP_CUT: u32 = 2;
+
 /// The stored state after `proposal`; `since_raise` is the time since the stored
 /// epoch's raise landed (`None` if unknown).
 pub fn merge(
@@ -58,10 +65,17 @@ pub fn merge(
         };
     };
     match proposal.raised_from {
-        Some(from) if from == stored.epoch && since_raise.is_none_or(|t| t >= hold) => Shared {
-            interval: stored.interval.max(proposal.interval),
-            epoch: proposal.epoch.max(stored.epoch + 1),
-        },
+        Some(from)
+            if from == stored.epoch
+                && (since_raise.is_none_or(|t| t >= hold)
+                    || (!stored.interval.is_zero()
+                        && proposal.interval >= stored.interval.saturating_mul(DEEP_CUT))) =>
+        {
+            Shared {
+                interval: stored.interval.max(proposal.interval),
+                epoch: proposal.epoch.max(stored.epoch + 1),
+            }
+        }
         None if proposal.epoch == stored.epoch => Shared {
             interval: stored.interval.min(proposal.interval),
             epoch: stored.epoch,
@@ -185,6 +199,20 @@ mod tests {
             shared(22, 4)
         );
         assert_eq!(merge(stored, &raise(22, 3), None, HOLD), shared(22, 4));
+        // A cut to twice the interval or more is no echo: it lands at once.
+        assert_eq!(
+            merge(stored, &raise(29, 3), Some(ms(100)), HOLD),
+            shared(15, 3)
+        );
+        assert_eq!(
+            merge(stored, &raise(30, 3), Some(ms(100)), HOLD),
+            shared(30, 4)
+        );
+        // Not from the stored epoch: dropped however deep.
+        assert_eq!(
+            merge(stored, &raise(300, 2), Some(ms(100)), HOLD),
+            shared(15, 3)
+        );
     }
 
     #[test]

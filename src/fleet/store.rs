@@ -63,7 +63,8 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 const SYNC: &str = r"
 local me = 'm:' .. ARGV[1]
 local ttl, hold, refresh = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local GROUPS, FINGERPRINTS, CAP = 16, 4, 1e300
+-- DEEP_CUT is `learning::DEEP_CUT`.
+local GROUPS, FINGERPRINTS, CAP, DEEP_CUT = 16, 4, 1e300, 2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -150,7 +151,7 @@ local function sync(k)
     if i == nil or e == nil then
       i, e = pi, pe
     elseif from ~= nil then
-      if from == e and (r == nil or now - r >= hold) then
+      if from == e and (r == nil or now - r >= hold or (i > 0 and pi >= DEEP_CUT * i)) then
         i = math.max(i, pi)
         e = math.max(pe, e + 1)
         write[#write + 1] = 'r'
