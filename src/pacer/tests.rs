@@ -947,6 +947,18 @@ async fn start_as(
     handle
 }
 
+/// Why [`start_as`]'s request `i` for `who` was shed; it must be.
+async fn shed_reason(
+    pacer: &Pacer,
+    i: usize,
+    who: Ticket,
+    t0: Instant,
+    grants: &Grants,
+) -> ShedReason {
+    let handle = start_as(pacer, i, who, t0, grants).await;
+    handle.await.unwrap().unwrap_err().reason
+}
+
 fn tenant(tenant: u16, weight: u32, class: i8) -> Ticket {
     Ticket {
         tenant,
@@ -999,9 +1011,8 @@ async fn a_full_fair_pacer_sheds_the_last_in_line_for_a_newcomer_before_it() {
         heavy.push(start_as(&pacer, i, tenant(1, 1, 0), t0, &grants).await);
     }
     // Full: a fifth of the heavy tenant would go last itself, and is shed.
-    let fifth = start_as(&pacer, 4, tenant(1, 1, 0), t0, &grants).await;
     assert_eq!(
-        fifth.await.unwrap().unwrap_err().reason,
+        shed_reason(&pacer, 4, tenant(1, 1, 0), t0, &grants).await,
         ShedReason::QueueFull
     );
     // Another tenant's goes before the heavy tenant's last, which is shed instead.
@@ -1038,9 +1049,8 @@ async fn a_tenant_at_its_bound_is_shed_while_others_wait() {
     for i in 0..4 {
         handles.push(start_as(&pacer, i, tenant(1, 1, 0), t0, &grants).await);
     }
-    let over = start_as(&pacer, 4, tenant(1, 1, 0), t0, &grants).await;
     assert_eq!(
-        over.await.unwrap().unwrap_err().reason,
+        shed_reason(&pacer, 4, tenant(1, 1, 0), t0, &grants).await,
         ShedReason::QueueFull
     );
     handles.push(start_as(&pacer, 5, tenant(2, 1, 0), t0, &grants).await);
