@@ -182,13 +182,15 @@ pub struct Learned {
     pub raised_from: Option<u64>,
 }
 
-/// What a lane at `learned` proposes, with its dispatch rate `used`.
+/// What a lane at `learned` proposes, `through` per second of its dispatches having
+/// got through recently (`demand::Used::through`), counted over enough of them to
+/// be read on its own if `dense` (`demand::Used::dense`).
 #[allow(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     reason = "float to integer `as` saturates, as wanted here"
 )]
-pub fn proposal(state: &LaneState, learned: Learned, used: f64) -> Proposal {
+pub fn proposal(state: &LaneState, learned: Learned, through: f64, dense: bool) -> Proposal {
     let scale = state.scale.unwrap_or(1.0);
     let interval = Duration::from_micros((learned.micros as f64 * scale) as u64);
     // The entries read at a raise from an unpaced fleet were written before its load
@@ -207,17 +209,24 @@ pub fn proposal(state: &LaneState, learned: Learned, used: f64) -> Proposal {
             // equal shares of the cold rate, and where many of them send little, what
             // got through is the capacity, the rate only what the busy ones were
             // allotted times the members. Not its own raise: a member a step behind
-            // the fleet would take it back further.
+            // the fleet would take it back further. What got through is an average
+            // that lags a rate growing by a step a sync, so it counts down to the
+            // rate of the step before at most, which went through. Here and in a
+            // raise, only where this member dispatches often enough for what got
+            // through to say anything: a fleet of 1,000 that each dispatch once in
+            // 10 s read its sum at half the rate and less at times, and dipped to it.
+            Some(_) if !dense => state.cold_read.mul_f64(COLD_STEP_BACK),
             Some(_) => {
-                let through = used + state.others_used;
+                let through = through + state.others_used;
                 let spacing = (through.is_finite() && through > 0.0)
                     .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
                     .flatten();
+                let deepest = state.cold_read.mul_f64(COLD_GROWTH);
                 spacing
-                    .map_or(state.cold_read, |s| s.max(state.cold_read))
+                    .map_or(state.cold_read, |s| s.clamp(state.cold_read, deepest))
                     .mul_f64(COLD_STEP_BACK)
             }
-            None if paced => learning::cap_raise(interval, used + state.others_used),
+            None if paced && dense => learning::cap_raise(interval, through + state.others_used),
             None => interval,
         },
         epoch: learned.epoch,
@@ -232,8 +241,8 @@ pub struct Sent {
     pub claim: f64,
     /// What its demand asks for, unbounded by its dispatch rate.
     pub wanted: f64,
-    /// Its recent dispatch rate.
-    pub used: f64,
+    /// What got through of its dispatches recently, per second (`demand::Used::through`).
+    pub through: f64,
     /// What it proposed, if it had learned anything.
     pub proposal: Option<Proposal>,
 }
@@ -279,7 +288,7 @@ pub fn from_answer(state: &mut LaneState, sync: &Answered<'_>) -> Option<Decisio
             progress,
         });
     if decision.interval.is_zero() {
-        decision.share = unpaced_share(sync.sent.used, &answer.others_used);
+        decision.share = unpaced_share(sync.sent.through, &answer.others_used);
     }
     if let Some(scale) = state.scale.take() {
         decision.rescale = scale;

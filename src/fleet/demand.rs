@@ -62,27 +62,58 @@ pub fn floored(demand: f64, floor: f64, warm: bool) -> f64 {
 }
 
 /// A member's entry in the lane's hash after its last-seen time:
-/// `<demand> <used> <fingerprint>` (`fingerprint.rs`; left out when empty).
-pub fn entry(demand: f64, used: f64, fingerprint: &str) -> String {
-    if fingerprint.is_empty() {
-        format!("{demand} {used}")
+/// `<demand> <used> <fingerprint> <through>` (`fingerprint.rs`, `-` when empty;
+/// [`Used::through`]). The dispatch rate through comes last, so that an entry reads the
+/// same to a member that knows only the first three.
+pub fn entry(demand: f64, used: f64, fingerprint: &str, through: f64) -> String {
+    let fingerprint = if fingerprint.is_empty() {
+        "-"
     } else {
-        format!("{demand} {used} {fingerprint}")
-    }
+        fingerprint
+    };
+    format!("{demand} {used} {fingerprint} {through}")
 }
 
-/// The claim an entry written by [`entry`] makes, its dispatch rate and its
-/// fingerprint (empty if none); a missing or unreadable dispatch rate counts as 0 (the
-/// entry claims nothing), an unreadable demand as no entry.
-pub fn parse(entry: &str) -> Option<(f64, f64, &str)> {
+/// An entry written by [`entry`], read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Read<'a> {
+    /// What its demand claims (`claim`).
+    pub claim: f64,
+    /// Its recent dispatch rate, which bounds the claim.
+    pub used: f64,
+    /// What got through of its dispatches since the entry before; its dispatch rate
+    /// where the entry does not say.
+    pub through: f64,
+    /// Its fingerprint, empty if none.
+    pub fingerprint: &'a str,
+}
+
+/// Reads an entry written by [`entry`]; a missing or unreadable dispatch rate counts
+/// as 0 (the entry claims nothing), an unreadable demand as no entry.
+pub fn parse(entry: &str) -> Option<Read<'_>> {
+    let sane = |x: f64| if x.is_nan() { 0.0 } else { x.max(0.0) };
     let mut parts = entry.split(' ');
     let demand = parts.next()?.parse::<f64>().ok()?;
-    let used = parts
+    let used = sane(
+        parts
+            .next()
+            .and_then(|u| u.parse::<f64>().ok())
+            .unwrap_or(0.0),
+    );
+    let fingerprint = match parts.next() {
+        None | Some("-") => "",
+        Some(fingerprint) => fingerprint,
+    };
+    let through = parts
         .next()
-        .and_then(|u| u.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    let used = if used.is_nan() { 0.0 } else { used.max(0.0) };
-    Some((claim(demand, used), used, parts.next().unwrap_or("")))
+        .and_then(|t| t.parse::<f64>().ok())
+        .map_or(used, sane);
+    Some(Read {
+        claim: claim(demand, used),
+        used,
+        through,
+        fingerprint,
+    })
 }
 
 /// A lane's recent dispatch rate, from arrivals, the change in its queue and the
@@ -93,7 +124,18 @@ pub fn parse(entry: &str) -> Option<(f64, f64, &str)> {
 pub struct Used {
     rate: f64,
     waiting: usize,
+    through: f64,
+    /// Attempts that left the queue, per second, averaged as `through` is.
+    attempts: f64,
 }
+
+/// How many attempts in [`THROUGH_MEMORY`] make what got through worth reading on
+/// its own ([`Used::dense`]).
+pub const DENSE: f64 = 2.0;
+
+/// How long a change in what gets through ([`Used::through`]) takes to show by
+/// about two thirds, rise or fall alike.
+pub const THROUGH_MEMORY: Duration = Duration::from_millis(500);
 
 impl Used {
     /// The dispatch rate after `arrivals` in `elapsed` with `waiting` queued now and
@@ -107,13 +149,45 @@ impl Used {
         elapsed: Duration,
     ) -> f64 {
         let queued = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        let left = arrivals
+        let attempts = arrivals
             .saturating_add(queued(self.waiting))
-            .saturating_sub(queued(waiting))
-            .saturating_sub(refused);
+            .saturating_sub(queued(waiting));
+        let left = attempts.saturating_sub(refused);
         self.waiting = waiting;
+        let secs = elapsed.as_secs_f64();
+        if secs > 0.0 {
+            let keep = (-secs / THROUGH_MEMORY.as_secs_f64()).exp();
+            self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
+            // A refusal says the upstream was at its capacity in this sync: what got
+            // through in it is that capacity's sample, whatever got through before.
+            let keep = if refused > 0 {
+                0.0
+            } else {
+                (-secs / THROUGH_MEMORY.as_secs_f64()).exp()
+            };
+            self.through = self.through * keep + left as f64 / secs * (1.0 - keep);
+        }
         self.rate = follow(self.rate, left, elapsed);
         self.rate
+    }
+
+    /// What got through, per second: a plain moving average over
+    /// [`THROUGH_MEMORY`], and after a sync with a refusal that sync's count. The
+    /// fleet sums it to learn what gets through (`learning::cap_raise`), where the
+    /// dispatch rate ([`Used::update`]) rises to each sample at once: that read a
+    /// member at 6/s (1.5 requests a sync) at about 11/s, and a fleet whose table's
+    /// burst ran out read twice what got through and came down over seconds of
+    /// throttles. An average, not a count since the last sync: a fleet of 1,000 that
+    /// each dispatch once in 10 s summed a sync's counts to a fifth of its rate at
+    /// times, and cut to it.
+    pub fn through(&self) -> f64 {
+        self.through
+    }
+
+    /// Whether the lane made [`DENSE`] attempts or more in [`THROUGH_MEMORY`] of
+    /// late, so that what got through of them says something on its own.
+    pub fn dense(&self) -> bool {
+        self.attempts * THROUGH_MEMORY.as_secs_f64() >= DENSE
     }
 }
 
@@ -230,15 +304,32 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_as_its_claim_and_one_without_dispatches_claims_nothing() {
-        assert_eq!(parse(&entry(100.0, 12.5, "")), Some((25.0, 12.5, "")));
-        assert_eq!(parse(&entry(0.1, 12.5, "00ff")), Some((0.1, 12.5, "00ff")));
-        assert_eq!(parse("1000000000"), Some((0.0, 0.0, "")));
-        assert_eq!(parse("1e9 x"), Some((0.0, 0.0, "")));
-        assert_eq!(parse("5 -3"), Some((0.0, 0.0, "")));
+        let read = |claim, used, through, fingerprint| {
+            Some(Read {
+                claim,
+                used,
+                through,
+                fingerprint,
+            })
+        };
+        assert_eq!(
+            parse(&entry(100.0, 12.5, "", 6.0)),
+            read(25.0, 12.5, 6.0, "")
+        );
+        assert_eq!(
+            parse(&entry(0.1, 12.5, "00ff", 6.0)),
+            read(0.1, 12.5, 6.0, "00ff")
+        );
+        // An entry that does not say what got through: its dispatch rate.
+        assert_eq!(parse("0.1 12.5 00ff"), read(0.1, 12.5, 12.5, "00ff"));
+        assert_eq!(parse("1000000000"), read(0.0, 0.0, 0.0, ""));
+        assert_eq!(parse("1e9 x"), read(0.0, 0.0, 0.0, ""));
+        assert_eq!(parse("5 -3"), read(0.0, 0.0, 0.0, ""));
+        assert_eq!(parse("5 3 - -1"), read(5.0, 3.0, 0.0, ""));
         assert_eq!(parse("x 5"), None);
         assert_eq!(
-            parse("inf inf ab"),
-            Some((f64::INFINITY, f64::INFINITY, "ab"))
+            parse("inf inf ab inf"),
+            read(f64::INFINITY, f64::INFINITY, f64::INFINITY, "ab")
         );
     }
 
@@ -255,6 +346,42 @@ mod tests {
         let mut stuck = Used::default();
         assert_eq!(stuck.update(25, 0, 25, SYNC), 0.0);
         assert_eq!(stuck.update(25, 0, 50, SYNC), 0.0);
+    }
+
+    #[test]
+    fn what_got_through_is_an_unbiased_average_reset_by_a_refusal() {
+        let keep = (-0.5f64).exp();
+        // 0, 1, 2, 3 requests in turn (6/s): the average settles about 6/s, where
+        // the dispatch rate reads more.
+        let mut u = Used::default();
+        let (mut sum, mut rate) = (0.0, 0.0);
+        for n in 0..400u64 {
+            rate = u.update(n % 4, 0, 0, SYNC);
+            if n >= 200 {
+                sum += u.through();
+            }
+        }
+        assert!((sum / 200.0 - 6.0).abs() < 0.1, "{}", sum / 200.0);
+        assert!(rate > 9.0, "{rate}");
+        // From 200/s to 100/s: within a tenth of 100/s after four syncs (a second).
+        let mut u = Used::default();
+        for _ in 0..40 {
+            u.update(50, 0, 0, SYNC);
+        }
+        for _ in 0..4 {
+            u.update(25, 0, 0, SYNC);
+        }
+        assert!(
+            u.through() > 100.0 && u.through() < 115.0,
+            "{}",
+            u.through()
+        );
+        // 8 attempts, 6 throttled: 2 got through in a quarter second, whatever
+        // got through before; then an average again.
+        u.update(8, 6, 0, SYNC);
+        assert_eq!(u.through(), 8.0);
+        u.update(5, 0, 0, SYNC);
+        assert!((u.through() - (8.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A lane is sent when the fleet needs to hear from it or it needs to hear from the
 //! fleet: it carries demand (arrivals since the last round, or requests waiting), its
-//! demand or dispatch rate moved by more than [`DRIFT`] from what its entry says, it
+//! demand, dispatch rate or what got through moved by more than [`DRIFT`] from what its entry says, it
 //! has something new to propose (another interval or epoch, or a raise), it is coming
 //! back from going on alone, or its entry would reach its refresh age before the next
 //! round: between three eighths and half the member TTL, by a fraction fixed per lane
@@ -29,6 +29,8 @@ pub struct Entry {
     pub demand: f64,
     /// The recent dispatch rate, requests per second.
     pub used: f64,
+    /// What got through recently, per second (`demand::Used::through`).
+    pub through: f64,
     /// The proposal's interval (µs) and epoch, `None` before the lane learned any.
     pub proposal: Option<(u64, u64)>,
 }
@@ -65,7 +67,9 @@ pub fn due(lane: &Lane, sync_interval: Duration, member_ttl: Duration) -> bool {
         || lane.rejoining
         || refresh(lane, sync_interval, member_ttl)
         || lane.reported.is_none_or(|reported| {
-            drifted(reported.demand, lane.now.demand) || drifted(reported.used, lane.now.used)
+            drifted(reported.demand, lane.now.demand)
+                || drifted(reported.used, lane.now.used)
+                || drifted(reported.through, lane.now.through)
         })
 }
 
@@ -176,6 +180,7 @@ mod tests {
         Entry {
             demand,
             used,
+            through: used,
             proposal: Some((10_000, 3)),
         }
     }

@@ -115,7 +115,12 @@ impl Lane {
             seat,
             ..answer
         };
-        let entry = demand::entry(report.demand, report.used, report.fingerprint);
+        let entry = demand::entry(
+            report.demand,
+            report.used,
+            report.fingerprint,
+            report.through,
+        );
         let changed = old.as_ref().is_none_or(|(_, text)| *text != entry);
         self.changed |= changed;
         self.members
@@ -185,6 +190,7 @@ mod tests {
             key: "lane",
             demand,
             used: f64::INFINITY,
+            through: f64::INFINITY,
             fingerprint: "",
             proposal,
             counted_in: 0,
@@ -394,6 +400,7 @@ mod tests {
                     key: &key,
                     demand: f64::from(rng.u16(0..200)) / 4.0,
                     used: f64::from(rng.u16(0..200)) / 8.0,
+                    through: f64::from(rng.u16(0..200)) / 16.0,
                     fingerprint: ["", "ab", "cd"][rng.usize(0..3)],
                     proposal,
                     counted_in: in_redis.get(&member).copied().unwrap_or(0),

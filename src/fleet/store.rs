@@ -6,7 +6,7 @@
 //! tag, so in a Redis Cluster each lane's script touches one slot): field `i` the fleet
 //! interval in microseconds, `e` the epoch, `n` the last seat given, `v` and `t` the
 //! fleet's progress through its schedule when the interval last changed and when (µs),
-//! and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint>`
+//! and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint> <through>`
 //! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
 //! (`learning::live`). A sync writes its own entry and reads the summary `s`
@@ -79,7 +79,7 @@ local function summarize(key)
   local claims, used, seen_fps, dead, oldest = {}, 0, {}, {}, now
   for k = 1, #fields, 2 do
     if string.sub(fields[k], 1, 2) == 'm:' then
-      local seen, d, u, fp = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*)')
+      local seen, d, u, fp, g = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)')
       seen = tonumber(seen)
       if seen == nil or now - seen > ttl then
         dead[#dead + 1] = fields[k]
@@ -90,9 +90,12 @@ local function summarize(key)
           u = tonumber(u) or 0
           if u ~= u or u < 0 then u = 0 end
           if d ~= d or d < 0 then d = 0 end
+          -- What got through (`demand::Used::through`); the dispatch rate if unsaid.
+          g = tonumber(g) or u
+          if g ~= g or g < 0 then g = 0 end
           claims[#claims + 1] = math.min(d, 2 * u, CAP)
-          if u < math.huge then used = used + u end
-          if fp ~= '' then seen_fps[fp] = true end
+          if g < math.huge then used = used + g end
+          if fp ~= '' and fp ~= '-' then seen_fps[fp] = true end
         end
       end
     end
@@ -238,6 +241,9 @@ pub struct Report<'a> {
     /// This member's recent dispatch rate, requests per second: bounds what its
     /// demand claims (`demand::claim`).
     pub used: f64,
+    /// What got through of its dispatches recently, per second
+    /// (`demand::Used::through`): the fleet's sum of it bounds a raise.
+    pub through: f64,
     /// The fingerprint of this member's settings for the lane (`fingerprint.rs`),
     /// empty if it has none.
     pub fingerprint: &'a str,
@@ -579,6 +585,7 @@ fn arguments<'a>(
                 lane.demand,
                 lane.used,
                 lane.fingerprint,
+                lane.through,
             )),
             Cow::Owned(lane.counted_in.to_string()),
             text(p.map(|p| p.interval.as_micros().to_string())),

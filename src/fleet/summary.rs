@@ -1,5 +1,6 @@
 //! A lane's summary of its live members, kept in the lane's hash so that a sync reads
-//! a few numbers instead of every member's entry: the sum of their dispatch rates,
+//! a few numbers instead of every member's entry: the sum of what got through of
+//! their dispatches,
 //! their fingerprints (at most [`FINGERPRINTS`] distinct ones), and their claims sorted
 //! and cut into at most [`GROUPS`] groups of (almost) equal size, each a count, a sum
 //! and a maximum. Up to [`GROUPS`] members every claim is its own group, so the
@@ -36,8 +37,8 @@ pub struct Answer {
     /// What the other live members' demands claim (`demand::claim`), one per member;
     /// past `summary::GROUPS` members, each at its group's mean.
     pub others: Vec<f64>,
-    /// The other live members' recent dispatch rates: their sum in equal parts, one
-    /// per member.
+    /// What got through of the other live members' dispatches, per second
+    /// (`demand::Used::through`): their sum in equal parts, one per member.
     pub others_used: Vec<f64>,
     /// The distinct fingerprints of the lane's live members, this one's included.
     pub fingerprints: Vec<String>,
@@ -70,7 +71,8 @@ pub struct Group {
 pub struct Summary {
     /// When it was written, by the store's clock.
     pub at: u64,
-    /// The members' dispatch rates summed (infinite ones left out).
+    /// What got through of the members' dispatches, per second, summed (infinite
+    /// ones left out).
     pub used: f64,
     /// The members' distinct non-empty fingerprints, sorted, at most [`FINGERPRINTS`].
     pub fingerprints: Vec<String>,
@@ -79,12 +81,16 @@ pub struct Summary {
 }
 
 /// What an entry's text after its last-seen time (`demand::entry`) counts for:
-/// its claim (capped at [`CLAIM_CAP`]), its dispatch rate (0 if infinite) and its
-/// fingerprint; `None` for an entry whose demand cannot be read.
+/// its claim (capped at [`CLAIM_CAP`]), what got through of its dispatches (0 if
+/// infinite) and its fingerprint; `None` for an entry whose demand cannot be read.
 pub fn read(entry: &str) -> Option<(f64, f64, &str)> {
-    let (claim, used, fingerprint) = demand::parse(entry)?;
-    let used = if used.is_finite() { used } else { 0.0 };
-    Some((claim.min(CLAIM_CAP), used, fingerprint))
+    let read = demand::parse(entry)?;
+    let through = if read.through.is_finite() {
+        read.through
+    } else {
+        0.0
+    };
+    Some((read.claim.min(CLAIM_CAP), through, read.fingerprint))
 }
 
 impl Summary {

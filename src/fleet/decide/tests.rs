@@ -5,15 +5,22 @@ use std::time::Duration;
 use super::*;
 use crate::fleet::demand;
 
-/// What a lane at `micros` and `epoch` proposes, raised from `from` if it raised, at
-/// a dispatch rate of `used`.
-fn propose(state: &LaneState, micros: u64, epoch: u64, from: Option<u64>, used: f64) -> Proposal {
+/// What a lane at `micros` and `epoch` proposes, raised from `from` if it raised,
+/// `through` per second of its dispatches having got through, counted over enough
+/// of them to read.
+fn propose(
+    state: &LaneState,
+    micros: u64,
+    epoch: u64,
+    from: Option<u64>,
+    through: f64,
+) -> Proposal {
     let learned = Learned {
         micros,
         epoch,
         raised_from: from,
     };
-    proposal(state, learned, used)
+    proposal(state, learned, through, true)
 }
 
 #[test]
@@ -140,7 +147,8 @@ fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
 
 /// The throttle that ends a cold start takes the fleet back half a step
 /// (geometrically) below the interval the member last read, or below what the
-/// members' dispatches got through if that was slower; never to its own raise.
+/// members' dispatches got through if that was slower (by a step of growth at most,
+/// and only for a member that dispatches often); never to its own raise.
 #[test]
 fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_read_and_through() {
     let mut state = LaneState {
@@ -165,6 +173,19 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
     let through = propose(&state, 30_000, 1, Some(0), 60.0);
     let read = Duration::from_millis(15).mul_f64(COLD_GROWTH.sqrt());
     assert_eq!(through.interval, read);
+    // 20/s got through: at most a step of growth below the 15 ms read (22.5 ms),
+    // the rate of the step before, which went through.
+    state.others_used = 10.0;
+    let step = Duration::from_micros(22_500).mul_f64(COLD_GROWTH.sqrt());
+    assert_eq!(propose(&state, 30_000, 1, Some(0), 10.0).interval, step);
+    // A member that dispatches too seldom to read what got through: from the
+    // interval read.
+    let learned = Learned {
+        micros: 30_000,
+        epoch: 1,
+        raised_from: Some(0),
+    };
+    assert_eq!(proposal(&state, learned, 10.0, false).interval, read);
     // Nothing counted as got through yet: from the interval read.
     state.others_used = 0.0;
     assert_eq!(propose(&state, 30_000, 1, Some(0), 0.0).interval, read);
@@ -286,7 +307,7 @@ fn answered(answer: &Answer, ticked: bool) -> Answered<'_> {
         sent: Sent {
             claim: 1e9,
             wanted: 1e9,
-            used: 0.0,
+            through: 0.0,
             proposal: None,
         },
         cold: None,
