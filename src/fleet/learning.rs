@@ -84,27 +84,18 @@ pub fn merge(
     }
 }
 
-/// A raise's interval, given what got through of the fleet's recent dispatches
-/// (`through`, the members' sum, per second): where that is at most 1/[`DEEP_CUT`]
-/// of the raise's rate, the interval of what got through. A throttle says the
+/// A raise's interval, no shorter than what got through of the fleet's recent
+/// dispatches (`through`, the members' sum, per second) allows: a throttle says the
 /// capacity lies below the rate in force, and while a fleet throttles the requests
-/// that get through come at about the capacity. A member's own raise cuts by one
-/// step of its sleeper, far too little when a table's burst ran out under a fleet far
-/// past the capacity; the fleet takes the larger cut at once instead of one step per
-/// burst. Closer to the rate in force, what got through is a count over a sync or
-/// two and as noisy as the cut it would make (a fleet of 1,000 that each dispatch
-/// once in 10 s reads within a fifth of its rate), so the sleeper's step stands.
-/// Without a count the raise stays.
+/// that get through come at about the capacity. A member's own raise cuts by one step
+/// of its sleeper, far too little when the fleet starts or joins far past the
+/// capacity, or a table's burst runs out under it; the fleet takes the larger cut at
+/// once instead of one step per burst. Without a count the raise stays.
 pub fn cap_raise(interval: Duration, through: f64) -> Duration {
     if !through.is_finite() || through <= 0.0 {
         return interval;
     }
-    let spacing = Duration::try_from_secs_f64(1.0 / through).unwrap_or(Duration::MAX);
-    if spacing >= interval.saturating_mul(DEEP_CUT) {
-        spacing
-    } else {
-        interval
-    }
+    interval.max(Duration::try_from_secs_f64(1.0 / through).unwrap_or(Duration::MAX))
 }
 
 /// The fleet's progress through its schedule at `now`: `mark`'s count of fleet slots
@@ -252,12 +243,10 @@ mod tests {
     }
 
     #[test]
-    fn a_raise_goes_to_what_got_through_at_half_its_rate_or_below() {
+    fn a_raise_goes_at_least_to_what_the_fleet_got_through() {
         // 1 ms (1000/s) proposed while the fleet's requests go through at 100/s.
         assert_eq!(cap_raise(ms(1), 100.0), ms(10));
-        assert_eq!(cap_raise(ms(5), 100.0), ms(10));
-        // Closer than half, or already below: the raise stays; no count, no cap.
-        assert_eq!(cap_raise(ms(6), 100.0), ms(6));
+        // A raise already below that rate stays; no rate, no cap.
         assert_eq!(cap_raise(ms(20), 100.0), ms(20));
         assert_eq!(cap_raise(ms(1), 0.0), ms(1));
         assert_eq!(cap_raise(ms(1), f64::NAN), ms(1));
