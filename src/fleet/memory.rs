@@ -210,6 +210,7 @@ mod tests {
             interval: ms(interval),
             epoch: from + 1,
             raised_from: Some(from),
+            capped: false,
         })
     }
 
@@ -220,6 +221,7 @@ mod tests {
             interval: ms(10),
             epoch: 1,
             raised_from: None,
+            capped: false,
         };
         let seated = Report {
             seat: None,
@@ -269,6 +271,7 @@ mod tests {
             interval: ms(10),
             epoch: 1,
             raised_from: None,
+            capped: false,
         };
         sync(&mut m, "a", 0, report(Some(start), 1.0));
         let first = sync(&mut m, "a", 1000, report(raise(15, 1), 1.0));
@@ -334,6 +337,7 @@ mod tests {
                 interval: ms(interval),
                 epoch: 4,
                 raised_from: None,
+                capped: false,
             })
         };
         sync(&mut m, "a", 0, report(p(10), 1.0));
@@ -394,6 +398,7 @@ mod tests {
                             _ => epoch,
                         },
                         raised_from: raise.then_some(from),
+                        capped: raise && rng.bool(),
                     }
                 });
                 let mut report = Report {
