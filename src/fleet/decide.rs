@@ -197,43 +197,40 @@ pub fn proposal(state: &LaneState, learned: Learned, through: f64, dense: bool) 
     // came (a cold start): the floor waits for the next raise, whose entries tell.
     let paced = state.last.is_some_and(|d| !d.interval.is_zero());
     let cold = state.last.filter(|d| d.cold);
-    let proposed = match cold {
-        _ if learned.raised_from.is_none() => interval,
-        // The cold start's last step throttled: back half a step below the
-        // fleet's interval this member read, or below what the members'
-        // dispatches got through if that was slower. The upstream's burst hides
-        // an overshoot for a while (a bucket holding a tenth of a second hides up
-        // to 40 % past it for a sync of 250 ms), so the throttle came a little
-        // past the capacity, and a whole step back wasted it. The members pace at
-        // equal shares of the cold rate, and where many of them send little, what
-        // got through is the capacity, the rate only what the busy ones were
-        // allotted times the members. Not its own raise: a member a step behind
-        // the fleet would take it back further. What got through is an average
-        // that lags a rate growing by a step a sync, so it counts down to the
-        // rate of the step before at most, which went through. Here and in a
-        // raise, only where this member dispatches often enough for what got
-        // through to say anything: a fleet of 1,000 that each dispatch once in
-        // 10 s read its sum at half the rate and less at times, and dipped to it.
-        Some(_) if !dense => state.cold_read.mul_f64(COLD_STEP_BACK),
-        Some(_) => {
-            let through = through + state.others_used;
-            let spacing = (through.is_finite() && through > 0.0)
-                .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
-                .flatten();
-            let deepest = state.cold_read.mul_f64(COLD_GROWTH);
-            spacing
-                .map_or(state.cold_read, |s| s.clamp(state.cold_read, deepest))
-                .mul_f64(COLD_STEP_BACK)
-        }
-        None if paced && dense => learning::cap_raise(interval, through + state.others_used),
-        None => interval,
-    };
     Proposal {
-        interval: proposed,
+        interval: match cold {
+            _ if learned.raised_from.is_none() => interval,
+            // The cold start's last step throttled: back half a step below the
+            // fleet's interval this member read, or below what the members'
+            // dispatches got through if that was slower. The upstream's burst hides
+            // an overshoot for a while (a bucket holding a tenth of a second hides up
+            // to 40 % past it for a sync of 250 ms), so the throttle came a little
+            // past the capacity, and a whole step back wasted it. The members pace at
+            // equal shares of the cold rate, and where many of them send little, what
+            // got through is the capacity, the rate only what the busy ones were
+            // allotted times the members. Not its own raise: a member a step behind
+            // the fleet would take it back further. What got through is an average
+            // that lags a rate growing by a step a sync, so it counts down to the
+            // rate of the step before at most, which went through. Here and in a
+            // raise, only where this member dispatches often enough for what got
+            // through to say anything: a fleet of 1,000 that each dispatch once in
+            // 10 s read its sum at half the rate and less at times, and dipped to it.
+            Some(_) if !dense => state.cold_read.mul_f64(COLD_STEP_BACK),
+            Some(_) => {
+                let through = through + state.others_used;
+                let spacing = (through.is_finite() && through > 0.0)
+                    .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
+                    .flatten();
+                let deepest = state.cold_read.mul_f64(COLD_GROWTH);
+                spacing
+                    .map_or(state.cold_read, |s| s.clamp(state.cold_read, deepest))
+                    .mul_f64(COLD_STEP_BACK)
+            }
+            None if paced && dense => learning::cap_raise(interval, through + state.others_used),
+            None => interval,
+        },
         epoch: learned.epoch,
         raised_from: learned.raised_from,
-        // Beyond its own raise in a paced fleet: a cut to what got through.
-        capped: cold.is_none() && learned.raised_from.is_some() && proposed > interval,
     }
 }
 

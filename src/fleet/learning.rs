@@ -11,12 +11,10 @@
 //!   `hold` of the last one is dropped too: members take a raise at their next sync,
 //!   and until all have, the late ones still send at the old rate, so the early ones
 //!   see throttles in the new epoch that belong to the same burst.
-//!   A raise to what the fleet got through ([`cap_raise`], `Proposal::capped`) that
-//!   cuts deeper than the stored interval lands within `hold` all the same, and so
-//!   does one to at least [`DEEP_CUT`] times the stored interval (from a member that
-//!   does not say whether it is capped): an echo of the last raise asks one step of a
-//!   sleeper, and a cut from what got through says that the capacity lies below the
-//!   rate in force, which the members that still send at the old rate do not change.
+//!   A raise to at least [`DEEP_CUT`] times the stored interval lands within `hold`
+//!   all the same: an echo of the last raise asks one step of a sleeper, and a cut
+//!   that deep comes from what the fleet got through (`cap_raise`), which says the
+//!   capacity lies far below the rate in force (a burst ran out).
 //! - Anything else counts only within the stored epoch, and the stored interval becomes
 //!   the lower of the two: the member grew since its last sync. Every member adopts the
 //!   stored interval at each sync and steps from it on its own results, so in one sync
@@ -47,10 +45,6 @@ pub struct Proposal {
     pub epoch: u64,
     /// For a raise since the last sync, the epoch it raised from.
     pub raised_from: Option<u64>,
-    /// The raise goes to what the fleet got through ([`cap_raise`]), below the
-    /// member's own raise: it lands within the hold if it cuts deeper than the
-    /// stored interval.
-    pub capped: bool,
 }
 
 /// How many times the stored interval a raise must ask to land within the hold.
@@ -74,7 +68,6 @@ pub fn merge(
         Some(from)
             if from == stored.epoch
                 && (since_raise.is_none_or(|t| t >= hold)
-                    || (proposal.capped && proposal.interval > stored.interval)
                     || (!stored.interval.is_zero()
                         && proposal.interval >= stored.interval.saturating_mul(DEEP_CUT))) =>
         {
@@ -168,7 +161,6 @@ mod tests {
             interval: ms(interval),
             epoch: from + 1,
             raised_from: Some(from),
-            capped: false,
         }
     }
 
@@ -177,7 +169,6 @@ mod tests {
             interval: ms(interval),
             epoch,
             raised_from: None,
-            capped: false,
         }
     }
 
@@ -221,23 +212,6 @@ mod tests {
         // Not from the stored epoch: dropped however deep.
         assert_eq!(
             merge(stored, &raise(300, 2), Some(ms(100)), HOLD),
-            shared(15, 3)
-        );
-        // A cut to what the fleet got through lands at once if it cuts at all.
-        let capped = |interval, from| Proposal {
-            capped: true,
-            ..raise(interval, from)
-        };
-        assert_eq!(
-            merge(stored, &capped(20, 3), Some(ms(100)), HOLD),
-            shared(20, 4)
-        );
-        assert_eq!(
-            merge(stored, &capped(15, 3), Some(ms(100)), HOLD),
-            shared(15, 3)
-        );
-        assert_eq!(
-            merge(stored, &capped(20, 2), Some(ms(100)), HOLD),
             shared(15, 3)
         );
     }

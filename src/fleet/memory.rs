@@ -210,7 +210,6 @@ mod tests {
             interval: ms(interval),
             epoch: from + 1,
             raised_from: Some(from),
-            capped: false,
         })
     }
 
@@ -221,7 +220,6 @@ mod tests {
             interval: ms(10),
             epoch: 1,
             raised_from: None,
-            capped: false,
         };
         let seated = Report {
             seat: None,
@@ -271,7 +269,6 @@ mod tests {
             interval: ms(10),
             epoch: 1,
             raised_from: None,
-            capped: false,
         };
         sync(&mut m, "a", 0, report(Some(start), 1.0));
         let first = sync(&mut m, "a", 1000, report(raise(15, 1), 1.0));
@@ -337,7 +334,6 @@ mod tests {
                 interval: ms(interval),
                 epoch: 4,
                 raised_from: None,
-                capped: false,
             })
         };
         sync(&mut m, "a", 0, report(p(10), 1.0));
@@ -398,7 +394,6 @@ mod tests {
                             _ => epoch,
                         },
                         raised_from: raise.then_some(from),
-                        capped: raise && rng.bool(),
                     }
                 });
                 let mut report = Report {

@@ -49,8 +49,7 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// how old the summary may grow while entries change), then per lane: the entry
 /// (`demand::entry`), when the summary that last counted this member's entry was
 /// written (`Report::counted_in`), proposed interval (µs, empty for none), epoch,
-/// epoch raised from (empty for none), the member's seat (`?` to ask for one), and
-/// `1` for a raise to what the fleet got through (`Proposal::capped`). The
+/// epoch raised from (empty for none), and the member's seat (`?` to ask for one). The
 /// hash's `r` is when the last raise landed, `s` the summary (`summary.rs`), `d` set
 /// while entries changed since it, `n` the last seat given, `v` the fleet's
 /// progress (`summary::Answer::progress`) when the interval last changed, at `t` (µs
@@ -130,7 +129,7 @@ local function summarize(key)
   return s
 end
 local function sync(k)
-  local key, b = KEYS[k], 5 + (k - 1) * 7
+  local key, b = KEYS[k], 5 + (k - 1) * 6
   local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me, 'v', 't', 'n')
   if got.err then
     return got
@@ -155,8 +154,7 @@ local function sync(k)
     if i == nil or e == nil then
       i, e = pi, pe
     elseif from ~= nil then
-      local capped = ARGV[b + 7] == '1' and pi > i
-      if from == e and (r == nil or now - r >= hold or capped or (i > 0 and pi >= DEEP_CUT * i)) then
+      if from == e and (r == nil or now - r >= hold or (i > 0 and pi >= DEEP_CUT * i)) then
         i = math.max(i, pi)
         e = math.max(pe, e + 1)
         write[#write + 1] = 'r'
@@ -595,7 +593,6 @@ fn arguments<'a>(
             text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
             lane.seat
                 .map_or(Cow::Borrowed("?"), |seat| Cow::Owned(seat.to_string())),
-            Cow::Borrowed(if p.is_some_and(|p| p.capped) { "1" } else { "" }),
         ]);
     }
     (lanes.iter().map(|l| l.key).collect(), args)
