@@ -196,8 +196,9 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
     );
 }
 
-/// The floor a raise takes from the members' dispatch rates applies in a paced
-/// fleet only: an unpaced fleet's entries were written before its load came.
+/// The floor a raise takes from what the members' dispatches got through applies in
+/// a paced fleet only (an unpaced fleet's entries were written before its load
+/// came), and only for a member that dispatches often enough to read it.
 #[test]
 fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
     let mut state = LaneState {
@@ -221,9 +222,22 @@ fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
     state.others_used = 96.0;
     let raise = propose(&state, 1_000, 3, Some(2), 4.0);
     assert_eq!(raise.interval, Duration::from_millis(10));
+    // A raise already past it stays.
+    let own = propose(&state, 20_000, 3, Some(2), 4.0);
+    assert_eq!(own.interval, Duration::from_millis(20));
     // No raise, no floor.
     assert_eq!(
         propose(&state, 1_000, 3, None, 4.0).interval,
+        Duration::from_millis(1)
+    );
+    // A member that dispatches too seldom to read what got through: its own raise.
+    let learned = Learned {
+        micros: 1_000,
+        epoch: 3,
+        raised_from: Some(2),
+    };
+    assert_eq!(
+        proposal(&state, learned, 4.0, false).interval,
         Duration::from_millis(1)
     );
 }
