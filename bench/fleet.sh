@@ -208,16 +208,30 @@ rounds() {
     fi
   done
 }
+# The pacing interval (s) of the lane with the most dispatches on a member's /metrics
+# page $1, 0 if none: the upstream's headline is the largest over its lanes, and an
+# idle lane held at the start of a cold fleet would stand for them all.
+busiest_interval() {
+  curl -fs "$1" | awk '
+    /^easeoff_lane_dispatches_total\{/ && $1 !~ /lane="other"/ {
+      match($1, /lane="[^"]*"/); lane = substr($1, RSTART, RLENGTH)
+      if ($2 + 0 > most) { most = $2 + 0; busiest = lane }
+    }
+    /^easeoff_lane_interval_seconds\{/ {
+      match($1, /lane="[^"]*"/); interval[substr($1, RSTART, RLENGTH)] = $2
+    }
+    END { print (busiest in interval) ? interval[busiest] : 0 }'
+}
 # Four times a second until killed: seconds since $1, then the mock's accepted and
-# throttled counts so far and member 1's pacing interval (ms), to $2
-# (bench/fleet_series.py reads it).
+# throttled counts so far and member 1's pacing interval (ms, of its busiest lane),
+# to $2 (bench/fleet_series.py reads it).
 sample_mock() {
   local page now interval
   while :; do
     page=$(curl -fs "http://127.0.0.1:$mock_admin/metrics" || true)
     now=$(date +%s.%N)
     # The file, not the array: a replaced member 1 (--roll) has a new admin port.
-    interval=$(sample "http://127.0.0.1:$(cat "$work/admin-1")/metrics" 'easeoff_upstream_interval_seconds{upstream="mock"}' || true)
+    interval=$(busiest_interval "http://127.0.0.1:$(cat "$work/admin-1")/metrics" || true)
     awk -v t0="$1" -v now="$now" -v interval="${interval:-0}" '
       $1 == "mock_requests_total{result=\"ok\"}" { ok = $2 }
       $1 == "mock_requests_total{result=\"throttled\"}" { th = $2 }
