@@ -63,8 +63,8 @@ pub fn floored(demand: f64, floor: f64, warm: bool) -> f64 {
 
 /// A member's entry in the lane's hash after its last-seen time:
 /// `<demand> <used> <fingerprint> <through>` (`fingerprint.rs`, `-` when empty;
-/// [`Used::through`]). The dispatch rate through comes last, so that an entry reads the
-/// same to a member that knows only the first three.
+/// [`Used::through`]). What got through comes last, so that an entry reads the same
+/// to a member that knows only the first three.
 pub fn entry(demand: f64, used: f64, fingerprint: &str, through: f64) -> String {
     let fingerprint = if fingerprint.is_empty() {
         "-"
@@ -81,8 +81,8 @@ pub struct Read<'a> {
     pub claim: f64,
     /// Its recent dispatch rate, which bounds the claim.
     pub used: f64,
-    /// What got through of its dispatches since the entry before; its dispatch rate
-    /// where the entry does not say.
+    /// What got through of its dispatches of late, per second ([`Used::through`]);
+    /// its dispatch rate where the entry does not say.
     pub through: f64,
     /// Its fingerprint, empty if none.
     pub fingerprint: &'a str,
@@ -177,9 +177,9 @@ impl Used {
     /// dispatch rate ([`Used::update`]) rises to each sample at once: that read a
     /// member at 6/s (1.5 requests a sync) at about 11/s, and a fleet whose table's
     /// burst ran out read twice what got through and came down over seconds of
-    /// throttles. An average, not a count since the last sync: a fleet of 1,000 that
-    /// each dispatch once in 10 s summed a sync's counts to a fifth of its rate at
-    /// times, and cut to it.
+    /// throttles. An average, not a count since the lane last reported: a fleet of
+    /// 1,000 that each dispatch once in 10 s summed such counts to a fifth of its
+    /// rate at times, and cut to it.
     pub fn through(&self) -> f64 {
         self.through
     }
