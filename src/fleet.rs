@@ -1259,7 +1259,7 @@ mod tests {
         // 25 got through in a quarter second. The third member dispatched nothing
         // with requests waiting: nothing got through (its claim still reaches its
         // allotment, `demand::queued`).
-        let others = lock(&members[0].1.cell.sync).state.others_used;
+        let others = lock(&members[0].1.cell.sync).state.others_through;
         assert!((others - 100.0).abs() < 1e-9, "{others}");
     }
 

@@ -142,8 +142,9 @@ pub struct LaneState {
     /// Syncs left in which the lane, back from going on alone, takes no more than an
     /// equal share of `peak_members` while fewer are live ([`REJOIN_HOLD`]).
     pub rejoining: u32,
-    /// The other live members' recent dispatch rates, summed, at the last answer.
-    pub others_used: f64,
+    /// What got through of the other live members' dispatches, per second, summed, at
+    /// the last answer.
+    pub others_through: f64,
     /// The fleet's interval as the last cold decision read it, before its own step.
     pub cold_read: Duration,
     /// The cold start is over without a throttle (it grew past its shortest
@@ -217,7 +218,7 @@ pub fn proposal(state: &LaneState, learned: Learned, through: f64, dense: bool) 
             // 10 s read its sum at half the rate and less at times, and dipped to it.
             Some(_) if !dense => state.cold_read.mul_f64(COLD_STEP_BACK),
             Some(_) => {
-                let through = through + state.others_used;
+                let through = through + state.others_through;
                 let spacing = (through.is_finite() && through > 0.0)
                     .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
                     .flatten();
@@ -226,7 +227,7 @@ pub fn proposal(state: &LaneState, learned: Learned, through: f64, dense: bool) 
                     .map_or(state.cold_read, |s| s.clamp(state.cold_read, deepest))
                     .mul_f64(COLD_STEP_BACK)
             }
-            None if paced && dense => learning::cap_raise(interval, through + state.others_used),
+            None if paced && dense => learning::cap_raise(interval, through + state.others_through),
             None => interval,
         },
         epoch: learned.epoch,
@@ -288,13 +289,13 @@ pub fn from_answer(state: &mut LaneState, sync: &Answered<'_>) -> Option<Decisio
             progress,
         });
     if decision.interval.is_zero() {
-        decision.share = unpaced_share(sync.sent.through, &answer.others_used);
+        decision.share = unpaced_share(sync.sent.through, &answer.others_through);
     }
     if let Some(scale) = state.scale.take() {
         decision.rescale = scale;
         state.rejoining = sync.rejoin;
     }
-    state.others_used = answer.others_used.iter().filter(|u| u.is_finite()).sum();
+    state.others_through = answer.others_through.iter().filter(|u| u.is_finite()).sum();
     rejoined(state, &mut decision, sync.ticked);
     // A cold start's end is no estimate: the step before went through.
     decision.first =
@@ -478,17 +479,17 @@ pub fn decide(shared: Shared, demand: f64, others: &[f64]) -> Decision {
     )
 }
 
-/// This member's part of an unpaced fleet's dispatches: its recent dispatch rate
-/// `used` over the fleet's (`others_used` the other live members'), or an equal part
-/// while nobody dispatches. Pacing divides the lane's interval by it, so the first
+/// This member's part of an unpaced fleet's dispatches: what got through of its own
+/// (`through`) over the fleet's (`others_through` the other live members'), or an
+/// equal part while nobody dispatches. Pacing divides the lane's interval by it, so the first
 /// throttle's interval (the observed spacing over this share) means the fleet's: each
 /// member starts from its own rate, and the fleet from the sum of them, not from one
 /// member's rate taken for the fleet's.
-pub fn unpaced_share(used: f64, others_used: &[f64]) -> f64 {
+pub fn unpaced_share(through: f64, others_through: &[f64]) -> f64 {
     let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
-    let mine = sane(used);
-    let all = mine + others_used.iter().map(|u| sane(*u)).sum::<f64>();
-    let members = (others_used.len() + 1) as f64;
+    let mine = sane(through);
+    let all = mine + others_through.iter().map(|u| sane(*u)).sum::<f64>();
+    let members = (others_through.len() + 1) as f64;
     if mine > 0.0 && all > 0.0 {
         (mine / all).clamp(1.0 / (2.0 * members), 1.0)
     } else {

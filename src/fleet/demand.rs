@@ -43,8 +43,8 @@ pub fn claim(demand: f64, used: f64) -> f64 {
 /// yet claimed nothing. The shares of a large fleet then drifted apart: 1,000 members
 /// on 100/s in `easeoff simulate` held Jain 0.5, and some sent nothing in 40 s.
 /// Reported at half the allotment, so the claim it bounds reaches the allotment
-/// ([`GROWTH`] times), and a raise bounded by the fleet's dispatch rate
-/// (`learning::cap_raise`) still cuts the fleet's rate by half at once.
+/// ([`GROWTH`] times). What bounds a raise is what got through ([`Used::through`]),
+/// which this floor leaves alone.
 pub fn queued(used: f64, waiting: usize, allotted: f64) -> f64 {
     if waiting == 0 || !allotted.is_finite() || allotted <= 0.0 {
         return used;
@@ -116,10 +116,10 @@ pub fn parse(entry: &str) -> Option<Read<'_>> {
     })
 }
 
-/// A lane's recent dispatch rate, from arrivals, the change in its queue and the
-/// attempts shed or throttled: what got through. While a fleet throttles, the
-/// sum of the members' rates is about the capacity (what the upstream let through),
-/// where their dispatches may be many times it.
+/// A lane's recent dispatch rate and what got through of it, from arrivals, the
+/// change in its queue and the attempts shed or throttled. While a fleet throttles,
+/// the sum of what got through is about the capacity (what the upstream let
+/// through), where the members' dispatches may be many times it.
 #[derive(Clone, Debug, Default)]
 pub struct Used {
     rate: f64,
@@ -160,11 +160,7 @@ impl Used {
             self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
             // A refusal says the upstream was at its capacity in this sync: what got
             // through in it is that capacity's sample, whatever got through before.
-            let keep = if refused > 0 {
-                0.0
-            } else {
-                (-secs / THROUGH_MEMORY.as_secs_f64()).exp()
-            };
+            let keep = if refused > 0 { 0.0 } else { keep };
             self.through = self.through * keep + left as f64 / secs * (1.0 - keep);
         }
         self.rate = follow(self.rate, left, elapsed);
@@ -382,6 +378,31 @@ mod tests {
         assert_eq!(u.through(), 8.0);
         u.update(5, 0, 0, SYNC);
         assert!((u.through() - (8.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_lane_is_dense_from_two_attempts_in_half_a_second() {
+        // 6/s (1 and 2 a sync in turn): 3 in half a second.
+        let mut u = Used::default();
+        for n in 0..40u64 {
+            u.update(1 + n % 2, 0, 0, SYNC);
+        }
+        assert!(u.dense());
+        // 3.6/s: not; nor a member that sends once in 10 s, just after it sent.
+        let mut sparse = Used::default();
+        for n in 0..400u64 {
+            sparse.update(u64::from(n % 10 != 0), 0, 0, SYNC);
+        }
+        assert!(!sparse.dense());
+        let mut once = Used::default();
+        once.update(1, 0, 0, SYNC);
+        assert!(!once.dense());
+        // Refused attempts count: they were made.
+        let mut refused = Used::default();
+        for _ in 0..40 {
+            refused.update(2, 2, 0, SYNC);
+        }
+        assert!(refused.dense());
     }
 
     #[test]

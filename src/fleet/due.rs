@@ -2,10 +2,10 @@
 //!
 //! A lane is sent when the fleet needs to hear from it or it needs to hear from the
 //! fleet: it carries demand (arrivals since the last round, or requests waiting), its
-//! demand, dispatch rate or what got through moved by more than [`DRIFT`] from what its entry says, it
-//! has something new to propose (another interval or epoch, or a raise), it is coming
-//! back from going on alone, or its entry would reach its refresh age before the next
-//! round: between three eighths and half the member TTL, by a fraction fixed per lane
+//! demand, dispatch rate or what got through moved by more than [`DRIFT`] from what
+//! its entry says, it has something new to propose (another interval or epoch, or a
+//! raise), it is coming back from going on alone, or its entry would reach its
+//! refresh age before the next round: between three eighths and half the member TTL, by a fraction fixed per lane
 //! ([`Lane::spread`]), so lanes that first synced together (a member starting with
 //! thousands) do not all refresh in the same round ever after. Every other lane is idle and skips the round: its entry in Redis
 //! already says what it would write again, and the refresh keeps the entry counted

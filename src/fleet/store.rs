@@ -76,7 +76,7 @@ end
 -- writes the summary of the others (`summary.rs`).
 local function summarize(key)
   local fields = redis.call('HGETALL', key)
-  local claims, used, seen_fps, dead, oldest = {}, 0, {}, {}, now
+  local claims, through, seen_fps, dead, oldest = {}, 0, {}, {}, now
   for k = 1, #fields, 2 do
     if string.sub(fields[k], 1, 2) == 'm:' then
       local seen, d, u, fp, g = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)')
@@ -94,7 +94,7 @@ local function summarize(key)
           g = tonumber(g) or u
           if g ~= g or g < 0 then g = 0 end
           claims[#claims + 1] = math.min(d, 2 * u, CAP)
-          if g < math.huge then used = used + g end
+          if g < math.huge then through = through + g end
           if fp ~= '' and fp ~= '-' then seen_fps[fp] = true end
         end
       end
@@ -110,7 +110,7 @@ local function summarize(key)
   local shown = {}
   for k = 1, math.min(FINGERPRINTS, #fps) do shown[k] = fps[k] end
   local expires = string.format('%d', oldest + ttl)
-  local parts = {stamp, expires, num(used), #shown > 0 and table.concat(shown, ',') or '-'}
+  local parts = {stamp, expires, num(through), #shown > 0 and table.concat(shown, ',') or '-'}
   local n = #claims
   for g = 0, GROUPS - 1 do
     local lo, hi = math.floor(g * n / GROUPS), math.floor((g + 1) * n / GROUPS)
@@ -786,7 +786,7 @@ mod tests {
                     epoch: 3
                 }),
                 others: vec![2.5, 1e300],
-                others_used: vec![10.0, 10.0],
+                others_through: vec![10.0, 10.0],
                 fingerprints: strings(&["ab"]),
                 counted_in: 1_700_000_000_000,
                 progress: None,
@@ -805,7 +805,7 @@ mod tests {
             Answer {
                 shared: None,
                 others: vec![1.0],
-                others_used: vec![1.0],
+                others_through: vec![1.0],
                 fingerprints: Vec::new(),
                 counted_in: 0,
                 progress: None,

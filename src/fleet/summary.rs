@@ -1,9 +1,8 @@
 //! A lane's summary of its live members, kept in the lane's hash so that a sync reads
 //! a few numbers instead of every member's entry: the sum of what got through of
-//! their dispatches,
-//! their fingerprints (at most [`FINGERPRINTS`] distinct ones), and their claims sorted
-//! and cut into at most [`GROUPS`] groups of (almost) equal size, each a count, a sum
-//! and a maximum. Up to [`GROUPS`] members every claim is its own group, so the
+//! their dispatches, their fingerprints (at most [`FINGERPRINTS`] distinct ones), and
+//! their claims sorted and cut into at most [`GROUPS`] groups of (almost) equal size,
+//! each a count, a sum and a maximum. Up to [`GROUPS`] members every claim is its own group, so the
 //! fleet's max-min shares are exact; past that, each member within a group counts at
 //! the group's mean claim, which moves the water level only where a group straddles it.
 //!
@@ -39,7 +38,7 @@ pub struct Answer {
     pub others: Vec<f64>,
     /// What got through of the other live members' dispatches, per second
     /// (`demand::Used::through`): their sum in equal parts, one per member.
-    pub others_used: Vec<f64>,
+    pub others_through: Vec<f64>,
     /// The distinct fingerprints of the lane's live members, this one's included.
     pub fingerprints: Vec<String>,
     /// When the summary was written, by the store's clock, if it counted this
@@ -73,7 +72,7 @@ pub struct Summary {
     pub at: u64,
     /// What got through of the members' dispatches, per second, summed (infinite
     /// ones left out).
-    pub used: f64,
+    pub through: f64,
     /// The members' distinct non-empty fingerprints, sorted, at most [`FINGERPRINTS`].
     pub fingerprints: Vec<String>,
     /// The members' claims, ascending, in at most [`GROUPS`] groups.
@@ -98,11 +97,11 @@ impl Summary {
     /// the text after the last-seen time); unreadable ones are left out.
     pub fn of<'a>(at: u64, entries: impl IntoIterator<Item = &'a str>) -> Summary {
         let mut claims = Vec::new();
-        let mut used = 0.0;
+        let mut through = 0.0;
         let mut fingerprints = BTreeSet::new();
-        for (claim, dispatched, fingerprint) in entries.into_iter().filter_map(read) {
+        for (claim, got, fingerprint) in entries.into_iter().filter_map(read) {
             claims.push(claim);
-            used += dispatched;
+            through += got;
             if !fingerprint.is_empty() {
                 fingerprints.insert(fingerprint);
             }
@@ -122,7 +121,7 @@ impl Summary {
             .collect();
         Summary {
             at,
-            used,
+            through,
             fingerprints: fingerprints
                 .into_iter()
                 .take(FINGERPRINTS)
@@ -132,14 +131,14 @@ impl Summary {
         }
     }
 
-    /// Reads the summary the script writes: `<written ms> <expires ms> <used>
+    /// Reads the summary the script writes: `<written ms> <expires ms> <through>
     /// <fingerprints joined by commas, or -> <count> <sum> <max> ...`; `None` if it
     /// is unreadable.
     pub fn parse(text: &str) -> Option<Summary> {
         let mut parts = text.split(' ');
         let at = parts.next()?.parse::<u64>().ok()?;
         parts.next()?;
-        let used = parts.next()?.parse::<f64>().ok()?;
+        let through = parts.next()?.parse::<f64>().ok()?;
         let fingerprints = match parts.next()? {
             "-" => Vec::new(),
             listed => listed.split(',').map(str::to_string).collect(),
@@ -154,7 +153,7 @@ impl Summary {
         }
         Some(Summary {
             at,
-            used,
+            through,
             fingerprints,
             groups,
         })
@@ -164,13 +163,13 @@ impl Summary {
     /// the member's own entry if the summary counted it.
     pub fn answer(&self, shared: Option<Shared>, counted: Option<&str>) -> Answer {
         let mut groups = self.groups.clone();
-        let mut used = self.used;
+        let mut through = self.through;
         if let Some((claim, mine, _)) = counted.and_then(read)
             && let Some(g) = groups.iter_mut().find(|g| g.count > 0 && g.max >= claim)
         {
             g.count -= 1;
             g.sum -= claim;
-            used -= mine;
+            through -= mine;
         }
         let mut others = Vec::new();
         for g in groups.iter().filter(|g| g.count > 0) {
@@ -180,11 +179,11 @@ impl Summary {
         let each = if others.is_empty() {
             0.0
         } else {
-            used.max(0.0) / others.len() as f64
+            through.max(0.0) / others.len() as f64
         };
         Answer {
             shared,
-            others_used: vec![each; others.len()],
+            others_through: vec![each; others.len()],
             others,
             fingerprints: self.fingerprints.clone(),
             counted_in: if counted.is_some() { self.at } else { 0 },
@@ -203,12 +202,12 @@ mod tests {
         let entries = ["5 10 ab", "inf inf", "1 0.5 cd", "3 100"];
         let s = Summary::of(9, entries);
         assert_eq!(s.groups.len(), 4);
-        assert_eq!(s.used, 110.5);
+        assert_eq!(s.through, 110.5);
         assert_eq!(s.fingerprints, vec!["ab", "cd"]);
         // Member "3 100" asks: the others are 1 (0.5 x 2), 5 and the capped infinity.
         let a = s.answer(None, Some("3 100"));
         assert_eq!(a.others, vec![1.0, 5.0, CLAIM_CAP]);
-        assert_eq!(a.others_used, vec![10.5 / 3.0; 3]);
+        assert_eq!(a.others_through, vec![10.5 / 3.0; 3]);
         assert_eq!(a.counted_in, 9);
         // A member the summary did not count yet sees every one of them.
         assert_eq!(s.answer(None, None).others.len(), 4);
@@ -241,7 +240,7 @@ mod tests {
             Summary::parse(text),
             Some(Summary {
                 at: 1_700_000_000_000,
-                used: 12.5,
+                through: 12.5,
                 fingerprints: vec!["ab".to_string(), "cd".to_string()],
                 groups: vec![
                     Group {

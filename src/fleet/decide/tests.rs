@@ -153,7 +153,7 @@ fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
 fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_read_and_through() {
     let mut state = LaneState {
         cold_read: Duration::from_millis(15),
-        others_used: 40.0,
+        others_through: 40.0,
         ..LaneState::default()
     };
     let mut last = decide(shared(10), 0.0, &[0.0; 3]);
@@ -175,7 +175,7 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
     assert_eq!(through.interval, read);
     // 20/s got through: at most a step of growth below the 15 ms read (22.5 ms),
     // the rate of the step before, which went through.
-    state.others_used = 10.0;
+    state.others_through = 10.0;
     let step = Duration::from_micros(22_500).mul_f64(COLD_GROWTH.sqrt());
     assert_eq!(propose(&state, 30_000, 1, Some(0), 10.0).interval, step);
     // A member that dispatches too seldom to read what got through: from the
@@ -187,7 +187,7 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
     };
     assert_eq!(proposal(&state, learned, 10.0, false).interval, read);
     // Nothing counted as got through yet: from the interval read.
-    state.others_used = 0.0;
+    state.others_through = 0.0;
     assert_eq!(propose(&state, 30_000, 1, Some(0), 0.0).interval, read);
     // Steps are proposed as they are.
     assert_eq!(
@@ -202,7 +202,7 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
 #[test]
 fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
     let mut state = LaneState {
-        others_used: 0.0,
+        others_through: 0.0,
         ..LaneState::default()
     };
     let unpaced = decide(
@@ -219,7 +219,7 @@ fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
     assert_eq!(raise.interval, Duration::from_millis(1));
     // Paced, with the others' entries saying 96/s: floored at 1/100 s.
     state.last = Some(decide(shared(1), 0.0, &[0.0; 3]));
-    state.others_used = 96.0;
+    state.others_through = 96.0;
     let raise = propose(&state, 1_000, 3, Some(2), 4.0);
     assert_eq!(raise.interval, Duration::from_millis(10));
     // A raise already past it stays.
