@@ -819,7 +819,7 @@ fn prepare<'a>(
         let refused = lane.refused.swap(0, Ordering::Relaxed);
         let used = sync.used.update(arrivals, refused, waiting, elapsed);
         let used = demand::queued(used, waiting, sync.state.allotted());
-        let through = sync.used.through();
+        let (through, tried) = (sync.used.through(), sync.used.tried());
         sync.since = sync.since.saturating_add(elapsed);
         let micros = lane.interval.load(Ordering::Relaxed);
         let epoch = lane.epoch.load(Ordering::Relaxed);
@@ -828,6 +828,7 @@ fn prepare<'a>(
             demand,
             used,
             through,
+            tried,
             proposal: (micros != NONE).then_some((micros, epoch)),
         };
         let state = due::Lane {
@@ -856,7 +857,7 @@ impl<'a> Round<'a> {
     /// demand whether or not it can use it.
     fn add(&mut self, lane: &'a Arc<LaneCell>, sync: &LaneSync, entry: due::Entry, wanted: f64) {
         let from = lane.raised_from.swap(NONE, Ordering::Relaxed);
-        let (demand, used, through) = (entry.demand, entry.used, entry.through);
+        let (demand, used, through, tried) = (entry.demand, entry.used, entry.through, entry.tried);
         let raised_from = (from != NONE).then_some(from);
         let proposal = entry.proposal.map(|(micros, epoch)| {
             let learned = Learned {
@@ -864,13 +865,14 @@ impl<'a> Round<'a> {
                 epoch,
                 raised_from,
             };
-            decide::proposal(&sync.state, learned, through, sync.used.dense())
+            decide::proposal(&sync.state, learned, through, tried, sync.used.dense())
         });
         self.reports.push(Report {
             key: &lane.key,
             demand,
             used,
             through,
+            tried,
             fingerprint: &lane.fingerprint,
             proposal,
             counted_in: sync.counted_in,

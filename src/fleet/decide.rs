@@ -18,6 +18,9 @@ pub const COLD_RATE: f64 = 10.0;
 /// as TCP's slow start grows every round trip; less than doubling, so the step that
 /// meets the first throttle overshoots the capacity by at most half.
 pub const COLD_GROWTH: f64 = 1.5;
+/// How many times the fleet's cold interval last read a cold start's step-back
+/// goes at most before its half step back ([`COLD_STEP_BACK`]).
+const COLD_DEEPEST: f64 = learning::LAG;
 /// How far below the fleet's cold rate last read the estimate a cold start's first
 /// throttle makes lies: half a step of [`COLD_GROWTH`] (geometrically).
 const COLD_STEP_BACK: f64 = 1.224_744_871_391_589; // COLD_GROWTH.sqrt()
@@ -145,6 +148,9 @@ pub struct LaneState {
     /// What got through of the other live members' dispatches, per second, summed, at
     /// the last answer.
     pub others_through: f64,
+    /// The attempts the other live members made, per second, summed, at the last
+    /// answer.
+    pub others_tried: f64,
     /// The fleet's interval as the last cold decision read it, before its own step.
     pub cold_read: Duration,
     /// The cold start is over without a throttle (it grew past its shortest
@@ -183,55 +189,79 @@ pub struct Learned {
     pub raised_from: Option<u64>,
 }
 
-/// What a lane at `learned` proposes, `through` per second of its dispatches having
-/// got through recently (`demand::Used::through`), counted over enough of them to
-/// be read on its own if `dense` (`demand::Used::dense`).
+/// What a lane at `learned` proposes, `through` per second of its `tried` attempts
+/// having got through recently (`demand::Used::through`, `Used::tried`), counted
+/// over enough of them to be read on its own if `dense` (`demand::Used::dense`).
 #[allow(
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
     reason = "float to integer `as` saturates, as wanted here"
 )]
-pub fn proposal(state: &LaneState, learned: Learned, through: f64, dense: bool) -> Proposal {
+pub fn proposal(
+    state: &LaneState,
+    learned: Learned,
+    through: f64,
+    tried: f64,
+    dense: bool,
+) -> Proposal {
     let scale = state.scale.unwrap_or(1.0);
     let interval = Duration::from_micros((learned.micros as f64 * scale) as u64);
     // The entries read at a raise from an unpaced fleet were written before its load
     // came (a cold start): the floor waits for the next raise, whose entries tell.
     let paced = state.last.is_some_and(|d| !d.interval.is_zero());
     let cold = state.last.filter(|d| d.cold);
+    let proposed = match cold {
+        _ if learned.raised_from.is_none() => interval,
+        // The cold start's last step throttled: back half a step below the
+        // fleet's rate this member read, or below what the fleet would get through
+        // at it if that was less (`learning::capacity`). The upstream's burst hides
+        // an overshoot for a while (a bucket holding a tenth of a second hides up
+        // to 40 % past it for a sync of 250 ms), so the throttle came a little
+        // past the capacity, and a whole step back wasted it; a bucket holding a
+        // second hides a few steps, and what got through says how many. Not its
+        // own raise: a member a step behind the fleet would take it back further.
+        // At most [`COLD_DEEPEST`] below the rate read: the part that got through
+        // counts the burst's last syncs too, and the fleet grows from there. Here
+        // and in a raise, only where this member dispatches often enough for what
+        // got through to say anything: a fleet of 1,000 that each dispatch once in
+        // 10 s read its sum at half the rate and less at times, and dipped to it.
+        Some(_) if !dense => state.cold_read.mul_f64(COLD_STEP_BACK),
+        Some(_) => {
+            let read = if state.cold_read.is_zero() {
+                0.0
+            } else {
+                1.0 / state.cold_read.as_secs_f64()
+            };
+            let fleet = learning::capacity(
+                read,
+                through + state.others_through,
+                tried + state.others_tried,
+            );
+            let spacing = (fleet.is_finite() && fleet > 0.0)
+                .then(|| Duration::try_from_secs_f64(1.0 / fleet).ok())
+                .flatten();
+            let deepest = state.cold_read.mul_f64(COLD_DEEPEST);
+            spacing
+                .map_or(state.cold_read, |s| s.clamp(state.cold_read, deepest))
+                .mul_f64(COLD_STEP_BACK)
+        }
+        None if paced && dense => {
+            let rate = state.last.map_or(0.0, |d| d.rate);
+            let fleet = learning::capacity(
+                rate,
+                through + state.others_through,
+                tried + state.others_tried,
+            );
+            learning::cap_raise(interval, fleet)
+        }
+        None => interval,
+    };
     Proposal {
-        interval: match cold {
-            _ if learned.raised_from.is_none() => interval,
-            // The cold start's last step throttled: back half a step below the
-            // fleet's interval this member read, or below what the members'
-            // dispatches got through if that was slower. The upstream's burst hides
-            // an overshoot for a while (a bucket holding a tenth of a second hides up
-            // to 40 % past it for a sync of 250 ms), so the throttle came a little
-            // past the capacity, and a whole step back wasted it. The members pace at
-            // equal shares of the cold rate, and where many of them send little, what
-            // got through is the capacity, the rate only what the busy ones were
-            // allotted times the members. Not its own raise: a member a step behind
-            // the fleet would take it back further. What got through is an average
-            // that lags a rate growing by a step a sync, so it counts down to the
-            // rate of the step before at most, which went through. Here and in a
-            // raise, only where this member dispatches often enough for what got
-            // through to say anything: a fleet of 1,000 that each dispatch once in
-            // 10 s read its sum at half the rate and less at times, and dipped to it.
-            Some(_) if !dense => state.cold_read.mul_f64(COLD_STEP_BACK),
-            Some(_) => {
-                let through = through + state.others_through;
-                let spacing = (through.is_finite() && through > 0.0)
-                    .then(|| Duration::try_from_secs_f64(1.0 / through).ok())
-                    .flatten();
-                let deepest = state.cold_read.mul_f64(COLD_GROWTH);
-                spacing
-                    .map_or(state.cold_read, |s| s.clamp(state.cold_read, deepest))
-                    .mul_f64(COLD_STEP_BACK)
-            }
-            None if paced && dense => learning::cap_raise(interval, through + state.others_through),
-            None => interval,
-        },
+        interval: proposed,
         epoch: learned.epoch,
         raised_from: learned.raised_from,
+        // Beyond its own raise in a paced fleet: a cut to what got through.
+        capped: cold.is_none() && learned.raised_from.is_some() && proposed > interval,
     }
 }
 
@@ -296,6 +326,7 @@ pub fn from_answer(state: &mut LaneState, sync: &Answered<'_>) -> Option<Decisio
         state.rejoining = sync.rejoin;
     }
     state.others_through = answer.others_through.iter().filter(|u| u.is_finite()).sum();
+    state.others_tried = answer.others_tried;
     rejoined(state, &mut decision, sync.ticked);
     // A cold start's end is no estimate: the step before went through.
     decision.first =

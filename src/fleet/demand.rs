@@ -62,16 +62,16 @@ pub fn floored(demand: f64, floor: f64, warm: bool) -> f64 {
 }
 
 /// A member's entry in the lane's hash after its last-seen time:
-/// `<demand> <used> <fingerprint> <through>` (`fingerprint.rs`, `-` when empty;
-/// [`Used::through`]). What got through comes last, so that an entry reads the same
-/// to a member that knows only the first three.
-pub fn entry(demand: f64, used: f64, fingerprint: &str, through: f64) -> String {
+/// `<demand> <used> <fingerprint> <through> <tried>` (`fingerprint.rs`, `-` when
+/// empty; [`Used::through`], [`Used::tried`]). The later fields come last, so that
+/// an entry reads the same to a member that knows only the first three or four.
+pub fn entry(demand: f64, used: f64, fingerprint: &str, through: f64, tried: f64) -> String {
     let fingerprint = if fingerprint.is_empty() {
         "-"
     } else {
         fingerprint
     };
-    format!("{demand} {used} {fingerprint} {through}")
+    format!("{demand} {used} {fingerprint} {through} {tried}")
 }
 
 /// An entry written by [`entry`], read.
@@ -84,6 +84,9 @@ pub struct Read<'a> {
     /// What got through of its dispatches of late, per second ([`Used::through`]);
     /// its dispatch rate where the entry does not say.
     pub through: f64,
+    /// The attempts its dispatches made of late, per second ([`Used::tried`]); what
+    /// got through where the entry does not say (as if none was refused).
+    pub tried: f64,
     /// Its fingerprint, empty if none.
     pub fingerprint: &'a str,
 }
@@ -108,10 +111,15 @@ pub fn parse(entry: &str) -> Option<Read<'_>> {
         .next()
         .and_then(|t| t.parse::<f64>().ok())
         .map_or(used, sane);
+    let tried = parts
+        .next()
+        .and_then(|t| t.parse::<f64>().ok())
+        .map_or(through, sane);
     Some(Read {
         claim: claim(demand, used),
         used,
         through,
+        tried,
         fingerprint,
     })
 }
@@ -157,10 +165,10 @@ impl Used {
         let secs = elapsed.as_secs_f64();
         if secs > 0.0 {
             let keep = (-secs / THROUGH_MEMORY.as_secs_f64()).exp();
-            self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
             // A refusal says the upstream was at its capacity in this sync: what got
             // through in it is that capacity's sample, whatever got through before.
             let keep = if refused > 0 { 0.0 } else { keep };
+            self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
             self.through = self.through * keep + left as f64 / secs * (1.0 - keep);
         }
         self.rate = follow(self.rate, left, elapsed);
@@ -178,6 +186,14 @@ impl Used {
     /// rate at times, and cut to it.
     pub fn through(&self) -> f64 {
         self.through
+    }
+
+    /// The attempts that left the queue, per second, averaged and reset as
+    /// [`Used::through`] is: the fleet's sum of what got through over its sum of
+    /// this is the part of its attempts the upstream let through, which does not
+    /// lag a rate that grows as each sum does (`learning::capacity`).
+    pub fn tried(&self) -> f64 {
+        self.attempts
     }
 
     /// Whether the lane made [`DENSE`] attempts or more in [`THROUGH_MEMORY`] of
@@ -300,32 +316,42 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_as_its_claim_and_one_without_dispatches_claims_nothing() {
-        let read = |claim, used, through, fingerprint| {
+        let read = |claim, used, through, tried, fingerprint| {
             Some(Read {
                 claim,
                 used,
                 through,
+                tried,
                 fingerprint,
             })
         };
         assert_eq!(
-            parse(&entry(100.0, 12.5, "", 6.0)),
-            read(25.0, 12.5, 6.0, "")
+            parse(&entry(100.0, 12.5, "", 6.0, 9.0)),
+            read(25.0, 12.5, 6.0, 9.0, "")
         );
         assert_eq!(
-            parse(&entry(0.1, 12.5, "00ff", 6.0)),
-            read(0.1, 12.5, 6.0, "00ff")
+            parse(&entry(0.1, 12.5, "00ff", 6.0, 9.0)),
+            read(0.1, 12.5, 6.0, 9.0, "00ff")
         );
-        // An entry that does not say what got through: its dispatch rate.
-        assert_eq!(parse("0.1 12.5 00ff"), read(0.1, 12.5, 12.5, "00ff"));
-        assert_eq!(parse("1000000000"), read(0.0, 0.0, 0.0, ""));
-        assert_eq!(parse("1e9 x"), read(0.0, 0.0, 0.0, ""));
-        assert_eq!(parse("5 -3"), read(0.0, 0.0, 0.0, ""));
-        assert_eq!(parse("5 3 - -1"), read(5.0, 3.0, 0.0, ""));
+        // An entry that does not say what got through: its dispatch rate; one that
+        // does not say what it tried: what got through.
+        assert_eq!(parse("0.1 12.5 00ff"), read(0.1, 12.5, 12.5, 12.5, "00ff"));
+        assert_eq!(parse("0.1 12.5 00ff 6"), read(0.1, 12.5, 6.0, 6.0, "00ff"));
+        assert_eq!(parse("1000000000"), read(0.0, 0.0, 0.0, 0.0, ""));
+        assert_eq!(parse("1e9 x"), read(0.0, 0.0, 0.0, 0.0, ""));
+        assert_eq!(parse("5 -3"), read(0.0, 0.0, 0.0, 0.0, ""));
+        assert_eq!(parse("5 3 - -1"), read(5.0, 3.0, 0.0, 0.0, ""));
+        assert_eq!(parse("5 3 - 1 NaN"), read(5.0, 3.0, 1.0, 0.0, ""));
         assert_eq!(parse("x 5"), None);
         assert_eq!(
             parse("inf inf ab inf"),
-            read(f64::INFINITY, f64::INFINITY, f64::INFINITY, "ab")
+            read(
+                f64::INFINITY,
+                f64::INFINITY,
+                f64::INFINITY,
+                f64::INFINITY,
+                "ab"
+            )
         );
     }
 
@@ -375,9 +401,10 @@ mod tests {
         // 8 attempts, 6 throttled: 2 got through in a quarter second, whatever
         // got through before; then an average again.
         u.update(8, 6, 0, SYNC);
-        assert_eq!(u.through(), 8.0);
+        assert_eq!((u.through(), u.tried()), (8.0, 32.0));
         u.update(5, 0, 0, SYNC);
         assert!((u.through() - (8.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
+        assert!((u.tried() - (32.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Entry {
     pub used: f64,
     /// What got through recently, per second (`demand::Used::through`).
     pub through: f64,
+    /// The attempts made recently, per second (`demand::Used::tried`).
+    pub tried: f64,
     /// The proposal's interval (µs) and epoch, `None` before the lane learned any.
     pub proposal: Option<(u64, u64)>,
 }
@@ -181,6 +183,7 @@ mod tests {
             demand,
             used,
             through: used,
+            tried: used,
             proposal: Some((10_000, 3)),
         }
     }

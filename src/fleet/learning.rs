@@ -11,10 +11,12 @@
 //!   `hold` of the last one is dropped too: members take a raise at their next sync,
 //!   and until all have, the late ones still send at the old rate, so the early ones
 //!   see throttles in the new epoch that belong to the same burst.
-//!   A raise to at least [`DEEP_CUT`] times the stored interval lands within `hold`
-//!   all the same: an echo of the last raise asks one step of a sleeper, and a cut
-//!   that deep comes from what the fleet got through (`cap_raise`), which says the
-//!   capacity lies far below the rate in force (a burst ran out).
+//!   A raise to what the fleet got through ([`cap_raise`], `Proposal::capped`) that
+//!   cuts deeper than the stored interval lands within `hold` all the same, and so
+//!   does one to at least [`DEEP_CUT`] times the stored interval (from a member that
+//!   does not say whether it is capped): an echo of the last raise asks one step of a
+//!   sleeper, and a cut from what got through says that the capacity lies below the
+//!   rate in force, which the members that still send at the old rate do not change.
 //! - Anything else counts only within the stored epoch, and the stored interval becomes
 //!   the lower of the two: the member grew since its last sync. Every member adopts the
 //!   stored interval at each sync and steps from it on its own results, so in one sync
@@ -45,6 +47,10 @@ pub struct Proposal {
     pub epoch: u64,
     /// For a raise since the last sync, the epoch it raised from.
     pub raised_from: Option<u64>,
+    /// The raise goes to what the fleet got through ([`cap_raise`]), below the
+    /// member's own raise: it lands within the hold if it cuts deeper than the
+    /// stored interval.
+    pub capped: bool,
 }
 
 /// How many times the stored interval a raise must ask to land within the hold.
@@ -68,6 +74,7 @@ pub fn merge(
         Some(from)
             if from == stored.epoch
                 && (since_raise.is_none_or(|t| t >= hold)
+                    || (proposal.capped && proposal.interval > stored.interval)
                     || (!stored.interval.is_zero()
                         && proposal.interval >= stored.interval.saturating_mul(DEEP_CUT))) =>
         {
@@ -98,6 +105,29 @@ pub fn cap_raise(interval: Duration, through: f64) -> Duration {
     interval.max(Duration::try_from_secs_f64(1.0 / through).unwrap_or(Duration::MAX))
 }
 
+/// How many times what got through the fleet's estimate of its capacity may read
+/// ([`capacity`]): the growth of two syncs of a cold start, which is how far the
+/// attempts averaged over `demand::THROUGH_MEMORY` lag the rate at most.
+pub const LAG: f64 = 2.25;
+
+/// What the fleet would get through at `rate` per second (its interval's rate, 0 if
+/// unpaced), `through` of the `tried` attempts per second its members made of late
+/// having got through (the sums of `demand::Used::through` and `Used::tried`). The
+/// part that got through is what the upstream lets through of what the fleet
+/// sends, and it does not lag a rate that grows as the two averages do: a fleet
+/// that throttles right after its cold start counted a third of its rate as got
+/// through, and a raise to that collapsed it. Attempts below the rate are the
+/// lag, or members that send less than their share, so the rate counts at most
+/// [`LAG`] times the attempts.
+pub fn capacity(rate: f64, through: f64, tried: f64) -> f64 {
+    let sane = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+    let (rate, through, tried) = (sane(rate), sane(through), sane(tried));
+    if tried <= through {
+        return through.max(rate.min(through * LAG));
+    }
+    through * (rate / tried).clamp(1.0, LAG)
+}
+
 /// The fleet's progress through its schedule at `now`: `mark`'s count of fleet slots
 /// (at the time it gives), plus the slots of `interval` gone by since; what a member
 /// places its slots by (`fleet::Place`). The store takes a new mark whenever the
@@ -126,6 +156,25 @@ pub fn live(since_seen: Duration, member_ttl: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capacity_is_the_part_that_got_through_of_the_rate() {
+        // 40 of 100 attempts got through, at a rate of 120: 48.
+        assert_eq!(capacity(120.0, 40.0, 100.0), 48.0);
+        // Attempts lagging a growing rate: the part still counts at the rate, up to
+        // LAG times what got through.
+        assert_eq!(capacity(200.0, 40.0, 50.0), 90.0);
+        // Attempts past the rate (unpaced, or a rate just cut): what got through.
+        assert_eq!(capacity(0.0, 40.0, 100.0), 40.0);
+        assert_eq!(capacity(50.0, 40.0, 100.0), 40.0);
+        // Nothing refused: the rate, as far as the attempts reach.
+        assert_eq!(capacity(100.0, 80.0, 80.0), 100.0);
+        assert_eq!(capacity(1000.0, 80.0, 80.0), 180.0);
+        assert_eq!(capacity(0.0, 80.0, 80.0), 80.0);
+        // Nonsense counts as nothing.
+        assert_eq!(capacity(f64::NAN, 40.0, f64::INFINITY), 40.0);
+        assert_eq!(capacity(100.0, -1.0, 10.0), 0.0);
+    }
 
     #[test]
     fn progress_counts_slots_of_the_interval_in_force_from_its_mark() {
@@ -161,6 +210,7 @@ mod tests {
             interval: ms(interval),
             epoch: from + 1,
             raised_from: Some(from),
+            capped: false,
         }
     }
 
@@ -169,6 +219,7 @@ mod tests {
             interval: ms(interval),
             epoch,
             raised_from: None,
+            capped: false,
         }
     }
 
@@ -212,6 +263,23 @@ mod tests {
         // Not from the stored epoch: dropped however deep.
         assert_eq!(
             merge(stored, &raise(300, 2), Some(ms(100)), HOLD),
+            shared(15, 3)
+        );
+        // A cut to what the fleet got through lands at once if it cuts at all.
+        let capped = |interval, from| Proposal {
+            capped: true,
+            ..raise(interval, from)
+        };
+        assert_eq!(
+            merge(stored, &capped(20, 3), Some(ms(100)), HOLD),
+            shared(20, 4)
+        );
+        assert_eq!(
+            merge(stored, &capped(15, 3), Some(ms(100)), HOLD),
+            shared(15, 3)
+        );
+        assert_eq!(
+            merge(stored, &capped(20, 2), Some(ms(100)), HOLD),
             shared(15, 3)
         );
     }

@@ -120,6 +120,7 @@ impl Lane {
             report.used,
             report.fingerprint,
             report.through,
+            report.tried,
         );
         let changed = old.as_ref().is_none_or(|(_, text)| *text != entry);
         self.changed |= changed;
@@ -191,6 +192,7 @@ mod tests {
             demand,
             used: f64::INFINITY,
             through: f64::INFINITY,
+            tried: f64::INFINITY,
             fingerprint: "",
             proposal,
             counted_in: 0,
@@ -210,6 +212,7 @@ mod tests {
             interval: ms(interval),
             epoch: from + 1,
             raised_from: Some(from),
+            capped: false,
         })
     }
 
@@ -220,6 +223,7 @@ mod tests {
             interval: ms(10),
             epoch: 1,
             raised_from: None,
+            capped: false,
         };
         let seated = Report {
             seat: None,
@@ -269,6 +273,7 @@ mod tests {
             interval: ms(10),
             epoch: 1,
             raised_from: None,
+            capped: false,
         };
         sync(&mut m, "a", 0, report(Some(start), 1.0));
         let first = sync(&mut m, "a", 1000, report(raise(15, 1), 1.0));
@@ -334,6 +339,7 @@ mod tests {
                 interval: ms(interval),
                 epoch: 4,
                 raised_from: None,
+                capped: false,
             })
         };
         sync(&mut m, "a", 0, report(p(10), 1.0));
@@ -394,6 +400,7 @@ mod tests {
                             _ => epoch,
                         },
                         raised_from: raise.then_some(from),
+                        capped: raise && rng.bool(),
                     }
                 });
                 let mut report = Report {
@@ -401,6 +408,7 @@ mod tests {
                     demand: f64::from(rng.u16(0..200)) / 4.0,
                     used: f64::from(rng.u16(0..200)) / 8.0,
                     through: f64::from(rng.u16(0..200)) / 16.0,
+                    tried: f64::from(rng.u16(0..400)) / 16.0,
                     fingerprint: ["", "ab", "cd"][rng.usize(0..3)],
                     proposal,
                     counted_in: in_redis.get(&member).copied().unwrap_or(0),

@@ -6,7 +6,7 @@
 //! tag, so in a Redis Cluster each lane's script touches one slot): field `i` the fleet
 //! interval in microseconds, `e` the epoch, `n` the last seat given, `v` and `t` the
 //! fleet's progress through its schedule when the interval last changed and when (µs),
-//! and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint> <through>`
+//! and `m:<member>` = `<last seen ms> <demand> <used> <fingerprint> <through> <tried>`
 //! per member (`demand::entry`), the time by Redis's clock (`TIME`), so the members' clocks need not
 //! agree. A member counts only while it was seen within the reader's `member_ttl`
 //! (`learning::live`). A sync writes its own entry and reads the summary `s`
@@ -49,15 +49,18 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// how old the summary may grow while entries change), then per lane: the entry
 /// (`demand::entry`), when the summary that last counted this member's entry was
 /// written (`Report::counted_in`), proposed interval (µs, empty for none), epoch,
-/// epoch raised from (empty for none), and the member's seat (`?` to ask for one). The
-/// hash's `r` is when the last raise landed, `s` the summary (`summary.rs`), `d` set
+/// epoch raised from (empty for none), the member's seat (`?` to ask for one), and
+/// `1` for a raise to what the fleet got through (`Proposal::capped`). The
+/// hash's `r` is when the last raise landed, `s` the summary (`summary.rs`), `a` the
+/// attempts it summed (`<written ms> <tried>`, apart so that a member whose script
+/// does not know them reads `s` as before; `Summary::tried_from`), `d` set
 /// while entries changed since it, `n` the last seat given, `v` the fleet's
 /// progress (`summary::Answer::progress`) when the interval last changed, at `t` (µs
 /// by Redis's clock). Returns per lane the interval and epoch (empty while there is
 /// no state), the summary, this member's entry as the summary counted it (empty if it
 /// did not: it was written after the summary, and the member was not counted
-/// before), the fleet's progress now (empty while unpaced) and the seat given (empty
-/// if none was asked for), or the lane's own error (a key that is not a hash). A seat
+/// before), the fleet's progress now (empty while unpaced), the seat given (empty
+/// if none was asked for) and `a` (empty if none), or the lane's own error (a key that is not a hash). A seat
 /// a member holds keeps `n` at or above it, so that seats given after Redis lost the
 /// hash (a restart) do not repeat those the members hold.
 const SYNC: &str = r"
@@ -76,10 +79,10 @@ end
 -- writes the summary of the others (`summary.rs`).
 local function summarize(key)
   local fields = redis.call('HGETALL', key)
-  local claims, through, seen_fps, dead, oldest = {}, 0, {}, {}, now
+  local claims, through, tried, seen_fps, dead, oldest = {}, 0, 0, {}, {}, now
   for k = 1, #fields, 2 do
     if string.sub(fields[k], 1, 2) == 'm:' then
-      local seen, d, u, fp, g = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)')
+      local seen, d, u, fp, g, a = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)')
       seen = tonumber(seen)
       if seen == nil or now - seen > ttl then
         dead[#dead + 1] = fields[k]
@@ -93,8 +96,12 @@ local function summarize(key)
           -- What got through (`demand::Used::through`); the dispatch rate if unsaid.
           g = tonumber(g) or u
           if g ~= g or g < 0 then g = 0 end
+          -- The attempts made (`demand::Used::tried`); what got through if unsaid.
+          a = tonumber(a) or g
+          if a ~= a or a < 0 then a = 0 end
           claims[#claims + 1] = math.min(d, 2 * u, CAP)
           if g < math.huge then through = through + g end
+          if a < math.huge then tried = tried + a end
           if fp ~= '' and fp ~= '-' then seen_fps[fp] = true end
         end
       end
@@ -121,21 +128,22 @@ local function summarize(key)
     end
   end
   local s = table.concat(parts, ' ')
-  redis.call('HSET', key, 's', s)
+  local a = stamp .. ' ' .. num(tried)
+  redis.call('HSET', key, 's', s, 'a', a)
   redis.call('HDEL', key, 'd')
   -- Written again at least once a member TTL while anyone syncs: the key outlives
   -- its last sync by up to the key TTL.
   redis.call('PEXPIRE', key, ARGV[3])
-  return s
+  return s, a
 end
 local function sync(k)
-  local key, b = KEYS[k], 5 + (k - 1) * 6
-  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me, 'v', 't', 'n')
+  local key, b = KEYS[k], 5 + (k - 1) * 7
+  local got = redis.pcall('HMGET', key, 'i', 'e', 'r', 's', 'd', me, 'v', 't', 'n', 'a')
   if got.err then
     return got
   end
   local i, e, r, s, dirty, old = tonumber(got[1]), tonumber(got[2]), tonumber(got[3]), got[4], got[5], got[6]
-  local v, tv = tonumber(got[7]), tonumber(got[8])
+  local v, tv, a = tonumber(got[7]), tonumber(got[8]), got[10] or ''
   local entry = ARGV[b + 1]
   local write = {me, stamp .. ' ' .. entry}
   local was = nil
@@ -154,7 +162,8 @@ local function sync(k)
     if i == nil or e == nil then
       i, e = pi, pe
     elseif from ~= nil then
-      if from == e and (r == nil or now - r >= hold or (i > 0 and pi >= DEEP_CUT * i)) then
+      local capped = ARGV[b + 7] == '1' and pi > i
+      if from == e and (r == nil or now - r >= hold or capped or (i > 0 and pi >= DEEP_CUT * i)) then
         i = math.max(i, pi)
         e = math.max(pe, e + 1)
         write[#write + 1] = 'r'
@@ -212,17 +221,17 @@ local function sync(k)
   end
   local counted = ''
   if at == nil or expires == nil or now > expires or ((changed or dirty) and now - at >= refresh) then
-    s = summarize(key)
+    s, a = summarize(key)
     counted = entry
   elseif was and (old < at or ARGV[b + 2] == string.format('%d', at)) then
     counted = was
   end
   if i == nil or e == nil then
-    return {'', '', s, counted, progress, seat}
+    return {'', '', s, counted, progress, seat, a}
   end
   if i ~= got[1] then i = string.format('%d', i) end
   if e ~= got[2] then e = string.format('%d', e) end
-  return {i, e, s, counted, progress, seat}
+  return {i, e, s, counted, progress, seat, a}
 end
 local out = {}
 for k = 1, #KEYS do
@@ -244,6 +253,8 @@ pub struct Report<'a> {
     /// What got through of its dispatches recently, per second
     /// (`demand::Used::through`): the fleet's sum of it bounds a raise.
     pub through: f64,
+    /// The attempts it made recently, per second (`demand::Used::tried`).
+    pub tried: f64,
     /// The fingerprint of this member's settings for the lane (`fingerprint.rs`),
     /// empty if it has none.
     pub fingerprint: &'a str,
@@ -586,6 +597,7 @@ fn arguments<'a>(
                 lane.used,
                 lane.fingerprint,
                 lane.through,
+                lane.tried,
             )),
             Cow::Owned(lane.counted_in.to_string()),
             text(p.map(|p| p.interval.as_micros().to_string())),
@@ -593,6 +605,7 @@ fn arguments<'a>(
             text(p.and_then(|p| p.raised_from).map(|e| e.to_string())),
             lane.seat
                 .map_or(Cow::Borrowed("?"), |seat| Cow::Owned(seat.to_string())),
+            Cow::Borrowed(if p.is_some_and(|p| p.capped) { "1" } else { "" }),
         ]);
     }
     (lanes.iter().map(|l| l.key).collect(), args)
@@ -743,6 +756,7 @@ fn answer(fields: &[String]) -> Answer {
     let summary = fields
         .get(2)
         .and_then(|s| Summary::parse(s))
+        .map(|s| s.tried_from(fields.get(6).map_or("", String::as_str)))
         .unwrap_or_default();
     let counted = fields.get(3).map(String::as_str).filter(|c| !c.is_empty());
     Answer {
@@ -779,7 +793,15 @@ mod tests {
     fn an_answer_carries_the_state_and_the_summary_less_this_member() {
         let summary = "1700000000000 1700000005000 30 ab 1 2.5 2.5 1 12.5 12.5 1 1e300 1e300";
         assert_eq!(
-            answer(&strings(&["20000", "3", summary, "12.5 10 ab"])),
+            answer(&strings(&[
+                "20000",
+                "3",
+                summary,
+                "12.5 10 ab",
+                "",
+                "",
+                "1700000000000 50"
+            ])),
             Answer {
                 shared: Some(Shared {
                     interval: Duration::from_millis(20),
@@ -787,6 +809,7 @@ mod tests {
                 }),
                 others: vec![2.5, 1e300],
                 others_through: vec![10.0, 10.0],
+                others_tried: 40.0,
                 fingerprints: strings(&["ab"]),
                 counted_in: 1_700_000_000_000,
                 progress: None,
@@ -796,6 +819,9 @@ mod tests {
         let seated = answer(&strings(&["20000", "3", summary, "", "1500", "7"]));
         assert_eq!(seated.progress, Some(1500.0));
         assert_eq!(seated.seat, Some(7));
+        // Attempts written with another summary, or not at all: what got through.
+        let other = answer(&strings(&["20000", "3", summary, "", "", "", "1699 50"]));
+        assert_eq!(other.others_tried, 30.0);
     }
 
     #[test]
@@ -806,6 +832,7 @@ mod tests {
                 shared: None,
                 others: vec![1.0],
                 others_through: vec![1.0],
+                others_tried: 1.0,
                 fingerprints: Vec::new(),
                 counted_in: 0,
                 progress: None,

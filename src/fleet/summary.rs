@@ -1,6 +1,6 @@
 //! A lane's summary of its live members, kept in the lane's hash so that a sync reads
-//! a few numbers instead of every member's entry: the sum of what got through of
-//! their dispatches, their fingerprints (at most [`FINGERPRINTS`] distinct ones), and
+//! a few numbers instead of every member's entry: the sums of what got through of
+//! their dispatches and of the attempts they made, their fingerprints (at most [`FINGERPRINTS`] distinct ones), and
 //! their claims sorted and cut into at most [`GROUPS`] groups of (almost) equal size,
 //! each a count, a sum and a maximum. Up to [`GROUPS`] members every claim is its own group, so the
 //! fleet's max-min shares are exact; past that, each member within a group counts at
@@ -39,6 +39,9 @@ pub struct Answer {
     /// What got through of the other live members' dispatches, per second
     /// (`demand::Used::through`): their sum in equal parts, one per member.
     pub others_through: Vec<f64>,
+    /// The attempts the other live members made, per second, summed
+    /// (`demand::Used::tried`).
+    pub others_tried: f64,
     /// The distinct fingerprints of the lane's live members, this one's included.
     pub fingerprints: Vec<String>,
     /// When the summary was written, by the store's clock, if it counted this
@@ -73,23 +76,40 @@ pub struct Summary {
     /// What got through of the members' dispatches, per second, summed (infinite
     /// ones left out).
     pub through: f64,
+    /// The attempts the members made, per second, summed (infinite ones left out).
+    /// The script keeps it in a field of its own (`a`, [`Summary::tried_from`]), so
+    /// that a member that does not know it reads the summary as before.
+    pub tried: f64,
     /// The members' distinct non-empty fingerprints, sorted, at most [`FINGERPRINTS`].
     pub fingerprints: Vec<String>,
     /// The members' claims, ascending, in at most [`GROUPS`] groups.
     pub groups: Vec<Group>,
 }
 
-/// What an entry's text after its last-seen time (`demand::entry`) counts for:
-/// its claim (capped at [`CLAIM_CAP`]), what got through of its dispatches (0 if
-/// infinite) and its fingerprint; `None` for an entry whose demand cannot be read.
-pub fn read(entry: &str) -> Option<(f64, f64, &str)> {
+/// What an entry's text after its last-seen time (`demand::entry`) counts for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Counted<'a> {
+    /// Its claim, capped at [`CLAIM_CAP`].
+    pub claim: f64,
+    /// What got through of its dispatches, 0 if infinite.
+    pub through: f64,
+    /// The attempts it made, 0 if infinite.
+    pub tried: f64,
+    /// Its fingerprint.
+    pub fingerprint: &'a str,
+}
+
+/// What an entry's text after its last-seen time counts for; `None` for an entry
+/// whose demand cannot be read.
+pub fn read(entry: &str) -> Option<Counted<'_>> {
     let read = demand::parse(entry)?;
-    let through = if read.through.is_finite() {
-        read.through
-    } else {
-        0.0
-    };
-    Some((read.claim.min(CLAIM_CAP), through, read.fingerprint))
+    let finite = |x: f64| if x.is_finite() { x } else { 0.0 };
+    Some(Counted {
+        claim: read.claim.min(CLAIM_CAP),
+        through: finite(read.through),
+        tried: finite(read.tried),
+        fingerprint: read.fingerprint,
+    })
 }
 
 impl Summary {
@@ -97,13 +117,14 @@ impl Summary {
     /// the text after the last-seen time); unreadable ones are left out.
     pub fn of<'a>(at: u64, entries: impl IntoIterator<Item = &'a str>) -> Summary {
         let mut claims = Vec::new();
-        let mut through = 0.0;
+        let (mut through, mut tried) = (0.0, 0.0);
         let mut fingerprints = BTreeSet::new();
-        for (claim, got, fingerprint) in entries.into_iter().filter_map(read) {
-            claims.push(claim);
-            through += got;
-            if !fingerprint.is_empty() {
-                fingerprints.insert(fingerprint);
+        for counted in entries.into_iter().filter_map(read) {
+            claims.push(counted.claim);
+            through += counted.through;
+            tried += counted.tried;
+            if !counted.fingerprint.is_empty() {
+                fingerprints.insert(counted.fingerprint);
             }
         }
         claims.sort_by(f64::total_cmp);
@@ -122,6 +143,7 @@ impl Summary {
         Summary {
             at,
             through,
+            tried,
             fingerprints: fingerprints
                 .into_iter()
                 .take(FINGERPRINTS)
@@ -133,7 +155,8 @@ impl Summary {
 
     /// Reads the summary the script writes: `<written ms> <expires ms> <through>
     /// <fingerprints joined by commas, or -> <count> <sum> <max> ...`; `None` if it
-    /// is unreadable.
+    /// is unreadable. The attempts summed are what got through until
+    /// [`Summary::tried_from`] reads them.
     pub fn parse(text: &str) -> Option<Summary> {
         let mut parts = text.split(' ');
         let at = parts.next()?.parse::<u64>().ok()?;
@@ -154,22 +177,40 @@ impl Summary {
         Some(Summary {
             at,
             through,
+            tried: through,
             fingerprints,
             groups,
         })
+    }
+
+    /// The summary with the attempts summed in `a`, the script's field `<written ms>
+    /// <tried>` written with it; unchanged if `a` was written with another summary
+    /// (by a member whose script does not know it) or is unreadable.
+    #[must_use]
+    pub fn tried_from(self, a: &str) -> Summary {
+        let mut parts = a.split(' ');
+        let written = parts.next().and_then(|at| at.parse::<u64>().ok());
+        let tried = parts.next().and_then(|t| t.parse::<f64>().ok());
+        match (written, tried) {
+            (Some(at), Some(tried)) if at == self.at && tried >= 0.0 => Summary { tried, ..self },
+            _ => self,
+        }
     }
 
     /// One member's answer: the lane's state `shared`, and the summary less `counted`,
     /// the member's own entry if the summary counted it.
     pub fn answer(&self, shared: Option<Shared>, counted: Option<&str>) -> Answer {
         let mut groups = self.groups.clone();
-        let mut through = self.through;
-        if let Some((claim, mine, _)) = counted.and_then(read)
-            && let Some(g) = groups.iter_mut().find(|g| g.count > 0 && g.max >= claim)
+        let (mut through, mut tried) = (self.through, self.tried);
+        if let Some(mine) = counted.and_then(read)
+            && let Some(g) = groups
+                .iter_mut()
+                .find(|g| g.count > 0 && g.max >= mine.claim)
         {
             g.count -= 1;
-            g.sum -= claim;
-            through -= mine;
+            g.sum -= mine.claim;
+            through -= mine.through;
+            tried -= mine.tried;
         }
         let mut others = Vec::new();
         for g in groups.iter().filter(|g| g.count > 0) {
@@ -184,6 +225,11 @@ impl Summary {
         Answer {
             shared,
             others_through: vec![each; others.len()],
+            others_tried: if others.is_empty() {
+                0.0
+            } else {
+                tried.max(0.0)
+            },
             others,
             fingerprints: self.fingerprints.clone(),
             counted_in: if counted.is_some() { self.at } else { 0 },
@@ -202,12 +248,13 @@ mod tests {
         let entries = ["5 10 ab", "inf inf", "1 0.5 cd", "3 100"];
         let s = Summary::of(9, entries);
         assert_eq!(s.groups.len(), 4);
-        assert_eq!(s.through, 110.5);
+        assert_eq!((s.through, s.tried), (110.5, 110.5));
         assert_eq!(s.fingerprints, vec!["ab", "cd"]);
         // Member "3 100" asks: the others are 1 (0.5 x 2), 5 and the capped infinity.
         let a = s.answer(None, Some("3 100"));
         assert_eq!(a.others, vec![1.0, 5.0, CLAIM_CAP]);
         assert_eq!(a.others_through, vec![10.5 / 3.0; 3]);
+        assert_eq!(a.others_tried, 10.5);
         assert_eq!(a.counted_in, 9);
         // A member the summary did not count yet sees every one of them.
         assert_eq!(s.answer(None, None).others.len(), 4);
@@ -241,6 +288,7 @@ mod tests {
             Some(Summary {
                 at: 1_700_000_000_000,
                 through: 12.5,
+                tried: 12.5,
                 fingerprints: vec!["ab".to_string(), "cd".to_string()],
                 groups: vec![
                     Group {
@@ -262,6 +310,12 @@ mod tests {
         };
         assert_eq!(Summary::parse("1 2 0 -"), Some(empty));
         assert_eq!(Summary::parse("1 2 0 - 2 x 3"), None);
+        // The attempts, from the field written with the summary only.
+        let s = Summary::parse(text).unwrap();
+        assert_eq!(s.clone().tried_from("1700000000000 20").tried, 20.0);
+        assert_eq!(s.clone().tried_from("1699999999750 20").tried, 12.5);
+        assert_eq!(s.clone().tried_from("1700000000000 x").tried, 12.5);
+        assert_eq!(s.tried_from("").tried, 12.5);
         assert_eq!(Summary::parse(""), None);
     }
 }

@@ -6,21 +6,21 @@ use super::*;
 use crate::fleet::demand;
 
 /// What a lane at `micros` and `epoch` proposes, raised from `from` if it raised,
-/// `through` per second of its dispatches having got through, counted over enough
-/// of them to read.
+/// `through` per second of its `tried` attempts having got through, counted over
+/// enough of them to read.
 fn propose(
     state: &LaneState,
     micros: u64,
     epoch: u64,
     from: Option<u64>,
-    through: f64,
+    (through, tried): (f64, f64),
 ) -> Proposal {
     let learned = Learned {
         micros,
         epoch,
         raised_from: from,
     };
-    proposal(state, learned, through, true)
+    proposal(state, learned, through, tried, true)
 }
 
 #[test]
@@ -77,6 +77,7 @@ fn a_raise_that_landed_as_proposed_is_not_taken_as_another_ones() {
         interval: Duration::from_millis(20),
         epoch: 2,
         raised_from: Some(1),
+        capped: false,
     };
     assert!(!outraised(&raise, shared(20)));
     assert!(outraised(&raise, shared(25)));
@@ -146,38 +147,51 @@ fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
 }
 
 /// The throttle that ends a cold start takes the fleet back half a step
-/// (geometrically) below the interval the member last read, or below what the
-/// members' dispatches got through if that was slower (by a step of growth at most,
-/// and only for a member that dispatches often); never to its own raise.
+/// (geometrically) below the rate the member last read, or below the part of it
+/// that got through if that was less (by [`COLD_DEEPEST`] at most, and only for a
+/// member that dispatches often); never to its own raise.
 #[test]
-fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_read_and_through() {
+fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_what_got_through_of_the_rate_read() {
     let mut state = LaneState {
         cold_read: Duration::from_millis(15),
         others_through: 40.0,
+        others_tried: 80.0,
         ..LaneState::default()
     };
     let mut last = decide(shared(10), 0.0, &[0.0; 3]);
     last.cold = true;
     state.last = Some(last);
-    // 50/s got through, slower than the 15 ms read: half a step below it (20 ms
-    // × √1.5, 24.5 ms), whatever the member's own raise (11 ms, or 30 ms from a
-    // member a step behind).
+    // Half of 100 attempts a second got through, 50/s below the 15 ms read (66.7/s):
+    // half a step below 20 ms (20 ms × √1.5, 24.5 ms), whatever the member's own
+    // raise (11 ms, or 30 ms from a member a step behind).
     let halfway = Duration::from_millis(20).mul_f64(COLD_GROWTH.sqrt());
     assert_eq!(halfway, Duration::from_nanos(24_494_897));
-    let raise = propose(&state, 11_000, 1, Some(0), 10.0);
+    let raise = propose(&state, 11_000, 1, Some(0), (10.0, 20.0));
     assert_eq!(raise.interval, halfway);
     assert_eq!(raise.raised_from, Some(0));
-    let behind = propose(&state, 30_000, 1, Some(0), 10.0);
+    assert!(!raise.capped);
+    let behind = propose(&state, 30_000, 1, Some(0), (10.0, 20.0));
     assert_eq!(behind.interval, halfway);
-    // 100/s got through, faster than the 15 ms read: half a step below 15 ms.
-    let through = propose(&state, 30_000, 1, Some(0), 60.0);
+    // Refused a few but more got through than the 15 ms read: half a step below it.
     let read = Duration::from_millis(15).mul_f64(COLD_GROWTH.sqrt());
+    let through = propose(&state, 30_000, 1, Some(0), (60.0, 60.0));
     assert_eq!(through.interval, read);
-    // 20/s got through: at most a step of growth below the 15 ms read (22.5 ms),
-    // the rate of the step before, which went through.
+    // None refused, 30/s got through: that is the averages lagging the growth, not
+    // the capacity, so half a step below the read too.
+    state.others_tried = 20.0;
+    state.others_through = 20.0;
+    assert_eq!(
+        propose(&state, 30_000, 1, Some(0), (10.0, 10.0)).interval,
+        read
+    );
+    // A twentieth got through: at most COLD_DEEPEST below the 15 ms read (33.75 ms).
+    state.others_tried = 200.0;
     state.others_through = 10.0;
-    let step = Duration::from_micros(22_500).mul_f64(COLD_GROWTH.sqrt());
-    assert_eq!(propose(&state, 30_000, 1, Some(0), 10.0).interval, step);
+    let deepest = Duration::from_micros(33_750).mul_f64(COLD_GROWTH.sqrt());
+    assert_eq!(
+        propose(&state, 30_000, 1, Some(0), (0.0, 100.0)).interval,
+        deepest
+    );
     // A member that dispatches too seldom to read what got through: from the
     // interval read.
     let learned = Learned {
@@ -185,13 +199,16 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
         epoch: 1,
         raised_from: Some(0),
     };
-    assert_eq!(proposal(&state, learned, 10.0, false).interval, read);
+    assert_eq!(proposal(&state, learned, 0.0, 100.0, false).interval, read);
     // Nothing counted as got through yet: from the interval read.
     state.others_through = 0.0;
-    assert_eq!(propose(&state, 30_000, 1, Some(0), 0.0).interval, read);
+    assert_eq!(
+        propose(&state, 30_000, 1, Some(0), (0.0, 0.0)).interval,
+        read
+    );
     // Steps are proposed as they are.
     assert_eq!(
-        propose(&state, 7_000, 0, None, 0.0).interval,
+        propose(&state, 7_000, 0, None, (0.0, 0.0)).interval,
         Duration::from_millis(7)
     );
 }
@@ -201,10 +218,7 @@ fn the_raise_that_ends_a_cold_start_goes_back_half_a_step_from_the_slower_of_rea
 /// came), and only for a member that dispatches often enough to read it.
 #[test]
 fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
-    let mut state = LaneState {
-        others_through: 0.0,
-        ..LaneState::default()
-    };
+    let mut state = LaneState::default();
     let unpaced = decide(
         Shared {
             interval: Duration::ZERO,
@@ -215,20 +229,33 @@ fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
     );
     state.last = Some(unpaced);
     // 1 ms proposed at 4/s of its own: kept, not floored at 250 ms.
-    let raise = propose(&state, 1_000, 1, Some(0), 4.0);
+    let raise = propose(&state, 1_000, 1, Some(0), (4.0, 4.0));
     assert_eq!(raise.interval, Duration::from_millis(1));
-    // Paced, with the others' entries saying 96/s: floored at 1/100 s.
+    // Paced at 1 ms, a tenth of the attempts through (100/s of 1,000/s): floored at
+    // 1/100 s, and said to be.
     state.last = Some(decide(shared(1), 0.0, &[0.0; 3]));
     state.others_through = 96.0;
-    let raise = propose(&state, 1_000, 3, Some(2), 4.0);
+    state.others_tried = 960.0;
+    let raise = propose(&state, 1_000, 3, Some(2), (4.0, 40.0));
     assert_eq!(raise.interval, Duration::from_millis(10));
-    // A raise already past it stays.
-    let own = propose(&state, 20_000, 3, Some(2), 4.0);
-    assert_eq!(own.interval, Duration::from_millis(20));
-    // No raise, no floor.
+    assert!(raise.capped);
+    // All got through, of attempts that lag the rate: the floor is what got through
+    // times the lag at most, 225/s.
+    state.others_tried = 96.0;
+    let lagging = propose(&state, 1_000, 3, Some(2), (4.0, 4.0));
+    assert_eq!(lagging.interval, Duration::from_nanos(4_444_444));
+    state.others_tried = 960.0;
+    // A raise already past it is its own.
+    let own = propose(&state, 20_000, 3, Some(2), (4.0, 40.0));
     assert_eq!(
-        propose(&state, 1_000, 3, None, 4.0).interval,
-        Duration::from_millis(1)
+        (own.interval, own.capped),
+        (Duration::from_millis(20), false)
+    );
+    // No raise, no floor.
+    let step = propose(&state, 1_000, 3, None, (4.0, 40.0));
+    assert_eq!(
+        (step.interval, step.capped),
+        (Duration::from_millis(1), false)
     );
     // A member that dispatches too seldom to read what got through: its own raise.
     let learned = Learned {
@@ -236,9 +263,10 @@ fn a_raise_is_floored_at_the_fleets_rate_only_once_the_fleet_is_paced() {
         epoch: 3,
         raised_from: Some(2),
     };
+    let sparse = proposal(&state, learned, 4.0, 40.0, false);
     assert_eq!(
-        proposal(&state, learned, 4.0, false).interval,
-        Duration::from_millis(1)
+        (sparse.interval, sparse.capped),
+        (Duration::from_millis(1), false)
     );
 }
 
@@ -365,7 +393,7 @@ fn going_alone_keeps_the_spacing_of_at_most_an_equal_share_of_the_peak() {
     assert_eq!(alone.rescale, 4.0);
     assert_eq!(state.scale, Some(0.25));
     assert_eq!(
-        propose(&state, 40_000, 2, None, 0.0).interval,
+        propose(&state, 40_000, 2, None, (0.0, 0.0)).interval,
         Duration::from_millis(10)
     );
 }
