@@ -91,10 +91,10 @@ pub fn merge(
     }
 }
 
-/// A raise's interval, no shorter than what got through of the fleet's recent
-/// dispatches (`through`, the members' sum, per second) allows: a throttle says the
-/// capacity lies below the rate in force, and while a fleet throttles the requests
-/// that get through come at about the capacity. A member's own raise cuts by one step
+/// A raise's interval, no shorter than what the fleet gets through (`through`, per
+/// second: its [`capacity`]) allows: a throttle says the capacity lies below the
+/// rate in force, and while a fleet throttles the requests that get through come at
+/// about the capacity. A member's own raise cuts by one step
 /// of its sleeper, far too little when the fleet starts or joins far past the
 /// capacity, or a table's burst runs out under it; the fleet takes the larger cut at
 /// once instead of one step per burst. Without a count the raise stays.
