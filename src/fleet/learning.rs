@@ -105,8 +105,8 @@ pub fn cap_raise(interval: Duration, through: f64) -> Duration {
     interval.max(Duration::try_from_secs_f64(1.0 / through).unwrap_or(Duration::MAX))
 }
 
-/// How many times what got through the fleet's estimate of its capacity may read
-/// ([`capacity`]): the growth of two syncs of a cold start, which is how far the
+/// How many times what got through the fleet's capacity ([`capacity`]) may be read
+/// as at most: the growth of two syncs of a cold start, which is how far the
 /// attempts averaged over `demand::THROUGH_MEMORY` lag the rate at most.
 pub const LAG: f64 = 2.25;
 

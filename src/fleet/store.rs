@@ -60,9 +60,9 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// no state), the summary, this member's entry as the summary counted it (empty if it
 /// did not: it was written after the summary, and the member was not counted
 /// before), the fleet's progress now (empty while unpaced), the seat given (empty
-/// if none was asked for) and `a` (empty if none), or the lane's own error (a key that is not a hash). A seat
-/// a member holds keeps `n` at or above it, so that seats given after Redis lost the
-/// hash (a restart) do not repeat those the members hold.
+/// if none was asked for) and `a` (empty if none), or the lane's own error (a key
+/// that is not a hash). A seat a member holds keeps `n` at or above it, so that seats
+/// given after Redis lost the hash (a restart) do not repeat those the members hold.
 const SYNC: &str = r"
 local me = 'm:' .. ARGV[1]
 local ttl, hold, refresh = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
