@@ -96,6 +96,19 @@ pub fn default_for(preset: Preset) -> CapSetting {
     }
 }
 
+/// Where a learned cap starts with `preset`, alone: at the limit the vendor
+/// documents, as if learned (GitHub: "no more than 100 concurrent requests are
+/// allowed", docs.github.com, REST API rate limits, secondary rate limits), so that
+/// the first second goes at the limit instead of growing to it from [`INITIAL`];
+/// `None` where no limit is documented. A fleet member starts small all the same: the
+/// limit is the fleet's.
+pub fn documented_limit(preset: Preset) -> Option<u32> {
+    match preset {
+        Preset::GitHub => Some(100),
+        _ => None,
+    }
+}
+
 /// Whether a throttle moves a learned cap rather than the rate: a server that says
 /// it is busy (its slots are full) always; a spent window, a rate-limit signal, an
 /// overload (529: the vendor's weather, not this client's doing) or a batch's
@@ -191,6 +204,23 @@ impl Learner {
             recent: 0.0,
             baseline: 0.0,
         }
+    }
+
+    /// A cap at `limit` (at most `most`), known to pass: the ceiling, with no slow
+    /// start; it probes above it as after a refusal.
+    pub fn known(most: u32, limit: u32) -> Learner {
+        let mut learner = Learner::new(most);
+        learner.limit = f64::from(limit.max(1)).min(learner.most);
+        let cap = learner.cap();
+        learner.slow_start = false;
+        learner.ceiling = Some(cap);
+        learner.probe_after = probe_base(cap);
+        learner
+    }
+
+    /// Whether it learned anything yet (an answer came).
+    pub fn is_fresh(&self) -> bool {
+        self.recent == 0.0 && self.epoch == 0
     }
 
     /// The cap in force: requests out at once.

@@ -234,6 +234,25 @@ impl Flights {
         moved
     }
 
+    /// Starts a learned cap that has learned nothing yet over: at `known`, as if
+    /// learned there (`Learner::known`), or small and growing (`Learner::new`).
+    pub fn start(&self, known: Option<u32>) {
+        let Some(learner) = &self.learner else {
+            return;
+        };
+        let mut learner = lock(learner);
+        if !learner.is_fresh() {
+            return;
+        }
+        *learner = match known {
+            Some(limit) => Learner::known(LEARN_MOST, limit),
+            None => Learner::new(LEARN_MOST),
+        };
+        let cap = learner.cap();
+        drop(learner);
+        self.resize(cap);
+    }
+
     /// Sets a learned cap from outside (a fleet member's share).
     pub fn set(&self, cap: u32) {
         let Some(learner) = &self.learner else {

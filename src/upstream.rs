@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::attempt::Cause;
 use crate::clock::{Clock, Instant};
-use crate::concurrency::{CapSetting, Why};
+use crate::concurrency::{CapSetting, Why, documented_limit};
 use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::cost::answer::AnswerCost;
@@ -214,6 +214,7 @@ impl Control {
             )
         };
         if let Some(flights) = &flights {
+            flights.start(documented_limit(settings.preset));
             upstream_metrics.in_flight_cap.set(i64::from(flights.cap()));
         }
         let control = Control {
@@ -471,6 +472,11 @@ impl Control {
 
     /// Joins the fleet with every lane, those made later included.
     pub fn join_fleet(&self, fleet: Arc<Fleet>) {
+        // The documented limit is the fleet's, not this member's.
+        if let Some(flights) = &self.flights {
+            flights.start(None);
+            self.metrics.in_flight_cap.set(i64::from(flights.cap()));
+        }
         self.lanes.join_fleet(fleet);
     }
 

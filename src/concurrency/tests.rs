@@ -320,3 +320,33 @@ fn a_throttle_feeds_the_cap_when_it_says_busy_or_came_with_many_out() {
     assert!(!feeds_cap(Signal::Status, false, 40, 81));
     assert!(!feeds_cap(Signal::Header, true, 100, 100));
 }
+
+#[test]
+fn a_known_limit_starts_as_learned_there() {
+    let mut l = Learner::known(1000, 100);
+    assert_eq!((l.cap(), l.ceiling(), l.is_fresh()), (100, Some(100), true));
+    // No slow start: it probes past the limit only after probe_base(100) successes.
+    let moves = full_successes(&mut l, 399, MS);
+    assert!(moves.iter().all(|m| *m == Move::Hold));
+    assert!(!l.is_fresh());
+    assert_eq!(l.success(100, 100, l.epoch(), MS), Move::Grow);
+    assert_eq!(l.cap(), 101);
+    // Refused with 101 out: back to the limit.
+    assert_eq!(l.refused(101, l.epoch()), Move::Cut(Why::Refused));
+    assert_eq!(l.cap(), 100);
+    assert_eq!(Learner::known(50, 100).cap(), 50);
+    assert_eq!(Learner::known(50, 0).cap(), 1);
+}
+
+#[test]
+fn only_github_documents_a_limit_to_start_at() {
+    assert_eq!(documented_limit(Preset::GitHub), Some(100));
+    for preset in [
+        Preset::None,
+        Preset::ModelServer,
+        Preset::DynamoDb,
+        Preset::OpenAi,
+    ] {
+        assert_eq!(documented_limit(preset), None, "{preset:?}");
+    }
+}

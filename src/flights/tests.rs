@@ -2,6 +2,7 @@
 //! takes permits back only as flights land.
 
 use super::*;
+use crate::concurrency::INITIAL;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -160,4 +161,38 @@ async fn past_the_drain_a_waiter_is_shed_as_draining() {
     let shed = flights.take(far()).await.unwrap_err();
     assert_eq!(shed.reason, ShedReason::Draining);
     assert_eq!(Instant::now(), start + 10 * MS);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_learned_cap_starts_over_at_a_known_limit_or_small() {
+    let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
+    flights.start(Some(100));
+    assert_eq!((flights.cap(), flights.ceiling()), (100, Some(100)));
+    let out = take_n(&flights, 100).await;
+    assert!(flights.take(Instant::now()).await.is_err());
+    drop(out);
+    // A fleet member starts small: the limit is the fleet's.
+    flights.start(None);
+    assert_eq!((flights.cap(), flights.ceiling()), (INITIAL, None));
+    let _four = take_n(&flights, 4).await;
+    assert!(flights.take(Instant::now()).await.is_err());
+    // Once an answer came, what it learned stays.
+    let one = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
+    let flight = one.take(far()).await.unwrap();
+    one.told(&flight, Told::Success(Duration::from_millis(100)));
+    one.start(Some(100));
+    assert_eq!(one.cap(), INITIAL);
+    // A fixed cap has nothing to start over.
+    let fixed = fixed(2, 10);
+    fixed.start(Some(100));
+    assert_eq!(fixed.cap(), 2);
+}
+
+/// `n` flights, taken at once.
+async fn take_n(flights: &Arc<Flights>, n: usize) -> Vec<Flight> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(flights.take(far()).await.unwrap());
+    }
+    out
 }

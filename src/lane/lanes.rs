@@ -13,6 +13,7 @@ use foldhash::fast::RandomState;
 
 use super::{Common, HotKey, Lane, Route};
 use crate::clock::{Clock, Instant};
+use crate::concurrency::CapSetting;
 use crate::config::UpstreamSettings;
 use crate::cost::{self, Unit};
 use crate::fleet::Fleet;
@@ -178,13 +179,20 @@ impl Lanes {
         {
             // A lane that learns (starts at 0) and paces in requests or capacity units
             // starts cold, and proposes nothing until its start does; a token lane's
-            // rate is thousands of units a second, and observe mode never holds a
-            // request.
+            // rate is thousands of units a second, observe mode never holds a
+            // request, and under a learned cap the cap's slow start (4 at once,
+            // doubling per round trip) bounds the first wave already.
             let controller = lane.lock();
             let sleeper = &self.settings.sleeper;
+            let learned_cap = [
+                self.settings.max_in_flight,
+                self.settings.lanes.max_in_flight,
+            ]
+            .contains(&CapSetting::Learn);
             if controller.interval().is_zero()
                 && sleeper.mode == Mode::Pace
                 && self.settings.lanes.cost != Unit::Tokens
+                && !learned_cap
             {
                 link.start_cold(sleeper.floor());
             } else {

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use http::Request;
 
 use crate::clock::{Clock, ManualClock};
+use crate::concurrency::CapSetting;
 use crate::config::{FleetSettings, LaneSettings, UpstreamSettings};
 use crate::fleet::{Fleet, Memory};
 use crate::hints::{Quota, Reading};
@@ -467,4 +468,47 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
     );
     let per_request = lane.pacer.request_floor(now);
     assert_eq!(per_request.as_micros(), 111_111, "60 s / 540");
+}
+
+/// In a fleet, a lane that learns starts cold (paced at the cold start's rate until
+/// the fleet has a measure), unless a learned cap bounds its first wave already.
+#[test]
+fn a_fleet_lane_under_a_learned_cap_does_not_start_cold() {
+    for (cap, cold) in [(CapSetting::Off, true), (CapSetting::Learn, false)] {
+        // With `github`, alone, the cap would start at GitHub's documented 100.
+        let preset = if cap == CapSetting::Learn {
+            Preset::GitHub
+        } else {
+            Preset::None
+        };
+        let (control, metrics, runtime, _manual) = control_with(UpstreamSettings {
+            name: "api".into(),
+            preset,
+            max_in_flight: cap,
+            ..UpstreamSettings::default()
+        });
+        let _inside = runtime.enter();
+        if cap == CapSetting::Learn {
+            assert_eq!(control.flights().map(|f| f.cap()), Some(100));
+        }
+        let settings = FleetSettings::default();
+        let fleet = Arc::new(Fleet::driven(settings.clone(), &metrics, "m".into()));
+        control.join_fleet(Arc::clone(&fleet));
+        let mut memory = Memory::new();
+        fleet.sync_in(
+            &mut memory,
+            settings.sync_interval,
+            Some(settings.sync_interval),
+        );
+        let lane = control.lanes.default_lane();
+        let last = lane.fleet.get().and_then(|link| link.last());
+        assert_eq!(last.is_some_and(|d| d.cold), cold, "{cap}");
+        if cap == CapSetting::Learn {
+            // A fleet member's cap starts small: the limit is the fleet's.
+            assert_eq!(
+                control.flights().map(|f| f.cap()),
+                Some(crate::concurrency::INITIAL)
+            );
+        }
+    }
 }
