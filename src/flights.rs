@@ -38,6 +38,9 @@ pub struct Flights {
     /// Nanoseconds of the recent latency (for a shed's `Retry-After`); 0 before any.
     latency_ns: AtomicU64,
     learner: Option<Mutex<Learner>>,
+    /// The learner's epoch, kept beside it so that a request takes off without
+    /// locking it.
+    epoch: AtomicU64,
     on_move: Option<OnMove>,
     /// The end of the shutdown drain, once it began: no request waits past it.
     drain_by: OnceLock<Instant>,
@@ -102,6 +105,7 @@ impl Flights {
             max_waiting,
             latency_ns: AtomicU64::new(0),
             learner,
+            epoch: AtomicU64::new(0),
             on_move,
             drain_by: OnceLock::new(),
             last_move: AtomicU8::new(0),
@@ -170,10 +174,7 @@ impl Flights {
         permit.forget();
         let out = self.out.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         let cap = self.cap();
-        let epoch = self
-            .learner
-            .as_ref()
-            .map_or(0, |learner| lock(learner).epoch());
+        let epoch = self.epoch.load(Ordering::Relaxed);
         Ok(Flight {
             flights: Arc::clone(self),
             out,
@@ -222,6 +223,7 @@ impl Flights {
             }
             Told::Refused => learner.refused(flight.out, flight.epoch),
         };
+        self.epoch.store(learner.epoch(), Ordering::Relaxed);
         let why = match moved {
             Move::Hold => return moved,
             Move::Grow => Why::Grew,
@@ -248,6 +250,7 @@ impl Flights {
             Some(limit) => Learner::known(LEARN_MOST, limit),
             None => Learner::new(LEARN_MOST),
         };
+        self.epoch.store(learner.epoch(), Ordering::Relaxed);
         let cap = learner.cap();
         drop(learner);
         self.resize(cap);

@@ -196,3 +196,23 @@ async fn take_n(flights: &Arc<Flights>, n: usize) -> Vec<Flight> {
     }
     out
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flight_carries_the_epoch_it_took_off_in() {
+    let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
+    let mut out = take_n(&flights, 4).await;
+    let fourth = out.pop().unwrap();
+    assert_eq!(
+        flights.told(&fourth, Told::Refused),
+        Move::Cut(Why::Refused)
+    );
+    drop(fourth);
+    drop(out.pop());
+    // Sent before the cut: its refusal cuts nothing more.
+    let before = out.pop().unwrap();
+    assert_eq!(flights.told(&before, Told::Refused), Move::Hold);
+    drop(before);
+    // Sent after it: its refusal is news.
+    let after = flights.take(far()).await.unwrap();
+    assert_eq!(flights.told(&after, Told::Refused), Move::Cut(Why::Refused));
+}
