@@ -218,7 +218,7 @@ impl Learner {
         learner
     }
 
-    /// Whether it learned anything yet (an answer came).
+    /// Whether it has learned nothing yet: no answer came and nothing cut it.
     pub fn is_fresh(&self) -> bool {
         self.recent == 0.0 && self.epoch == 0
     }
