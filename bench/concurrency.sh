@@ -22,6 +22,8 @@
 #            of FLEET_WORKERS (40) workers; easeoff sides share through a
 #            redis-server ([fleet], as bench/fleet.sh writes it). The mock never lets
 #            more than the limit in: its refusals count the fleet's tries past it.
+#            FLEET_WORKERS may list one count per sidecar ("70,50,30,10"): a fleet
+#            whose members want different shares of the limit.
 # SIDES (default "sdk easeoff"): sdk the clients straight at the mock; easeoff through
 # EASEOFF_BIN (target/release/easeoff) with preset "model-server" (MODEL_PRESET) or
 # "github" and EASEOFF_EXTRA (default: max_in_flight = "learn") in the [[upstream]]
@@ -110,6 +112,12 @@ start_easeoff() { # NAME MOCK-PORT SIDE PRESET FLEET-SECTION UPSTREAM -> proxy p
   echo "$proxy"
 }
 
+each() { # LIST N -> the Nth of a comma-separated list, or the list if it is one
+  local list
+  IFS=, read -r -a list <<<"$1"
+  if [ "${#list[@]}" -gt 1 ]; then echo "${list[$(($2 - 1))]}"; else echo "$1"; fi
+}
+
 one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   local script style preset workers nclients limit options mock kind=openai
   read -r script style preset workers nclients limit options <<<"$(setup "$1")"
@@ -131,7 +139,7 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   for c in $(seq 1 "$nclients"); do
     url="http://127.0.0.1:$mock"
     [ "$2" = sdk ] || url="http://127.0.0.1:$(start_easeoff "$1-$2-c$c" "$mock" "$2" "$preset" "$fleet" "$style")"
-    "$venv/bin/python" bench/concurrency_client.py "$kind" "$url" "$workers" "$seconds" "c$c" >"$WORK/client-$c.json" &
+    "$venv/bin/python" bench/concurrency_client.py "$kind" "$url" "$(each "$workers" "$c")" "$seconds" "c$c" >"$WORK/client-$c.json" &
     pids+=($!)
   done
   wait "${pids[@]}"
@@ -146,7 +154,7 @@ one_run() { # SCENARIO SIDE RUN -> one JSON line per client
   for c in $(seq 1 "$nclients"); do
     # The mock's refusal times (refused_at) stay in $WORK/counts-SCENARIO-SIDE-RUN.json.
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); m=json.loads(sys.argv[2]); [m.pop(k, None) for k in ("refused_at", "first_at")]; r.update(mock=m, scenario=sys.argv[3], side=sys.argv[4], run=int(sys.argv[5]), client=sys.argv[6], limit=int(sys.argv[7]), workers=int(sys.argv[8])); print(json.dumps(r))' \
-      "$WORK/client-$c.json" "$counts" "$1" "$2" "$3" "c$c" "$limit" "$workers"
+      "$WORK/client-$c.json" "$counts" "$1" "$2" "$3" "c$c" "$limit" "$(each "$workers" "$c")"
   done
 }
 

@@ -71,7 +71,9 @@ def github_table(scenario: str) -> None:
         return
     first = present[0][1][0][0]
     limit, clients = first["limit"], len(present[0][1][0])
-    who = f"{clients} sidecars (or clients) of {first['workers']} workers each" if clients > 1 else f"{first['workers']} workers"
+    counts = [r["workers"] for r in present[0][1][0]]
+    each = f"{first['workers']} workers each" if len(set(counts)) == 1 else f"{', '.join(map(str, counts))} workers"
+    who = f"{clients} sidecars (or clients) of {each}" if clients > 1 else f"{first['workers']} workers"
     print(f"\n{scenario}: at most {limit} in flight for one token, {who}; {seconds} s from the first call, medians of {runs} runs")
     print("| side | calls/min | of the client alone | client errors | calls abandoned | refused of attempts | most in flight at the mock | mean in flight / limit |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -184,6 +184,18 @@ pub struct Learner {
     /// Seconds; 0 before the first answer.
     recent: f64,
     baseline: f64,
+    /// A fleet member's: the fleet's cap over this member's part, 1 alone. Its
+    /// probes wait this many times longer, so that the fleet probes as often as
+    /// one learner of the whole would (`adopt`).
+    spread: f64,
+    /// A probe above the ceiling is out: a success with more out than the ceiling is
+    /// its pass. For a fleet member it is one only while its own probe is out: a part
+    /// taken down leaves more out than the new ceiling for a round trip.
+    probing: bool,
+    /// Added to the limit before it is rounded down to the cap: a fleet member's
+    /// place in [0, 1), so that members whose parts have the same fraction do not
+    /// all round it away (`adopt`).
+    phase: f64,
 }
 
 impl Learner {
@@ -203,6 +215,9 @@ impl Learner {
             shrinking: 0,
             recent: 0.0,
             baseline: 0.0,
+            spread: 1.0,
+            probing: false,
+            phase: 0.0,
         }
     }
 
@@ -230,7 +245,7 @@ impl Learner {
         reason = "the limit lies in [1, most], most a u32"
     )]
     pub fn cap(&self) -> u32 {
-        self.limit.floor().max(1.0) as u32
+        (self.limit + self.phase).floor().clamp(1.0, self.most) as u32
     }
 
     /// Cuts so far: an attempt dispatched in an earlier one was out before the last
@@ -287,6 +302,7 @@ impl Learner {
         }
         if let Some(ceiling) = self.ceiling
             && out > ceiling
+            && (self.spread <= 1.0 || self.probing)
         {
             // A probe got through: more passes than the last refusal said. The next
             // probe comes four times sooner (the limit may have grown by more than
@@ -295,6 +311,7 @@ impl Learner {
             self.probe_after = (self.probe_after / PROBE_SOONER).max(1);
             self.probe_step = self.probe_step.saturating_mul(2).min(PROBE_STEP_MOST);
             self.at_ceiling = 0;
+            self.probing = false;
         }
         if !full || self.recent > LATENCY_HOLD * self.baseline || self.limit >= self.most {
             return Move::Hold;
@@ -305,10 +322,11 @@ impl Learner {
             _ if self.slow_start => self.limit += 1.0,
             Some(ceiling) if before >= ceiling => {
                 self.at_ceiling += 1;
-                if self.at_ceiling < self.probe_after {
+                if f64::from(self.at_ceiling) < f64::from(self.probe_after) * self.spread {
                     return Move::Hold;
                 }
                 self.at_ceiling = 0;
+                self.probing = true;
                 self.limit = f64::from(ceiling) + f64::from(self.probe_step);
             }
             // Back toward the ceiling, half the way a round trip (a cap's worth of
@@ -367,14 +385,41 @@ impl Learner {
         self.ceiling = Some(ceiling);
         self.at_ceiling = 0;
         self.probe_step = 1;
+        self.probing = false;
         self.slow_start = false;
         self.epoch += 1;
         Move::Cut(Why::Refused)
     }
 
-    /// Sets the cap from outside (a fleet member's share of the fleet's cap).
-    pub fn set(&mut self, cap: u32) {
-        self.limit = f64::from(cap.max(1)).min(self.most);
+    /// The cap unrounded: what a fleet member adds to the fleet's cap.
+    pub fn limit(&self) -> f64 {
+        self.limit
+    }
+
+    /// Takes `share`, this fleet member's part of the fleet's cap `fleet` (the
+    /// members' caps summed, split by what each wants out), at `phase` in [0, 1),
+    /// the member's place among them: the part rounds down after `phase` is added,
+    /// so that members with equal parts of 24.25 have 24, 24, 25 and 24 out (97 in
+    /// all), not 24 each. In the slow start, while the member's requests fill its cap
+    /// (`filled`), a share only raises the cap: a member joining a fleet that
+    /// learned already starts at its part, and members starting together grow alike
+    /// until their first refusal. Otherwise the part is the cap, and its probes wait
+    /// `fleet / share` times as long: each one adds to the fleet's cap, which every
+    /// member then takes its part of.
+    pub fn adopt(&mut self, share: f64, fleet: f64, phase: f64, filled: bool) {
+        if !share.is_finite() || !fleet.is_finite() || !phase.is_finite() {
+            return;
+        }
+        let share = share.clamp(1.0, self.most);
+        if self.slow_start && filled {
+            self.limit = self.limit.max(share);
+            return;
+        }
+        self.slow_start = false;
+        self.limit = share;
+        self.phase = phase.clamp(0.0, 0.999);
+        self.spread = (fleet / share).clamp(1.0, f64::from(u32::MAX));
+        self.probing = false;
     }
 
     #[allow(

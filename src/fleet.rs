@@ -43,10 +43,11 @@ use tokio::task::JoinHandle;
 use crate::clock::{Clock, Instant};
 use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
+use crate::flights::Flights;
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
 use decide::{Answered, LaneState, Learned, Sent};
 pub use decide::{COLD_GROWTH, COLD_RATE, Decision, Place, decide, seat_phase, unpaced_share};
-use demand::{Demand, Used};
+use demand::{Capped, Demand, Used};
 pub use fault::Fault;
 pub use fingerprint::fingerprint;
 pub use memory::Memory;
@@ -68,6 +69,11 @@ const KEY_TTL_MEMBER_TTLS: u32 = 12;
 const PRUNE_AT_LEAST: usize = 64;
 /// No proposal yet (the lane has learned nothing), in [`LaneCell::interval`].
 const NONE: u64 = u64::MAX;
+
+/// The weight of one sync's count in a shared cap's want (`LaneSync::want`): the
+/// count out and waiting at one instant is noisy, and each change of the parts
+/// moves requests between members.
+const WANT_WEIGHT: f64 = 0.25;
 /// One process's membership in the fleet; owns the sync task.
 pub struct Fleet {
     inner: Arc<Inner>,
@@ -125,6 +131,8 @@ struct LaneCell {
     queue: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
     /// The shortest interval a cold start grows to, if the lane starts cold.
     cold: OnceLock<Duration>,
+    /// The learned concurrency cap the fleet shares through this key, if any.
+    flights: OnceLock<Arc<Flights>>,
     /// The lane's own gauges, or those the lanes past `metrics_lanes` share.
     metrics: FleetLaneMetrics,
     /// The sync task's own state for the lane; only that task locks it.
@@ -148,6 +156,9 @@ struct LaneSync {
     /// When the lane's summary that last counted this member was written
     /// (`Answer::counted_in`).
     counted_in: u64,
+    /// The requests the shared cap's requests would have out, averaged over the
+    /// syncs (`demand::Capped::want`); `None` before the first.
+    want: Option<f64>,
 }
 
 impl LaneSync {
@@ -164,6 +175,15 @@ pub struct LaneLink {
 }
 
 impl LaneLink {
+    /// Shares the lane's learned cap with the fleet: the members' caps add up to
+    /// the fleet's, which each member takes its part of by what it wants out
+    /// ([`adopt_cap`]). A fixed cap is its own.
+    pub fn share_cap(&self, flights: Arc<Flights>) {
+        if flights.learns() {
+            let _ = self.cell.flights.set(flights);
+        }
+    }
+
     /// A request arrived for the lane (its demand); one relaxed atomic add.
     #[inline]
     pub fn arrived(&self) {
@@ -411,6 +431,31 @@ impl Fleet {
             "easeoff:{{{}:{upstream}:{lane}}}:state",
             self.inner.settings.group
         );
+        self.enroll(upstream, lane, key, named, on_sync)
+    }
+
+    /// Shares `flights`, an upstream's learned cap (`max_in_flight = "learn"` on the
+    /// upstream), with the fleet under a key of its own; count the upstream's
+    /// requests with [`LaneLink::arrived`], so that the member syncs while busy.
+    pub fn share_upstream_cap(&self, upstream: &str, flights: Arc<Flights>) -> LaneLink {
+        let key = format!(
+            "easeoff:{{{}:{upstream}}}:in_flight",
+            self.inner.settings.group
+        );
+        let link = self.enroll(upstream, "", key, false, Box::new(|_| {}));
+        link.share_cap(flights);
+        link
+    }
+
+    /// Registers a cell under `key`.
+    fn enroll(
+        &self,
+        upstream: &str,
+        lane: &str,
+        key: String,
+        named: bool,
+        on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
+    ) -> LaneLink {
         let cell = Arc::new(LaneCell {
             upstream: upstream.to_string(),
             lane: lane.to_string(),
@@ -432,6 +477,7 @@ impl Fleet {
             on_sync,
             queue: OnceLock::new(),
             cold: OnceLock::new(),
+            flights: OnceLock::new(),
             metrics: if named {
                 self.inner.metrics.lane(upstream, lane)
             } else {
@@ -824,12 +870,28 @@ fn prepare<'a>(
         let micros = lane.interval.load(Ordering::Relaxed);
         let epoch = lane.epoch.load(Ordering::Relaxed);
         let from = lane.raised_from.load(Ordering::Relaxed);
+        let capped = lane
+            .flights
+            .get()
+            .and_then(|f| f.capped())
+            .map(|(cap, want)| {
+                let want = sync.want.map_or(want, |w| w + WANT_WEIGHT * (want - w));
+                sync.want = Some(want);
+                // A cap counts for the fleet as far as it is used: one above what the
+                // member's clients send was never tried, and added to the others' it
+                // would hand them room that the upstream refuses.
+                Capped {
+                    cap: cap.min(want),
+                    want,
+                }
+            });
         let entry = due::Entry {
             demand,
             used,
             through,
             tried,
             proposal: (micros != NONE).then_some((micros, epoch)),
+            capped,
         };
         let state = due::Lane {
             reported: sync.reported,
@@ -877,6 +939,7 @@ impl<'a> Round<'a> {
             proposal,
             counted_in: sync.counted_in,
             seat: sync.state.seat,
+            capped: entry.capped,
         });
         self.lanes.push(lane);
         self.entries.push(entry);
@@ -949,6 +1012,7 @@ fn conclude(
                     ticked: round.ticked,
                 };
                 apply(lane, &answered);
+                adopt_cap(lane, &answer, round.entries[i].capped);
             }
             Err(error) => {
                 lane.raised_from
@@ -1031,6 +1095,38 @@ fn apply(lane: &LaneCell, answered: &Answered<'_>) {
     lane.epoch.store(decision.epoch, Ordering::Relaxed);
     let micros = u64::try_from(decision.interval.as_micros()).unwrap_or(NONE - 1);
     lane.interval.store(micros, Ordering::Relaxed);
+}
+
+/// Hands the lane's learned cap its part of the fleet's: the members' caps summed
+/// (this member's as it is now, so that a cut since it reported counts), split by
+/// what each wants out, as `reported`, and rounded at the member's seat's phase
+/// (`Learner::adopt`). A member that no other shares the cap with
+/// keeps its own.
+fn adopt_cap(lane: &LaneCell, answer: &Answer, reported: Option<Capped>) {
+    let (Some(flights), Some(mine)) = (lane.flights.get(), reported) else {
+        return;
+    };
+    // A cap's own key (an upstream's) has no schedule to keep the seat for it.
+    let seat = {
+        let mut sync = lock(&lane.sync);
+        sync.state.seat = sync.state.seat.or(answer.seat);
+        sync.state.seat
+    };
+    let others = answer.others_capped;
+    let Some((cap, want)) = flights.capped().filter(|_| others.cap > 0.0) else {
+        return;
+    };
+    let cap = cap.min(want.max(mine.want));
+    let wants = mine.want + others.want;
+    if wants <= 0.0 {
+        return;
+    }
+    let fleet = cap + others.cap;
+    flights.adopt(
+        fleet * mine.want / wants,
+        fleet,
+        seat.map_or(0.0, seat_phase),
+    );
 }
 
 /// One log line when a lane's live members start or stop disagreeing on its settings.
@@ -1613,5 +1709,77 @@ mod tests {
             link.pacing(Duration::from_millis(2)),
             Duration::from_millis(32)
         );
+    }
+
+    /// Two members share an upstream's learned cap: the caps add up to the
+    /// fleet's, and each takes its part by what it wants out (out and waiting),
+    /// rounded at its seat's phase so that the parts add up to the whole.
+    #[tokio::test(start_paused = true)]
+    async fn members_split_the_sum_of_their_learned_caps_by_what_they_want_out() {
+        use crate::concurrency::CapSetting;
+        use crate::flights::Told;
+        let metrics = Metrics::new().unwrap();
+        let mut memory = Memory::new();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut members = Vec::new();
+        let mut held = Vec::new();
+        for name in ["a", "b"] {
+            let fleet = Fleet::driven(settings.clone(), &metrics, name.to_string());
+            let flights = Flights::new(CapSetting::Learn, 100, Clock::Tokio, None).unwrap();
+            let link = fleet.share_upstream_cap("up", Arc::clone(&flights));
+            // Refused with 4 out: a cap of 3, out of its slow start.
+            let mut out = Vec::new();
+            for _ in 0..4 {
+                out.push(flights.take(far).await.unwrap());
+            }
+            flights.told(&out[3], Told::Refused);
+            out.truncate(3);
+            assert_eq!(flights.cap(), 3);
+            held.push(out);
+            members.push((fleet, link, flights));
+        }
+        // Member a has 9 more requests waiting: it wants 12 out, b 3.
+        let a = Arc::clone(&members[0].2);
+        let waiters: Vec<_> = (0..9)
+            .map(|_| {
+                let a = Arc::clone(&a);
+                tokio::spawn(async move {
+                    let _flight = a.take(far).await;
+                    std::future::pending::<()>().await;
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert_eq!(a.waiting(), 9);
+        let mut now = Duration::ZERO;
+        for _ in 0..40 {
+            now += sync;
+            for (fleet, link, _) in &members {
+                link.arrived();
+                fleet.sync_in(&mut memory, now, Some(sync));
+            }
+            tokio::task::yield_now().await;
+        }
+        // The fleet's 6 split 12 : 3, about 4.8 and 1.2: at seats 1 and 2 (phases
+        // 1/2 and 1/4) 5 and 1.
+        let caps: Vec<u32> = members.iter().map(|(_, _, f)| f.cap()).collect();
+        let limits: Vec<f64> = members
+            .iter()
+            .map(|(_, _, f)| f.capped().unwrap().0)
+            .collect();
+        let seats: Vec<_> = members
+            .iter()
+            .map(|(_, l, _)| lock(&l.cell.sync).state.seat)
+            .collect();
+        assert_eq!(seats, vec![Some(1), Some(2)]);
+        assert!((limits[0] / limits[1] - 4.0).abs() < 1e-9, "{limits:?}");
+        // The members took their parts at different syncs: the sum moved a little.
+        assert!((limits[0] + limits[1] - 6.0).abs() < 0.25, "{limits:?}");
+        assert_eq!(caps, vec![5, 1]);
+        for waiter in waiters {
+            waiter.abort();
+        }
     }
 }

@@ -256,19 +256,31 @@ impl Flights {
         self.resize(cap);
     }
 
-    /// Sets a learned cap from outside (a fleet member's share).
-    pub fn set(&self, cap: u32) {
+    /// Takes a fleet member's part `share` of the fleet's learned cap `fleet`, at its
+    /// place `phase` among the members (`Learner::adopt`).
+    pub fn adopt(&self, share: f64, fleet: f64, phase: f64) {
+        let filled = f64::from(self.out()) + self.waiting() as f64 >= f64::from(self.cap());
         let Some(learner) = &self.learner else {
             return;
         };
         let mut learner = lock(learner);
-        learner.set(cap);
+        learner.adopt(share, fleet, phase, filled);
+        self.epoch.store(learner.epoch(), Ordering::Relaxed);
         let cap = learner.cap();
         drop(learner);
         if cap != self.cap() {
             self.resize(cap);
             self.moved(cap, Why::Fleet);
         }
+    }
+
+    /// What a fleet member tells the fleet of its learned cap: the cap unrounded, and
+    /// the requests it would have out (those out and those waiting); `None` for a
+    /// fixed cap.
+    pub fn capped(&self) -> Option<(f64, f64)> {
+        let limit = lock(self.learner.as_ref()?).limit();
+        let want = f64::from(self.out()) + self.waiting() as f64;
+        Some((limit, want))
     }
 
     /// Remembers why the cap moved to `cap` and tells its owner.

@@ -690,7 +690,8 @@ fn lane_flights(
 ) -> Option<Arc<Flights>> {
     let (upstream, lane) = (common.upstream.to_string(), lane.to_string());
     let on_move: OnMove = Box::new(move |cap, why| {
-        if why != Why::Grew {
+        // Its own cuts: a fleet member's part moves with the others' caps.
+        if matches!(why, Why::Refused | Why::Latency) {
             tracing::info!(upstream = %upstream, lane = %lane, cap, why = why.as_str(), "the lane's max_in_flight moved");
         }
     });

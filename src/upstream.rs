@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use crate::attempt::Cause;
@@ -20,7 +20,7 @@ use crate::config::UpstreamSettings;
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::cost::answer::AnswerCost;
 use crate::deadline::after;
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, LaneLink};
 use crate::flights::{Flights, OnMove};
 use crate::lane::{Answer, CappedHint, Lane, Lanes, Pass, Route, Settled, Told};
 use crate::metrics::{Metrics, RetryReason, UpstreamMetrics};
@@ -103,6 +103,9 @@ pub struct Control {
     observer: Option<Observer>,
     /// `max_in_flight`: the requests out at once, when capped.
     flights: Option<Arc<Flights>>,
+    /// A learned cap's link to the fleet, once it joined one: it counts the
+    /// requests, so that the member syncs its part while it sends.
+    cap_link: OnceLock<LaneLink>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -202,7 +205,8 @@ impl Control {
             let on_move: OnMove = Box::new(move |cap, why| {
                 metrics.in_flight_cap.set(i64::from(cap));
                 metrics.cap_move(why).inc();
-                if why != Why::Grew {
+                // Its own cuts: a fleet member's part moves with the others' caps.
+                if matches!(why, Why::Refused | Why::Latency) {
                     tracing::info!(upstream = %name, cap, why = why.as_str(), learns, "max_in_flight moved");
                 }
             });
@@ -234,6 +238,7 @@ impl Control {
             shed_notice: Notice::every(Duration::from_secs(1)),
             settings,
             observer,
+            cap_link: OnceLock::new(),
         };
         control
             .metrics
@@ -438,6 +443,9 @@ impl Control {
         // Boxed, as a cap is rare: every request's future would carry room for the
         // semaphore's wait otherwise.
         if let Some(upstream) = &self.flights {
+            if let Some(link) = self.cap_link.get() {
+                link.arrived();
+            }
             let flight = Box::pin(upstream.take(deadline))
                 .await
                 .map_err(|shed| (shed, &route.first))?;
@@ -476,6 +484,10 @@ impl Control {
         if let Some(flights) = &self.flights {
             flights.start(None);
             self.metrics.in_flight_cap.set(i64::from(flights.cap()));
+            if flights.learns() && self.cap_link.get().is_none() {
+                let link = fleet.share_upstream_cap(self.name(), Arc::clone(flights));
+                let _ = self.cap_link.set(link);
+            }
         }
         self.lanes.join_fleet(fleet);
     }

@@ -258,14 +258,65 @@ fn latency_at_three_times_its_baseline_cuts_once_per_caps_worth() {
 }
 
 #[test]
-fn set_takes_a_share_within_bounds() {
+fn a_share_raises_a_slow_start_and_is_the_cap_past_it() {
     let mut l = Learner::new(50);
-    l.set(30);
-    assert_eq!(l.cap(), 30);
-    l.set(0);
+    // In the slow start a share only raises the cap.
+    l.adopt(2.0, 8.0, 0.0, true);
+    assert_eq!(l.cap(), 4);
+    l.adopt(30.5, 61.0, 0.0, true);
+    assert_eq!((l.cap(), l.limit(), l.epoch()), (30, 30.5, 0));
+    // Refused with 30 out: 29, the ceiling.
+    assert_eq!(l.refused(30, 0), Move::Cut(Why::Refused));
+    assert_eq!((l.cap(), l.ceiling(), l.epoch()), (29, Some(29), 1));
+    // Past the slow start the share is the cap; the ceiling stays the member's own.
+    l.adopt(25.25, 101.0, 0.0, true);
+    assert_eq!((l.cap(), l.ceiling(), l.epoch()), (25, Some(29), 1));
+    // At a phase of 0.75 a part of 25.25 rounds to 26.
+    l.adopt(25.25, 101.0, 0.75, true);
+    assert_eq!(l.cap(), 26);
+    // Within bounds; a share that is not a number changes nothing.
+    l.adopt(0.0, 100.0, 0.0, true);
     assert_eq!(l.cap(), 1);
-    l.set(500);
+    l.adopt(500.0, 500.0, 0.0, true);
     assert_eq!(l.cap(), 50);
+    l.adopt(f64::NAN, 100.0, 0.0, true);
+    assert_eq!(l.cap(), 50);
+    // A slow start that the member's requests do not fill takes its part, and is
+    // over: a later part below it is taken too.
+    let mut l = Learner::new(50);
+    l.adopt(30.0, 60.0, 0.0, true);
+    l.adopt(6.25, 100.0, 0.0, false);
+    assert_eq!((l.cap(), l.ceiling()), (6, None));
+    l.adopt(3.0, 100.0, 0.0, true);
+    assert_eq!(l.cap(), 3);
+}
+
+#[test]
+fn a_fleet_member_probes_as_rarely_as_one_learner_of_the_whole() {
+    let ms = Duration::from_millis(100);
+    // Ceiling 25, a probe after 100 successes alone; a part of a quarter of the
+    // fleet's cap waits four times as long.
+    let mut l = Learner::known(1024, 25);
+    l.adopt(25.0, 100.0, 0.0, true);
+    for _ in 0..399 {
+        assert_eq!(l.success(25, 25, 0, ms), Move::Hold);
+    }
+    assert_eq!(l.success(25, 25, 0, ms), Move::Grow);
+    assert_eq!(l.cap(), 26);
+    // Its probe passes: the ceiling is 26.
+    l.success(26, 26, 0, ms);
+    assert_eq!(l.ceiling(), Some(26));
+    // A part taken down leaves more out than the ceiling for a round trip: no
+    // probe of its own was out, so that is no pass.
+    let mut l = Learner::known(1024, 25);
+    l.adopt(20.0, 100.0, 0.0, true);
+    assert_eq!(l.cap(), 20);
+    l.success(26, 26, 0, ms);
+    assert_eq!(l.ceiling(), Some(25));
+    // Alone, the same success passes as a probe would.
+    let mut alone = Learner::known(1024, 25);
+    alone.success(26, 26, 0, ms);
+    assert_eq!(alone.ceiling(), Some(26));
 }
 
 #[test]

@@ -63,15 +63,39 @@ pub fn floored(demand: f64, floor: f64, warm: bool) -> f64 {
 
 /// A member's entry in the lane's hash after its last-seen time:
 /// `<demand> <used> <fingerprint> <through> <tried>` (`fingerprint.rs`, `-` when
-/// empty; [`Used::through`], [`Used::tried`]). The later fields come last, so that
-/// an entry reads the same to a member that knows only the first three or four.
-pub fn entry(demand: f64, used: f64, fingerprint: &str, through: f64, tried: f64) -> String {
+/// empty; [`Used::through`], [`Used::tried`]), then `<cap> <want>` when the member
+/// shares a learned concurrency cap through the key ([`Capped`]). The later fields
+/// come last, so that an entry reads the same to a member that knows only the first
+/// three or four.
+pub fn entry(
+    demand: f64,
+    used: f64,
+    fingerprint: &str,
+    through: f64,
+    tried: f64,
+    capped: Option<Capped>,
+) -> String {
     let fingerprint = if fingerprint.is_empty() {
         "-"
     } else {
         fingerprint
     };
-    format!("{demand} {used} {fingerprint} {through} {tried}")
+    match capped {
+        Some(Capped { cap, want }) => {
+            format!("{demand} {used} {fingerprint} {through} {tried} {cap} {want}")
+        }
+        None => format!("{demand} {used} {fingerprint} {through} {tried}"),
+    }
+}
+
+/// What a member tells the fleet of the learned concurrency cap it shares.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Capped {
+    /// Its cap, unrounded (`concurrency::Learner::limit`).
+    pub cap: f64,
+    /// The requests it would have out at once: those out and those waiting for a
+    /// place, of late.
+    pub want: f64,
 }
 
 /// An entry written by [`entry`], read.
@@ -89,6 +113,9 @@ pub struct Read<'a> {
     pub tried: f64,
     /// Its fingerprint, empty if none.
     pub fingerprint: &'a str,
+    /// Its learned concurrency cap and what it wants out, zero where the entry does
+    /// not say.
+    pub capped: Capped,
 }
 
 /// Reads an entry written by [`entry`]; a missing or unreadable dispatch rate counts
@@ -115,12 +142,24 @@ pub fn parse(entry: &str) -> Option<Read<'_>> {
         .next()
         .and_then(|t| t.parse::<f64>().ok())
         .map_or(through, sane);
+    let mut finite = || {
+        parts
+            .next()
+            .and_then(|x| x.parse::<f64>().ok())
+            .filter(|x| x.is_finite())
+            .map_or(0.0, sane)
+    };
+    let capped = Capped {
+        cap: finite(),
+        want: finite(),
+    };
     Some(Read {
         claim: claim(demand, used),
         used,
         through,
         tried,
         fingerprint,
+        capped,
     })
 }
 
@@ -323,15 +362,30 @@ mod tests {
                 through,
                 tried,
                 fingerprint,
+                capped: Capped::default(),
             })
         };
         assert_eq!(
-            parse(&entry(100.0, 12.5, "", 6.0, 9.0)),
+            parse(&entry(100.0, 12.5, "", 6.0, 9.0, None)),
             read(25.0, 12.5, 6.0, 9.0, "")
         );
         assert_eq!(
-            parse(&entry(0.1, 12.5, "00ff", 6.0, 9.0)),
+            parse(&entry(0.1, 12.5, "00ff", 6.0, 9.0, None)),
             read(0.1, 12.5, 6.0, 9.0, "00ff")
+        );
+        // A member that shares a learned cap says it and what it wants out; an
+        // unreadable or infinite one counts as none.
+        let capped = Capped {
+            cap: 25.5,
+            want: 40.0,
+        };
+        assert_eq!(
+            parse(&entry(0.1, 12.5, "00ff", 6.0, 9.0, Some(capped))),
+            read(0.1, 12.5, 6.0, 9.0, "00ff").map(|r| Read { capped, ..r })
+        );
+        assert_eq!(
+            parse("5 3 - 1 1 inf x").map(|r| r.capped),
+            Some(Capped::default())
         );
         // An entry that does not say what got through: its dispatch rate; one that
         // does not say what it tried: what got through.

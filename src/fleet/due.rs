@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use super::demand::Capped;
+
 /// How far a lane's demand or dispatch rate may move from what its entry says
 /// before the lane reports it: by a factor of two either way.
 pub const DRIFT: f64 = 2.0;
@@ -35,6 +37,8 @@ pub struct Entry {
     pub tried: f64,
     /// The proposal's interval (µs) and epoch, `None` before the lane learned any.
     pub proposal: Option<(u64, u64)>,
+    /// The learned concurrency cap shared through the lane's key, if one is.
+    pub capped: Option<Capped>,
 }
 
 /// A lane's state at a round, for [`due`].
@@ -185,6 +189,7 @@ mod tests {
             through: used,
             tried: used,
             proposal: Some((10_000, 3)),
+            capped: None,
         }
     }
 

@@ -121,6 +121,7 @@ impl Lane {
             report.fingerprint,
             report.through,
             report.tried,
+            report.capped,
         );
         let changed = old.as_ref().is_none_or(|(_, text)| *text != entry);
         self.changed |= changed;
@@ -160,6 +161,7 @@ impl Lane {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::demand::Capped;
     use crate::fleet::learning::Proposal;
 
     const ZERO: Duration = Duration::ZERO;
@@ -197,6 +199,7 @@ mod tests {
             proposal,
             counted_in: 0,
             seat: Some(0),
+            capped: None,
         }
     }
 
@@ -413,6 +416,10 @@ mod tests {
                     proposal,
                     counted_in: in_redis.get(&member).copied().unwrap_or(0),
                     seat: rng.bool().then(|| rng.u64(0..40)),
+                    capped: rng.bool().then(|| Capped {
+                        cap: f64::from(rng.u16(0..400)) / 4.0,
+                        want: f64::from(rng.u16(0..400)) / 8.0,
+                    }),
                 };
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let mut got = store

@@ -39,6 +39,7 @@ use redis::{
 };
 use tokio::sync::watch;
 
+use super::demand::Capped;
 use super::learning::{Proposal, Shared};
 pub use super::summary::Answer;
 use super::summary::Summary;
@@ -52,7 +53,8 @@ use crate::config::{FleetSettings, RedisMode, RedisUrl};
 /// epoch raised from (empty for none), the member's seat (`?` to ask for one), and
 /// `1` for a raise to what the fleet got through (`Proposal::capped`). The
 /// hash's `r` is when the last raise landed, `s` the summary (`summary.rs`), `a` the
-/// attempts it summed (`<written ms> <tried>`, apart so that a member whose script
+/// attempts it summed with the learned caps shared through the key and what their
+/// members want out (`<written ms> <tried> <caps> <wants>`, apart so that a member whose script
 /// does not know them reads `s` as before; `Summary::tried_from`), `d` set
 /// while entries changed since it, `n` the last seat given, `v` the fleet's
 /// progress (`summary::Answer::progress`) when the interval last changed, at `t` (µs
@@ -80,9 +82,10 @@ end
 local function summarize(key)
   local fields = redis.call('HGETALL', key)
   local claims, through, tried, seen_fps, dead, oldest = {}, 0, 0, {}, {}, now
+  local caps, wants = 0, 0
   for k = 1, #fields, 2 do
     if string.sub(fields[k], 1, 2) == 'm:' then
-      local seen, d, u, fp, g, a = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)')
+      local seen, d, u, fp, g, a, c, w = string.match(fields[k + 1], '^(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)')
       seen = tonumber(seen)
       if seen == nil or now - seen > ttl then
         dead[#dead + 1] = fields[k]
@@ -102,6 +105,10 @@ local function summarize(key)
           claims[#claims + 1] = math.min(d, 2 * u, CAP)
           if g < math.huge then through = through + g end
           if a < math.huge then tried = tried + a end
+          -- A learned concurrency cap and what the member wants out (`demand::Capped`).
+          c, w = tonumber(c) or 0, tonumber(w) or 0
+          if c == c and c >= 0 and c < math.huge then caps = caps + c end
+          if w == w and w >= 0 and w < math.huge then wants = wants + w end
           if fp ~= '' and fp ~= '-' then seen_fps[fp] = true end
         end
       end
@@ -128,7 +135,7 @@ local function summarize(key)
     end
   end
   local s = table.concat(parts, ' ')
-  local a = stamp .. ' ' .. num(tried)
+  local a = stamp .. ' ' .. num(tried) .. ' ' .. num(caps) .. ' ' .. num(wants)
   redis.call('HSET', key, 's', s, 'a', a)
   redis.call('HDEL', key, 'd')
   -- Written again at least once a member TTL while anyone syncs: the key outlives
@@ -265,6 +272,8 @@ pub struct Report<'a> {
     pub counted_in: u64,
     /// The member's seat in the lane, or `None` to ask for one ([`Answer::seat`]).
     pub seat: Option<u64>,
+    /// The learned concurrency cap the member shares through the key, if it does.
+    pub capped: Option<Capped>,
 }
 
 /// The times a sync passes to the script.
@@ -598,6 +607,7 @@ fn arguments<'a>(
                 lane.fingerprint,
                 lane.through,
                 lane.tried,
+                lane.capped,
             )),
             Cow::Owned(lane.counted_in.to_string()),
             text(p.map(|p| p.interval.as_micros().to_string())),
@@ -814,6 +824,7 @@ mod tests {
                 counted_in: 1_700_000_000_000,
                 progress: None,
                 seat: None,
+                others_capped: Capped::default(),
             }
         );
         let seated = answer(&strings(&["20000", "3", summary, "", "1500", "7"]));
@@ -837,6 +848,7 @@ mod tests {
                 counted_in: 0,
                 progress: None,
                 seat: None,
+                others_capped: Capped::default(),
             }
         );
         assert_eq!(answer(&strings(&["", ""])), Answer::default());

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use super::demand;
+use super::demand::{self, Capped};
 use super::learning::Shared;
 
 /// Groups of claims a summary keeps: members beyond this many share a group.
@@ -42,6 +42,9 @@ pub struct Answer {
     /// The attempts the other live members made, per second, summed
     /// (`demand::Used::tried`).
     pub others_tried: f64,
+    /// The learned concurrency caps the other live members share through the key,
+    /// and what they want out, summed (`demand::Capped`).
+    pub others_capped: Capped,
     /// The distinct fingerprints of the lane's live members, this one's included.
     pub fingerprints: Vec<String>,
     /// When the summary was written, by the store's clock, if it counted this
@@ -80,6 +83,9 @@ pub struct Summary {
     /// The script keeps it in a field of its own (`a`, [`Summary::tried_from`]), so
     /// that a member that does not know it reads the summary as before.
     pub tried: f64,
+    /// The members' learned concurrency caps and what they want out, summed; kept in
+    /// `a` with the attempts.
+    pub capped: Capped,
     /// The members' distinct non-empty fingerprints, sorted, at most [`FINGERPRINTS`].
     pub fingerprints: Vec<String>,
     /// The members' claims, ascending, in at most [`GROUPS`] groups.
@@ -95,6 +101,8 @@ pub struct Counted<'a> {
     pub through: f64,
     /// The attempts it made, 0 if infinite.
     pub tried: f64,
+    /// Its learned cap and what it wants out.
+    pub capped: Capped,
     /// Its fingerprint.
     pub fingerprint: &'a str,
 }
@@ -108,6 +116,7 @@ pub fn read(entry: &str) -> Option<Counted<'_>> {
         claim: read.claim.min(CLAIM_CAP),
         through: finite(read.through),
         tried: finite(read.tried),
+        capped: read.capped,
         fingerprint: read.fingerprint,
     })
 }
@@ -118,11 +127,14 @@ impl Summary {
     pub fn of<'a>(at: u64, entries: impl IntoIterator<Item = &'a str>) -> Summary {
         let mut claims = Vec::new();
         let (mut through, mut tried) = (0.0, 0.0);
+        let mut capped = Capped::default();
         let mut fingerprints = BTreeSet::new();
         for counted in entries.into_iter().filter_map(read) {
             claims.push(counted.claim);
             through += counted.through;
             tried += counted.tried;
+            capped.cap += counted.capped.cap;
+            capped.want += counted.capped.want;
             if !counted.fingerprint.is_empty() {
                 fingerprints.insert(counted.fingerprint);
             }
@@ -144,6 +156,7 @@ impl Summary {
             at,
             through,
             tried,
+            capped,
             fingerprints: fingerprints
                 .into_iter()
                 .take(FINGERPRINTS)
@@ -178,21 +191,37 @@ impl Summary {
             at,
             through,
             tried: through,
+            capped: Capped::default(),
             fingerprints,
             groups,
         })
     }
 
-    /// The summary with the attempts summed in `a`, the script's field `<written ms>
-    /// <tried>` written with it; unchanged if `a` was written with another summary
-    /// (by a member whose script does not know it) or is unreadable.
+    /// The summary with the attempts, caps and wants summed in `a`, the script's
+    /// field `<written ms> <tried> <caps> <wants>` written with it; unchanged if `a`
+    /// was written with another summary (by a member whose script does not know it)
+    /// or is unreadable. Caps and wants a script did not sum are none.
     #[must_use]
     pub fn tried_from(self, a: &str) -> Summary {
         let mut parts = a.split(' ');
         let written = parts.next().and_then(|at| at.parse::<u64>().ok());
-        let tried = parts.next().and_then(|t| t.parse::<f64>().ok());
+        let mut number = || {
+            parts
+                .next()
+                .and_then(|t| t.parse::<f64>().ok())
+                .filter(|t| t.is_finite() && *t >= 0.0)
+        };
+        let tried = number();
+        let capped = Capped {
+            cap: number().unwrap_or(0.0),
+            want: number().unwrap_or(0.0),
+        };
         match (written, tried) {
-            (Some(at), Some(tried)) if at == self.at && tried >= 0.0 => Summary { tried, ..self },
+            (Some(at), Some(tried)) if at == self.at => Summary {
+                tried,
+                capped,
+                ..self
+            },
             _ => self,
         }
     }
@@ -201,7 +230,7 @@ impl Summary {
     /// the member's own entry if the summary counted it.
     pub fn answer(&self, shared: Option<Shared>, counted: Option<&str>) -> Answer {
         let mut groups = self.groups.clone();
-        let (mut through, mut tried) = (self.through, self.tried);
+        let (mut through, mut tried, mut capped) = (self.through, self.tried, self.capped);
         if let Some(mine) = counted.and_then(read)
             && let Some(g) = groups
                 .iter_mut()
@@ -211,6 +240,8 @@ impl Summary {
             g.sum -= mine.claim;
             through -= mine.through;
             tried -= mine.tried;
+            capped.cap -= mine.capped.cap;
+            capped.want -= mine.capped.want;
         }
         let mut others = Vec::new();
         for g in groups.iter().filter(|g| g.count > 0) {
@@ -229,6 +260,14 @@ impl Summary {
                 0.0
             } else {
                 tried.max(0.0)
+            },
+            others_capped: if others.is_empty() {
+                Capped::default()
+            } else {
+                Capped {
+                    cap: capped.cap.max(0.0),
+                    want: capped.want.max(0.0),
+                }
             },
             others,
             fingerprints: self.fingerprints.clone(),
@@ -289,6 +328,7 @@ mod tests {
                 at: 1_700_000_000_000,
                 through: 12.5,
                 tried: 12.5,
+                capped: Capped::default(),
                 fingerprints: vec!["ab".to_string(), "cd".to_string()],
                 groups: vec![
                     Group {
@@ -315,7 +355,34 @@ mod tests {
         assert_eq!(s.clone().tried_from("1700000000000 20").tried, 20.0);
         assert_eq!(s.clone().tried_from("1699999999750 20").tried, 12.5);
         assert_eq!(s.clone().tried_from("1700000000000 x").tried, 12.5);
-        assert_eq!(s.tried_from("").tried, 12.5);
+        assert_eq!(s.clone().tried_from("").tried, 12.5);
+        // The caps and wants, from the same field; none where it does not say them.
+        let capped = |cap, want| Capped { cap, want };
+        let read = |a: &str| s.clone().tried_from(a).capped;
+        assert_eq!(read("1700000000000 20 75.5 120"), capped(75.5, 120.0));
+        assert_eq!(read("1700000000000 20"), Capped::default());
+        assert_eq!(read("1700000000000 20 -1 inf"), Capped::default());
+        assert_eq!(read("1699999999750 20 75.5 120"), Capped::default());
         assert_eq!(Summary::parse(""), None);
+    }
+
+    #[test]
+    fn the_caps_shared_through_a_key_sum_and_a_member_sees_the_others() {
+        let entries = ["5 10 - 10 10 25.5 40", "5 10 - 10 10 30 20", "5 10 - 10 10"];
+        let s = Summary::of(9, entries);
+        let capped = |cap, want| Capped { cap, want };
+        assert_eq!(s.capped, capped(55.5, 60.0));
+        assert_eq!(
+            s.answer(None, Some("5 10 - 10 10 30 20")).others_capped,
+            capped(25.5, 40.0)
+        );
+        // Not counted yet: every member's.
+        assert_eq!(s.answer(None, None).others_capped, capped(55.5, 60.0));
+        // Alone: none.
+        let alone = Summary::of(9, ["5 10 - 10 10 30 20"]);
+        assert_eq!(
+            alone.answer(None, Some("5 10 - 10 10 30 20")).others_capped,
+            Capped::default()
+        );
     }
 }

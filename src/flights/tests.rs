@@ -108,26 +108,36 @@ async fn a_cut_takes_permits_back_as_flights_land() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn set_moves_a_learned_cap_both_ways() {
+async fn a_share_moves_a_learned_cap_both_ways_past_its_slow_start() {
     let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
-    let held: Vec<Flight> = vec![
-        flights.take(far()).await.unwrap(),
-        flights.take(far()).await.unwrap(),
-    ];
-    flights.set(1);
+    // In a slow start that its requests fill, a share only raises the cap.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(flights.take(far()).await.unwrap());
+    }
+    flights.adopt(1.0, 100.0, 0.0);
+    assert_eq!(flights.cap(), 4);
+    assert_eq!(flights.capped(), Some((4.0, 4.0)));
+    let fourth = held.pop().unwrap();
+    flights.told(&fourth, Told::Refused);
+    drop(fourth);
+    assert_eq!(flights.cap(), 3);
+    flights.adopt(1.0, 100.0, 0.0);
     assert_eq!(flights.cap(), 1);
-    // Two out against a cap of one: the first landing pays the debt.
+    // Three out against a cap of one: the first two landings pay the debt.
     drop(held);
     let _one = flights.take(Instant::now()).await.unwrap();
     assert!(flights.take(Instant::now()).await.is_err());
-    flights.set(3);
+    flights.adopt(3.5, 100.0, 0.0);
+    assert_eq!(flights.cap(), 3);
+    assert_eq!(flights.capped(), Some((3.5, 1.0)));
     let _two = flights.take(Instant::now()).await.unwrap();
     let _three = flights.take(Instant::now()).await.unwrap();
     assert!(flights.take(Instant::now()).await.is_err());
-    // A fixed cap does not move.
+    // A fixed cap does not move, and has nothing to share.
     let fixed = fixed(2, 10);
-    fixed.set(9);
-    assert_eq!(fixed.cap(), 2);
+    fixed.adopt(9.0, 100.0, 0.0);
+    assert_eq!((fixed.cap(), fixed.capped()), (2, None));
 }
 
 #[tokio::test(start_paused = true)]
@@ -141,11 +151,11 @@ async fn the_cap_remembers_why_it_last_moved() {
     let fourth = out.pop().unwrap();
     flights.told(&fourth, Told::Refused);
     assert_eq!(flights.last_move(), Some(Why::Refused));
-    flights.set(7);
+    flights.adopt(7.0, 100.0, 0.0);
     assert_eq!(flights.last_move(), Some(Why::Fleet));
     // A fixed cap never moves.
     let fixed = fixed(2, 10);
-    fixed.set(9);
+    fixed.adopt(9.0, 100.0, 0.0);
     assert_eq!(fixed.last_move(), None);
 }
 

@@ -199,6 +199,9 @@ impl Lanes {
                 link.learned(controller.interval(), controller.epoch(), None);
             }
         }
+        if let Some(flights) = &lane.flights {
+            link.share_cap(Arc::clone(flights));
+        }
         let _ = lane.fleet.set(link);
         if let Some(link) = lane.fleet.get().filter(|_| fleet.expects_answer())
             && link.hold_cold()
