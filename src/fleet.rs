@@ -74,6 +74,7 @@ const NONE: u64 = u64::MAX;
 /// count out and waiting at one instant is noisy, and each change of the parts
 /// moves requests between members.
 const WANT_WEIGHT: f64 = 0.25;
+
 /// One process's membership in the fleet; owns the sync task.
 pub struct Fleet {
     inner: Arc<Inner>,
@@ -156,8 +157,8 @@ struct LaneSync {
     /// When the lane's summary that last counted this member was written
     /// (`Answer::counted_in`).
     counted_in: u64,
-    /// The requests the shared cap's requests would have out, averaged over the
-    /// syncs (`demand::Capped::want`); `None` before the first.
+    /// What the shared cap's requests want out (those out and those waiting),
+    /// averaged over the syncs (`demand::Capped::want`); `None` before the first.
     want: Option<f64>,
 }
 
@@ -177,7 +178,7 @@ pub struct LaneLink {
 impl LaneLink {
     /// Shares the lane's learned cap with the fleet: the members' caps add up to
     /// the fleet's, which each member takes its part of by what it wants out
-    /// ([`adopt_cap`]). A fixed cap is its own.
+    /// (`adopt_cap`). A fixed cap is its own.
     pub fn share_cap(&self, flights: Arc<Flights>) {
         if flights.learns() {
             let _ = self.cell.flights.set(flights);
@@ -431,7 +432,12 @@ impl Fleet {
             "easeoff:{{{}:{upstream}:{lane}}}:state",
             self.inner.settings.group
         );
-        self.enroll(upstream, lane, key, named, on_sync)
+        let metrics = if named {
+            self.inner.metrics.lane(upstream, lane)
+        } else {
+            self.inner.metrics.other_lanes(upstream)
+        };
+        self.enroll(upstream, lane, key, metrics, on_sync)
     }
 
     /// Shares `flights`, an upstream's learned cap (`max_in_flight = "learn"` on the
@@ -442,18 +448,19 @@ impl Fleet {
             "easeoff:{{{}:{upstream}}}:in_flight",
             self.inner.settings.group
         );
-        let link = self.enroll(upstream, "", key, false, Box::new(|_| {}));
+        let metrics = self.inner.metrics.unlisted(upstream);
+        let link = self.enroll(upstream, "", key, metrics, Box::new(|_| {}));
         link.share_cap(flights);
         link
     }
 
-    /// Registers a cell under `key`.
+    /// Registers a cell under `key`, its gauges `metrics`.
     fn enroll(
         &self,
         upstream: &str,
         lane: &str,
         key: String,
-        named: bool,
+        metrics: FleetLaneMetrics,
         on_sync: Box<dyn Fn(&Decision) + Send + Sync>,
     ) -> LaneLink {
         let cell = Arc::new(LaneCell {
@@ -478,11 +485,7 @@ impl Fleet {
             queue: OnceLock::new(),
             cold: OnceLock::new(),
             flights: OnceLock::new(),
-            metrics: if named {
-                self.inner.metrics.lane(upstream, lane)
-            } else {
-                self.inner.metrics.other_lanes(upstream)
-            },
+            metrics,
             sync: Mutex::new(LaneSync::default()),
         });
         let mut lanes = lock(&self.inner.lanes);
@@ -1778,6 +1781,13 @@ mod tests {
         // The members took their parts at different syncs: the sum moved a little.
         assert!((limits[0] + limits[1] - 6.0).abs() < 0.25, "{limits:?}");
         assert_eq!(caps, vec![5, 1]);
+        // The cap's key is no lane: no fleet series of its own, nor `other`'s.
+        let text = metrics.render().unwrap();
+        assert!(text.contains("easeoff_fleet_connected"), "{text}");
+        assert!(
+            !text.contains("lane=\"\"") && !text.contains("lane=\"other\""),
+            "{text}"
+        );
         for waiter in waiters {
             waiter.abort();
         }

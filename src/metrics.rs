@@ -382,6 +382,17 @@ impl FleetMetrics {
         }
     }
 
+    /// Gauges for a key of `upstream` that is no lane (its shared `max_in_flight`):
+    /// set as a lane's are, never exported.
+    pub fn unlisted(&self, upstream: &str) -> FleetLaneMetrics {
+        let metrics = self.shared(upstream, "");
+        let f = &self.families;
+        for family in [&f.members, &f.share, &f.rate] {
+            let _ = family.remove_label_values(&[upstream, ""]);
+        }
+        metrics
+    }
+
     /// The gauges the lanes of `upstream` past `metrics_lanes` share
     /// (`lane="other"`), which stay while the fleet runs.
     pub fn other_lanes(&self, upstream: &str) -> FleetLaneMetrics {
