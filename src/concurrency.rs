@@ -302,7 +302,7 @@ impl Learner {
         }
         if let Some(ceiling) = self.ceiling
             && out > ceiling
-            && (self.spread <= 1.0 || self.probing)
+            && (self.learns_alone() || self.probing)
         {
             // A probe got through: more passes than the last refusal said. The next
             // probe comes four times sooner (the limit may have grown by more than
@@ -420,6 +420,12 @@ impl Learner {
         self.phase = phase.clamp(0.0, 0.999);
         self.spread = (fleet / share).clamp(1.0, f64::from(u32::MAX));
         self.probing = false;
+    }
+
+    /// Whether this learner's cap is all of what it learns: no fleet has handed it a
+    /// part of a larger one, so every success above the ceiling is a passed probe.
+    fn learns_alone(&self) -> bool {
+        self.spread <= 1.0
     }
 
     #[allow(

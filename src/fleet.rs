@@ -880,13 +880,7 @@ fn prepare<'a>(
             .map(|(cap, want)| {
                 let want = sync.want.map_or(want, |w| w + WANT_WEIGHT * (want - w));
                 sync.want = Some(want);
-                // A cap counts for the fleet as far as it is used: one above what the
-                // member's clients send was never tried, and added to the others' it
-                // would hand them room that the upstream refuses.
-                Capped {
-                    cap: cap.min(want),
-                    want,
-                }
+                Capped::used(cap, want)
             });
         let entry = due::Entry {
             demand,
@@ -1119,7 +1113,7 @@ fn adopt_cap(lane: &LaneCell, answer: &Answer, reported: Option<Capped>) {
     let Some((cap, want)) = flights.capped().filter(|_| others.cap > 0.0) else {
         return;
     };
-    let cap = cap.min(want.max(mine.want));
+    let cap = Capped::used(cap, want.max(mine.want)).cap;
     let wants = mine.want + others.want;
     if wants <= 0.0 {
         return;

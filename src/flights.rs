@@ -259,7 +259,7 @@ impl Flights {
     /// Takes a fleet member's part `share` of the fleet's learned cap `fleet`, at its
     /// place `phase` among the members (`Learner::adopt`).
     pub fn adopt(&self, share: f64, fleet: f64, phase: f64) {
-        let filled = f64::from(self.out()) + self.waiting() as f64 >= f64::from(self.cap());
+        let filled = self.wanted() >= f64::from(self.cap());
         let Some(learner) = &self.learner else {
             return;
         };
@@ -279,8 +279,12 @@ impl Flights {
     /// fixed cap.
     pub fn capped(&self) -> Option<(f64, f64)> {
         let limit = lock(self.learner.as_ref()?).limit();
-        let want = f64::from(self.out()) + self.waiting() as f64;
-        Some((limit, want))
+        Some((limit, self.wanted()))
+    }
+
+    /// The requests this cap's clients would have out: those out and those waiting.
+    fn wanted(&self) -> f64 {
+        f64::from(self.out()) + self.waiting() as f64
     }
 
     /// Remembers why the cap moved to `cap` and tells its owner.

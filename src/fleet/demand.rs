@@ -98,6 +98,18 @@ pub struct Capped {
     pub want: f64,
 }
 
+impl Capped {
+    /// A member's cap `cap` as the fleet counts it, with its clients wanting `want`
+    /// out: as far as they use it. A cap above what they send was never tried, and
+    /// added to the others' it would hand them room that the upstream refuses.
+    pub fn used(cap: f64, want: f64) -> Self {
+        Self {
+            cap: cap.min(want),
+            want,
+        }
+    }
+}
+
 /// An entry written by [`entry`], read.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Read<'a> {
