@@ -51,6 +51,8 @@
 # Needs h2load (nghttp2-client), curl
 # and redis-server. Uses target/release/easeoff (EASEOFF_BIN overrides; it is built
 # if missing); every process it starts is stopped on exit.
+# EASEOFF_LOG_LEVEL sets the members' log filter (info; easeoff=debug logs each
+# interval change) and KEEP=1 keeps their logs (the work directory is printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -89,7 +91,7 @@ stop_all() {
   wait 2>/dev/null || true
   pids=()
 }
-trap 'stop_all; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+trap 'stop_all; if [ -n "${KEEP:-}" ]; then echo "kept: $work" >&2; else rm -rf "$work"; fi' EXIT
 
 . bench/lib.sh
 # Dozens of processes and hundreds of client sockets: pick listen ports below Linux's
@@ -135,7 +137,7 @@ url = "http://127.0.0.1:$mock_port"
 preset = "dynamodb"
 EOF
   HOSTNAME="member-$i" "$bin" run --config "$work/easeoff-$i.toml" --log-format json \
-    --log-level info >>"$work/easeoff-$i.log" 2>&1 &
+    --log-level "${EASEOFF_LOG_LEVEL:-info}" >>"$work/easeoff-$i.log" 2>&1 &
   member_pids[i - 1]=$!
   pids+=($!)
 }

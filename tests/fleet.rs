@@ -1,7 +1,7 @@
 //! The fleet against real `redis-server` processes on loopback ports: several
 //! [`Fleet`]s in this process act as members. One raise per fleet-wide burst, fair
-//! shares, Redis killed and restarted empty, members that die or leave, and the number
-//! of commands a sync costs. Skipped with a notice when `redis-server` is not
+//! shares, learned `max_in_flight` caps split by demand, Redis killed and restarted
+//! empty, members that die or leave, and the number of commands a sync costs. Skipped with a notice when `redis-server` is not
 //! installed, unless `EASEOFF_REQUIRE_REDIS=1` (CI).
 
 mod support;
@@ -1398,4 +1398,154 @@ async fn a_group_shared_by_two_configurations_is_shown_on_status() {
         sidecar(b.admin).await.0["settings_differ"] == false
     })
     .await;
+}
+
+/// A model server with `slots` slots shared by every sidecar, each call taking
+/// `work`; past them it answers as TGI does (429, "Model is overloaded").
+async fn shared_model_server(slots: usize, work: Duration) -> support::TestUpstream {
+    let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    support::upstream(move |_| {
+        let busy = Arc::clone(&busy);
+        async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            if busy.fetch_add(1, SeqCst) >= slots {
+                busy.fetch_sub(1, SeqCst);
+                return support::respond(
+                    429,
+                    &[("content-type", "application/json")],
+                    r#"{"error":"Model is overloaded","error_type":"overloaded"}"#,
+                );
+            }
+            tokio::time::sleep(work).await;
+            busy.fetch_sub(1, SeqCst);
+            support::ok()
+        }
+    })
+    .await
+}
+
+/// Two sidecars with `[fleet]` on `redis` in front of `up`, `extra` appended to the
+/// upstream's table; `workers` clients send through each until `stop`, each
+/// request with `x-model: m`. Returns the sidecars and the clients' statuses.
+async fn two_capped_sidecars(
+    redis: &Redis,
+    up: std::net::SocketAddr,
+    extra: &str,
+    workers: [usize; 2],
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> (Vec<support::Proxy>, JoinSet<Vec<u16>>) {
+    let config = format!(
+        "[fleet]\nredis = \"{}\"\ngroup = \"e2e\"\nsync_interval = \"100ms\"\nmember_ttl = \"5s\"\n\n\
+         [server]\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"1s\"\n\n\
+         [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{up}\"\n\
+         preset = \"model-server\"\n{extra}\n",
+        redis.url()
+    );
+    let mut sidecars = Vec::new();
+    let mut clients = JoinSet::new();
+    for n in workers {
+        let sidecar = support::proxy_config(&config).await;
+        let url = format!("http://{}/v1/chat/completions", sidecar.addr);
+        for _ in 0..n {
+            let (url, stop) = (url.clone(), stop.clone());
+            clients.spawn(async move {
+                let client = support::client();
+                let mut statuses = Vec::new();
+                while !*stop.borrow() {
+                    let answer = support::send(&client, "POST", &url, &[("x-model", "m")], "{}");
+                    statuses.push(answer.await.status.as_u16());
+                }
+                statuses
+            });
+        }
+        sidecars.push(sidecar);
+    }
+    (sidecars, clients)
+}
+
+/// Every status the clients saw, once they stopped.
+async fn statuses_after(
+    stop: tokio::sync::watch::Sender<bool>,
+    clients: JoinSet<Vec<u16>>,
+) -> Vec<u16> {
+    stop.send_replace(true);
+    all_within_each(clients, 2 * PATIENCE).await
+}
+
+async fn all_within_each(mut clients: JoinSet<Vec<u16>>, patience: Duration) -> Vec<u16> {
+    let mut all = Vec::new();
+    tokio::time::timeout(patience, async {
+        while let Some(statuses) = clients.join_next().await {
+            all.extend(statuses.unwrap());
+        }
+    })
+    .await
+    .expect("the clients finish");
+    all
+}
+
+/// An upstream's learned `max_in_flight` is shared through Redis: two sidecars in
+/// front of one model server's 6 slots, one with 9 clients and one with 3, each
+/// take their part of the fleet's cap (`why = fleet` on both), the larger part
+/// where more requests want out, the parts summing to about the slots; both members'
+/// entries under the cap's own key carry their cap and what they want out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_share_an_upstream_s_learned_cap_and_split_it_by_what_each_wants_out() {
+    let Some(redis) = Redis::start() else { return };
+    let up = shared_model_server(6, ms(30)).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (sidecars, clients) = two_capped_sidecars(&redis, up.addr, "", [9, 3], &stopped).await;
+    let cap = |status: &serde_json::Value| {
+        let cap = &status["in_flight_cap"];
+        (
+            cap["cap"].as_u64().unwrap_or(0),
+            cap["moves"]["fleet"].as_u64().unwrap_or(0),
+        )
+    };
+    support::wait_until(PATIENCE, "both to take their parts", || async {
+        let (a, a_moves) = cap(&sidecar(sidecars[0].admin).await.1);
+        let (b, b_moves) = cap(&sidecar(sidecars[1].admin).await.1);
+        a_moves > 0 && b_moves > 0 && a > b && a + b <= 7
+    })
+    .await;
+    let key = "easeoff:{e2e:up}:in_flight";
+    let members = entries(&redis, key);
+    assert_eq!(members.len(), 2, "{members:?}");
+    for (_, entry) in &members {
+        assert_eq!(entry.split(' ').count(), 8, "no cap or want in {entry}");
+    }
+    let statuses = statuses_after(stop, clients).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+}
+
+/// A lane's learned `max_in_flight` rides in the lane's own key: both members'
+/// entries there carry their cap and what they want out, the busier member wanting
+/// more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_s_learned_cap_is_shared_through_the_lane_s_key() {
+    let Some(redis) = Redis::start() else { return };
+    let up = shared_model_server(6, ms(30)).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let lanes = "max_in_flight = \"off\"\n[upstream.lanes]\nby = [\"header:x-model\"]\nmax_in_flight = \"learn\"";
+    let (_sidecars, clients) = two_capped_sidecars(&redis, up.addr, lanes, [9, 3], &stopped).await;
+    let key = "easeoff:{e2e:up:m}:state";
+    let wants = || {
+        let mut wants: Vec<f64> = entries(&redis, key)
+            .iter()
+            .filter_map(|(_, entry)| entry.split(' ').nth(7)?.parse().ok())
+            .collect();
+        wants.sort_by(f64::total_cmp);
+        wants
+    };
+    support::wait_until(
+        PATIENCE,
+        "both entries to say what they want out",
+        || async {
+            let wants = wants();
+            wants.len() == 2 && wants[1] > wants[0]
+        },
+    )
+    .await;
+    let statuses = statuses_after(stop, clients).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
 }
