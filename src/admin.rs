@@ -34,6 +34,7 @@ use crate::admin::history::{History, Key, Sample};
 use crate::clock::Clock;
 use crate::concurrency::Why;
 use crate::fleet::{Decision, Fleet};
+use crate::flights::Flights;
 use crate::lane::Lane;
 use crate::metrics::{Metrics, Outcome, RetryReason};
 use crate::proxy::{Acceptor, Limits, Tracker, connection_builder, drive};
@@ -299,15 +300,29 @@ fn by<const N: usize>(pairs: [(&str, u64); N]) -> BTreeMap<String, u64> {
 /// learned cap moved; none without a cap.
 fn cap_view(u: &Upstream) -> Option<CapStatus> {
     let flights = u.flights()?;
-    Some(CapStatus {
-        setting: u.settings.max_in_flight.to_string(),
+    let setting = u.settings.max_in_flight.to_string();
+    Some(cap_status(setting, flights, |w| {
+        u.metrics.cap_move(w).get()
+    }))
+}
+
+/// A lane's own `max_in_flight` (`[upstream.lanes]`), as [`cap_view`]; none without.
+fn lane_cap_view(u: &Upstream, lane: &Lane) -> Option<CapStatus> {
+    let flights = lane.flights()?;
+    let setting = u.settings.lanes.max_in_flight.to_string();
+    Some(cap_status(setting, flights, |w| flights.moves(w)))
+}
+
+fn cap_status(setting: String, flights: &Flights, moves: impl Fn(Why) -> u64) -> CapStatus {
+    CapStatus {
+        setting,
         cap: flights.cap(),
         out: flights.out(),
         waiting: flights.waiting() as u64,
         ceiling: flights.ceiling(),
         last_move: flights.last_move().map(|why| why.as_str().to_string()),
-        moves: by(Why::ALL.map(|w| (w.as_str(), u.metrics.cap_move(w).get()))),
-    })
+        moves: by(Why::ALL.map(|w| (w.as_str(), moves(w)))),
+    }
 }
 
 /// Each tenant's part over the upstream's lanes, with `[upstream.fairness]`.
@@ -417,6 +432,7 @@ fn lanes(u: &Upstream, history: &History) -> Vec<LaneStatus> {
                     resource: t.resource,
                 }),
                 fleet: fleet_view(lane),
+                in_flight_cap: lane_cap_view(u, lane),
                 history: history.get(&Key::lane(u.name(), lane.name())),
                 tenants: lane_tenants(u, lane),
             }

@@ -46,6 +46,8 @@ pub struct Flights {
     drain_by: OnceLock<Instant>,
     /// The latest move's why, as one more than its place in [`Why::ALL`]; 0 before any.
     last_move: AtomicU8,
+    /// Moves so far, by their place in [`Why::ALL`].
+    moves: [AtomicU64; Why::ALL.len()],
 }
 
 impl std::fmt::Debug for Flights {
@@ -109,6 +111,7 @@ impl Flights {
             on_move,
             drain_by: OnceLock::new(),
             last_move: AtomicU8::new(0),
+            moves: Default::default(),
         }))
     }
 
@@ -141,6 +144,11 @@ impl Flights {
     pub fn last_move(&self) -> Option<Why> {
         let place = usize::from(self.last_move.load(Ordering::Relaxed)).checked_sub(1)?;
         Why::ALL.get(place).copied()
+    }
+
+    /// How many times the cap moved for `why` so far.
+    pub fn moves(&self, why: Why) -> u64 {
+        self.moves[why as usize].load(Ordering::Relaxed)
     }
 
     /// Waits for a flight until `deadline`; a request that cannot wait (the queue is
@@ -290,6 +298,7 @@ impl Flights {
     /// Remembers why the cap moved to `cap` and tells its owner.
     fn moved(&self, cap: u32, why: Why) {
         self.last_move.store(why as u8 + 1, Ordering::Relaxed);
+        self.moves[why as usize].fetch_add(1, Ordering::Relaxed);
         if let Some(on_move) = &self.on_move {
             on_move(cap, why);
         }

@@ -149,6 +149,9 @@ pub fn render(status: &Status, admin: &str) -> String {
                     chart_line(&format!("lane {}", lane.name), history)
                 );
             }
+            if let Some(cap) = &lane.in_flight_cap {
+                let _ = writeln!(out, "  {}", cap_line(&format!("lane {}", lane.name), cap));
+            }
             if let Some(last) = &lane.last_throttle {
                 let _ = writeln!(out, "  lane {}: {}", lane.name, last.words);
             }
@@ -310,7 +313,7 @@ mod tests {
     }
 
     #[test]
-    fn a_capped_upstream_gets_a_line_for_its_cap() {
+    fn a_capped_upstream_or_lane_gets_a_line_for_its_cap() {
         let status: Status = serde_json::from_value(json!({
             "upstreams": [
                 {"name": "llm", "in_flight_cap": {
@@ -320,7 +323,11 @@ mod tests {
                 {"name": "api", "in_flight_cap": {
                     "setting": "3", "cap": 3, "out": 0, "waiting": 0, "ceiling": null,
                     "last_move": null, "moves": {"grew": 0}}},
-                {"name": "plain"},
+                {"name": "plain", "lanes": [
+                    {"name": "m1", "in_flight_cap": {
+                        "setting": "learn", "cap": 2, "out": 2, "waiting": 0, "ceiling": 2,
+                        "last_move": "fleet", "moves": {"fleet": 5}}},
+                    {"name": "m2"}]},
             ],
         }))
         .unwrap();
@@ -337,6 +344,15 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("plain: in flight"), "{out}");
+        // A lane's own cap: a line of its own under its upstream.
+        assert!(
+            out.contains(
+                "\n  lane m1: in flight 2 / cap 2 (learned, ceiling 2, last move fleet; \
+                 moves: fleet 5), 0 waiting\n"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("lane m2: in flight"), "{out}");
     }
 
     #[test]

@@ -1520,14 +1520,14 @@ async fn sidecars_share_an_upstream_s_learned_cap_and_split_it_by_what_each_want
 
 /// A lane's learned `max_in_flight` rides in the lane's own key: both members'
 /// entries there carry their cap and what they want out, the busier member wanting
-/// more.
+/// more, and each lane's cap moves to its part (`/status`, the lane's `in_flight_cap`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lane_s_learned_cap_is_shared_through_the_lane_s_key() {
     let Some(redis) = Redis::start() else { return };
     let up = shared_model_server(6, ms(30)).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let lanes = "max_in_flight = \"off\"\n[upstream.lanes]\nby = [\"header:x-model\"]\nmax_in_flight = \"learn\"";
-    let (_sidecars, clients) = two_capped_sidecars(&redis, up.addr, lanes, [9, 3], &stopped).await;
+    let (sidecars, clients) = two_capped_sidecars(&redis, up.addr, lanes, [9, 3], &stopped).await;
     let key = "easeoff:{e2e:up:m}:state";
     let wants = || {
         let mut wants: Vec<f64> = entries(&redis, key)
@@ -1546,6 +1546,17 @@ async fn a_lane_s_learned_cap_is_shared_through_the_lane_s_key() {
         },
     )
     .await;
+    // Each took its part of the fleet's: a move of the lane's cap `why = fleet`.
+    for sidecar in &sidecars {
+        support::wait_until(PATIENCE, "the lane's cap to take its part", || async {
+            let (_, up) = self::sidecar(sidecar.admin).await;
+            let lanes = up["lanes"].as_array().cloned().unwrap_or_default();
+            lanes.iter().any(|lane| {
+                lane["name"] == "m" && lane["in_flight_cap"]["moves"]["fleet"].as_u64() > Some(0)
+            })
+        })
+        .await;
+    }
     let statuses = statuses_after(stop, clients).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
 }

@@ -53,23 +53,42 @@ async fn capped_upstreams() -> (Proxy, TestUpstream, Arc<Semaphore>, Vec<JoinHan
          [[upstream]]\nname = \"up\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
          max_in_flight = 3\n\n\
          [[upstream]]\nname = \"llm\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
-         max_in_flight = \"learn\"\n",
+         max_in_flight = \"learn\"\n\n\
+         [[upstream]]\nname = \"models\"\nlisten = \"127.0.0.1:0\"\nurl = \"http://{a}\"\n\
+         [upstream.lanes]\nby = [\"header:x-model\"]\nmax_in_flight = 2\n",
         a = up.addr
     ))
     .await;
-    let held = (0..2)
+    let mut held: Vec<JoinHandle<u16>> = (0..2)
         .map(|_| {
             let url = format!("http://{}/", proxy.addr);
             tokio::spawn(async move { get(&url).await.status.as_u16() })
         })
         .collect();
+    // One request out under lane m1's own cap of upstream "models".
+    let models = listen_of(proxy.admin, "models").await;
+    let client = client();
+    held.push(tokio::spawn(async move {
+        let url = format!("http://{models}/");
+        send(&client, "GET", &url, &[("x-model", "m1")], "")
+            .await
+            .status
+            .as_u16()
+    }));
     wait_until(
         Duration::from_secs(20),
         "two requests out under the cap, sampled three times",
         || async {
-            let s = status(proxy.admin).await;
+            let text = get(&format!("http://{}/status", proxy.admin)).await.text();
+            let all: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let lane = &all["upstreams"][2]["lanes"];
+            let m1 = lane
+                .as_array()
+                .and_then(|l| l.iter().find(|l| l["name"] == "m1"));
+            let s = &all["upstreams"][0];
             let out = &s["history"]["out"];
-            s["in_flight_cap"]["out"] == 2
+            m1.is_some_and(|m1| m1["in_flight_cap"]["out"] == 1)
+                && s["in_flight_cap"]["out"] == 2
                 && out
                     .as_array()
                     .is_some_and(|v| v.len() >= 3 && v.contains(&2.into()))
@@ -77,6 +96,15 @@ async fn capped_upstreams() -> (Proxy, TestUpstream, Arc<Semaphore>, Vec<JoinHan
     )
     .await;
     (proxy, up, release, held)
+}
+
+/// Where upstream `name` listens, from `/status`.
+async fn listen_of(admin: std::net::SocketAddr, name: &str) -> String {
+    let text = get(&format!("http://{admin}/status")).await.text();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let upstreams = v["upstreams"].as_array().unwrap();
+    let u = upstreams.iter().find(|u| u["name"] == name).unwrap();
+    u["listen"].as_str().unwrap().to_string()
 }
 
 /// Waits until the admin server has sampled upstream "up" `n` times (one a second).
@@ -168,7 +196,11 @@ async fn the_status_command_shows_what_is_out_under_a_cap() {
         lines.contains(&"llm: in flight 0 / cap 4 (learned), 0 waiting"),
         "{stdout}"
     );
-    release.add_permits(2);
+    assert!(
+        lines.contains(&"  lane m1: in flight 1 / cap 2 (fixed), 0 waiting"),
+        "{stdout}"
+    );
+    release.add_permits(3);
     for request in held {
         assert_eq!(request.await.unwrap(), 200);
     }
@@ -279,12 +311,25 @@ async fn chromium_shows_the_in_flight_cap_and_charts_it() {
         "no learned cap in\n{llm}"
     );
     assert!(llm.contains("<div class=\"kind\">cap moves</div>"), "{llm}");
+    // A lane's own cap, in the lane's figures.
+    let models = card("models");
+    let m1 = models
+        .split("<div class=\"lane\" data-name=\"m1\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lane m1 in\n{models}"));
+    assert!(
+        m1.contains(
+            "<div class=\"value\"><span class=\"in-flight-cap\">1 / 2</span></div>\
+             <div class=\"label\">in flight / cap</div>"
+        ),
+        "no \"1 / 2\" for lane m1 in\n{m1}"
+    );
 
     let png = target_dir().join("status-page-cap.png");
     let shot = format!("--screenshot={}", png.display());
     chromium(&[&shot, "--window-size=1200,900", &url]).await;
     eprintln!("capped status page screenshot: {}", png.display());
-    release.add_permits(2);
+    release.add_permits(3);
     for request in held {
         assert_eq!(request.await.unwrap(), 200);
     }

@@ -153,6 +153,9 @@ pub struct LaneStatus {
     pub fleet: Option<FleetDecision>,
     /// The lane's last minutes; kept for lanes with series of their own.
     pub history: Option<HistoryStatus>,
+    /// The lane's own `max_in_flight` (`[upstream.lanes]`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight_cap: Option<CapStatus>,
     /// With `[upstream.fairness]`: the tenants that sent requests to this lane.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenants: Option<Vec<TenantStatus>>,

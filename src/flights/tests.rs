@@ -141,7 +141,7 @@ async fn a_share_moves_a_learned_cap_both_ways_past_its_slow_start() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_cap_remembers_why_it_last_moved() {
+async fn the_cap_remembers_why_it_last_moved_and_counts_its_moves() {
     let flights = Flights::new(CapSetting::Learn, 10, Clock::Tokio, None).unwrap();
     assert_eq!(flights.last_move(), None);
     let mut out = Vec::new();
@@ -153,10 +153,16 @@ async fn the_cap_remembers_why_it_last_moved() {
     assert_eq!(flights.last_move(), Some(Why::Refused));
     flights.adopt(7.0, 100.0, 0.0);
     assert_eq!(flights.last_move(), Some(Why::Fleet));
+    // It counts its moves by why (a lane's cap has no counter of its own on /metrics).
+    flights.adopt(7.0, 100.0, 0.0);
+    flights.adopt(5.0, 100.0, 0.0);
+    let moves = Why::ALL.map(|why| flights.moves(why));
+    assert_eq!(moves, [0, 1, 0, 2], "grew, refused, latency, fleet");
     // A fixed cap never moves.
     let fixed = fixed(2, 10);
     fixed.adopt(9.0, 100.0, 0.0);
     assert_eq!(fixed.last_move(), None);
+    assert!(Why::ALL.iter().all(|why| fixed.moves(*why) == 0));
 }
 
 #[tokio::test(start_paused = true)]
