@@ -122,6 +122,15 @@ impl Interval {
         // The config bounds a period; a far tick rather than a panic if one is not.
         self.next = from.checked_add(self.period).unwrap_or(from + YEAR);
     }
+
+    /// Ticks every `period` from now on: the next tick comes one `period` from now
+    /// at the latest.
+    pub fn set_period(&mut self, period: Duration) {
+        self.period = period;
+        if let Some(sooner) = self.clock.now().checked_add(period) {
+            self.next = self.next.min(sooner);
+        }
+    }
 }
 
 /// A year: where an [`Interval`] whose period overflows an instant puts its next tick.

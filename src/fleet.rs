@@ -33,7 +33,7 @@ mod store;
 mod summary;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ use crate::config::{ConnectBackoffSettings, FleetSettings};
 use crate::connect_backoff::{Admission, ConnectBackoff};
 use crate::flights::Flights;
 use crate::metrics::{FleetLaneMetrics, FleetMetrics, Metrics};
-use decide::{Answered, LaneState, Learned, Sent};
+use decide::{Answered, HURRY, HURRY_SYNCS, LaneState, Learned, Sent};
 pub use decide::{COLD_GROWTH, COLD_RATE, Decision, Place, decide, seat_phase, unpaced_share};
 use demand::{Capped, Demand, Used};
 pub use fault::Fault;
@@ -102,6 +102,11 @@ struct Inner {
     fingerprints: Mutex<HashMap<String, String>>,
     /// A lane raised: the sync task reports it before its next tick.
     raised: Arc<Notify>,
+    /// Ticks left at the hurried pace (`decide::hurries`), the most any lane has.
+    hurried: AtomicU32,
+    /// When the last tick that sampled every lane came, in nanoseconds on the sync
+    /// task's timeline ([`Trigger::Tick`]).
+    full_at: AtomicU64,
 }
 
 /// One lane's link to the fleet: the counters the lane writes and the sync task reads.
@@ -160,6 +165,11 @@ struct LaneSync {
     /// What the shared cap's requests want out (those out and those waiting),
     /// averaged over the syncs (`demand::Capped::want`); `None` before the first.
     want: Option<f64>,
+    /// When its counts were last sampled, on the sync task's timeline; `None` before
+    /// the first sample.
+    sampled: Option<Duration>,
+    /// Ticks left at the hurried pace (`decide::hurries`).
+    hurry: u32,
 }
 
 impl LaneSync {
@@ -318,6 +328,8 @@ impl Fleet {
             fault: Mutex::new(None),
             fingerprints: Mutex::default(),
             raised: Arc::new(Notify::new()),
+            hurried: AtomicU32::new(0),
+            full_at: AtomicU64::new(0),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(Arc::clone(&inner), clock, stopped));
@@ -343,6 +355,8 @@ impl Fleet {
             fault: Mutex::new(None),
             fingerprints: Mutex::default(),
             raised: Arc::new(Notify::new()),
+            hurried: AtomicU32::new(0),
+            full_at: AtomicU64::new(0),
         });
         inner.metrics.connected.set(1);
         let (stop, _) = watch::channel(false);
@@ -359,14 +373,21 @@ impl Fleet {
     pub fn sync_in(&self, memory: &mut Memory, now: Duration, elapsed: Option<Duration>) {
         let inner = &self.inner;
         let lanes = live_lanes(inner);
-        let trigger = elapsed.map_or(Trigger::Raises, |elapsed| Trigger::Tick { elapsed });
+        let trigger = elapsed.map_or(Trigger::Raises, |elapsed| inner.tick(now, elapsed));
         let round = prepare(&lanes, trigger, &inner.settings, usize::MAX);
         if round.lanes.is_empty() && !round.ticked {
             return;
         }
-        let answers = memory.sync(&inner.member, &round.reports, now, timings(&inner.settings));
+        let times = timings(&inner.settings, inner.hurrying());
+        let answers = memory.sync(&inner.member, &round.reports, now, times);
         // The memory answers every lane, so this cannot fail.
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
+    }
+
+    /// The time from one tick to the next now: a `sync_interval`, and a [`HURRY`]th
+    /// of it while a lane hurries (`decide::hurries`).
+    pub fn tick_period(&self) -> Duration {
+        self.inner.tick_period()
     }
 
     /// Completes when a lane raised since the last call: a throttle's raise goes to
@@ -519,6 +540,37 @@ impl Drop for Fleet {
     }
 }
 
+impl Inner {
+    /// The tick at `at` on the sync task's timeline, `elapsed` after the last: a
+    /// minor one, which samples only the hurried lanes, while lanes hurry and a sync
+    /// interval has not gone by since the last full one, which samples them all (a
+    /// cold start grows by a step a sync, and must not take one a minor tick).
+    fn tick(&self, at: Duration, elapsed: Duration) -> Trigger {
+        let sync = self.settings.sync_interval;
+        let full_at = Duration::from_nanos(self.full_at.load(Ordering::Relaxed));
+        let minor = self.hurrying() && at.saturating_sub(full_at) + sync / (2 * HURRY) < sync;
+        if !minor {
+            let nanos = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+            self.full_at.store(nanos, Ordering::Relaxed);
+        }
+        let _ = self
+            .hurried
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        Trigger::Tick { elapsed, at, minor }
+    }
+
+    /// Whether a lane hurries its syncs.
+    fn hurrying(&self) -> bool {
+        self.hurried.load(Ordering::Relaxed) > 0
+    }
+
+    /// See [`Fleet::tick_period`].
+    fn tick_period(&self) -> Duration {
+        let sync = self.settings.sync_interval;
+        if self.hurrying() { sync / HURRY } else { sync }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -559,7 +611,8 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
     };
     let mut tick = clock.interval(settings.sync_interval);
     let mut room = usize::MAX;
-    let mut last_round = clock.now();
+    let origin = clock.now();
+    let mut last_round = origin;
     // One round between two ticks at most: a lane whose every attempt is throttled
     // raises once per round trip of its own, and Redis must not see a call for each.
     let mut between = true;
@@ -577,6 +630,7 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
             if standing.synced() && raise_round(&inner, &mut store, room).await {
                 between = false;
             }
+            tick.set_period(inner.tick_period());
             continue;
         }
         if !store.is_connected() {
@@ -603,12 +657,14 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         last_round = now;
         let lanes = live_lanes(&inner);
         let started = clock.now();
-        let result = sync_round(&inner, &mut store, &lanes, Trigger::Tick { elapsed }, room).await;
+        let trigger = inner.tick(now.saturating_duration_since(origin), elapsed);
+        let result = sync_round(&inner, &mut store, &lanes, trigger, room).await;
         let took = clock.now().saturating_duration_since(started);
         metrics.sync.observe(took.as_secs_f64());
         let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
         room = due::room(room, took, settings.sync_interval, most);
         standing.settle(&inner, &mut store, &lanes, result, clock.now());
+        tick.set_period(inner.tick_period());
     }
     leave(&inner, &mut store).await;
 }
@@ -755,7 +811,11 @@ async fn sync_round(
     }
     let answers = tokio::time::timeout(
         settings.sync_interval,
-        store.sync(&inner.member, &round.reports, timings(settings)),
+        store.sync(
+            &inner.member,
+            &round.reports,
+            timings(settings, inner.hurrying()),
+        ),
     )
     .await;
     let answers = match answers {
@@ -794,8 +854,15 @@ fn alone(inner: &Inner, fault: Fault, error: &str) {
 /// What sets a round off.
 #[derive(Clone, Copy, Debug)]
 enum Trigger {
-    /// A tick, `elapsed` after the last tick's round: every lane's counts are sampled.
-    Tick { elapsed: Duration },
+    /// A tick at `at` on the sync task's timeline, `elapsed` after the last tick's
+    /// round: every lane's counts are sampled, only the hurried lanes' if `minor`
+    /// ([`Inner::tick`]). A lane's counts are over the time since it was last
+    /// sampled; `elapsed` for its first.
+    Tick {
+        elapsed: Duration,
+        at: Duration,
+        minor: bool,
+    },
     /// Raises between ticks: only the lanes that raised report, and nothing is sampled.
     Raises,
 }
@@ -818,14 +885,20 @@ struct Round<'a> {
 
 /// The times a sync passes to the store: a lane's summary is refreshed once a sync
 /// interval while its members' entries change, so what one member reports reaches
-/// the others within two syncs.
-fn timings(settings: &FleetSettings) -> Timings {
+/// the others within two syncs; once a hurried tick while this member's lanes
+/// hurry (`decide::hurries`).
+fn timings(settings: &FleetSettings, hurried: bool) -> Timings {
     let ttl = settings.member_ttl;
+    let refresh = if hurried {
+        settings.sync_interval / HURRY
+    } else {
+        settings.sync_interval
+    };
     Timings {
         member_ttl: ttl,
         key_ttl: ttl * KEY_TTL_MEMBER_TTLS,
         hold: settings.sync_interval * HOLD_SYNCS,
-        refresh: settings.sync_interval,
+        refresh,
     }
 }
 
@@ -848,7 +921,7 @@ fn prepare<'a>(
         raised: Vec::new(),
         ticked: matches!(trigger, Trigger::Tick { .. }),
     };
-    let Trigger::Tick { elapsed } = trigger else {
+    let Trigger::Tick { elapsed, at, minor } = trigger else {
         for lane in lanes {
             round.add_raise(lane);
         }
@@ -857,6 +930,14 @@ fn prepare<'a>(
     let mut spare = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl).min(room);
     for lane in lanes {
         let mut sync = lock(&lane.sync);
+        if minor && sync.hurry == 0 {
+            continue;
+        }
+        sync.hurry = sync.hurry.saturating_sub(1);
+        let elapsed = sync
+            .sampled
+            .map_or(elapsed, |sampled| at.saturating_sub(sampled));
+        sync.sampled = Some(at);
         let arrivals = lane.arrivals.swap(0, Ordering::Relaxed);
         let waiting = match lane.queue.get() {
             Some(probe) => probe(),
@@ -1008,7 +1089,11 @@ fn conclude(
                     rejoin,
                     ticked: round.ticked,
                 };
-                apply(lane, &answered);
+                if apply(lane, &answered) {
+                    inner
+                        .hurried
+                        .fetch_max(HURRY * HURRY_SYNCS, Ordering::Relaxed);
+                }
                 adopt_cap(lane, &answer, round.entries[i].capped);
             }
             Err(error) => {
@@ -1066,12 +1151,23 @@ fn lane_back(inner: &Inner, lane: &LaneCell) {
 }
 
 /// Turns one lane's answered sync into its decision (`decide::from_answer`) and
-/// hands it to the lane.
-fn apply(lane: &LaneCell, answered: &Answered<'_>) {
+/// hands it to the lane; true if the lane hurries its syncs from now
+/// (`decide::hurries`).
+fn apply(lane: &LaneCell, answered: &Answered<'_>) -> bool {
     let mut sync = lock(&lane.sync);
+    let before = sync.state.last;
     let Some(decision) = decide::from_answer(&mut sync.state, answered) else {
-        return;
+        return false;
     };
+    let hurries = decide::hurries(before.as_ref(), &decision, sync.used.dense());
+    if hurries {
+        sync.hurry = HURRY * HURRY_SYNCS;
+        tracing::debug!(
+            upstream = %lane.upstream,
+            lane = %lane.lane,
+            "fleet: the fleet's first raise for the lane; syncing faster for a while"
+        );
+    }
     let differs = fingerprint::differs(&lane.fingerprint, &answered.answer.fingerprints);
     if differs != sync.differs {
         sync.differs = differs;
@@ -1092,6 +1188,7 @@ fn apply(lane: &LaneCell, answered: &Answered<'_>) {
     lane.epoch.store(decision.epoch, Ordering::Relaxed);
     let micros = u64::try_from(decision.interval.as_micros()).unwrap_or(NONE - 1);
     lane.interval.store(micros, Ordering::Relaxed);
+    hurries
 }
 
 /// Hands the lane's learned cap its part of the fleet's: the members' caps summed
@@ -1455,6 +1552,61 @@ mod tests {
             counted.member_interval() < Duration::from_secs(1),
             "{counted:?}"
         );
+    }
+
+    /// The fleet's first raise for a lane (here its cold start's end) hurries the
+    /// member's ticks to a `HURRY`th of a sync for `HURRY_SYNCS` syncs; a minor tick
+    /// samples only the hurried lane, so another lane's cold start grows at full
+    /// ticks only, once a sync as ever.
+    #[test]
+    fn the_fleets_first_raise_hurries_the_lanes_syncs_for_a_while() {
+        let metrics = Metrics::new().unwrap();
+        let settings = FleetSettings::default();
+        let sync = settings.sync_interval;
+        let mut memory = Memory::new();
+        let fleet = Fleet::driven(settings, &metrics, "a".to_string());
+        let links: Vec<LaneLink> = ["hot", "cold"]
+            .into_iter()
+            .map(|lane| {
+                let link = fleet.join("up", lane, true, Box::new(|_: &Decision| {}));
+                link.start_cold(Duration::from_millis(1));
+                link
+            })
+            .collect();
+        let mut now = Duration::ZERO;
+        let tick = |memory: &mut Memory, now: &mut Duration| {
+            let period = fleet.tick_period();
+            *now += period;
+            for link in &links {
+                (0..10).for_each(|_| link.arrived());
+            }
+            fleet.sync_in(memory, *now, Some(period));
+        };
+        for _ in 0..4 {
+            tick(&mut memory, &mut now);
+        }
+        assert_eq!(fleet.tick_period(), sync);
+        let hot = links[0].last().unwrap();
+        assert!(hot.cold, "{hot:?}");
+        links[0].learned(hot.interval * 2, 1, Some(0));
+        fleet.sync_in(&mut memory, now + Duration::from_millis(1), None);
+        let raised = links[0].last().unwrap();
+        assert!(!raised.cold && raised.epoch == 1, "{raised:?}");
+        assert_eq!(fleet.tick_period(), sync / HURRY);
+        let mut cold = links[1].last().unwrap();
+        let mut grew = 0;
+        for n in 1..=HURRY * HURRY_SYNCS {
+            tick(&mut memory, &mut now);
+            let now_cold = links[1].last().unwrap();
+            assert!(now_cold.cold, "{now_cold:?}");
+            if now_cold.interval != cold.interval {
+                assert_eq!(n % HURRY, 0, "the cold lane grew at minor tick {n}");
+                grew += 1;
+            }
+            cold = now_cold;
+        }
+        assert_eq!(grew, HURRY_SYNCS, "the cold lane grows once a sync");
+        assert_eq!(fleet.tick_period(), sync);
     }
 
     /// Once counted, the members of a cold lane split its rate equally, whatever they

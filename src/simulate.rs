@@ -339,7 +339,7 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
                     // Members sync at their own phase, as processes started apart do.
                     let first = every.mul_f64(rng.f64());
                     let memory = Arc::clone(&memory);
-                    tokio::spawn(sync(member, memory, clock.clone(), start, (first, every)));
+                    tokio::spawn(sync(member, memory, clock.clone(), start, first));
                 }
                 upstream
             }
@@ -373,13 +373,14 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     Ok(trace)
 }
 
-/// A fleet member's syncs against the shared store: at `first`, then every `every`.
+/// A fleet member's syncs against the shared store: at `first`, then one
+/// `Fleet::tick_period` after the last.
 async fn sync(
     member: Arc<Fleet>,
     memory: Arc<Mutex<Memory>>,
     clock: Clock,
     start: Instant,
-    (first, every): (Duration, Duration),
+    first: Duration,
 ) {
     clock.sleep(first).await;
     let mut last = clock.now();
@@ -388,7 +389,7 @@ async fn sync(
         let now = clock.now();
         member.sync_in(&mut lock(&memory), now - start, Some(now - last));
         last = now;
-        tick += every;
+        tick += member.tick_period();
         // A raise goes between ticks, as the sync task sends it (one round at most).
         tokio::select! {
             () = clock.sleep_until(tick) => continue,
@@ -396,6 +397,7 @@ async fn sync(
                 member.sync_in(&mut lock(&memory), clock.now() - start, None);
             }
         }
+        tick = tick.min(clock.now() + member.tick_period());
         clock.sleep_until(tick).await;
     }
 }

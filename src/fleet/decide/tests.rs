@@ -433,3 +433,34 @@ fn a_lane_back_from_alone_holds_an_equal_share_of_the_peak_for_its_ticks_of_grac
     let back = from_answer(&mut state, &answered(&all, true)).unwrap();
     assert_eq!((back.members, back.share, state.rejoining), (4, 0.25, 0));
 }
+
+#[test]
+fn a_dense_lane_hurries_its_syncs_after_the_fleets_first_raise_only() {
+    let ms = Duration::from_millis;
+    let cold = Decision {
+        cold: true,
+        ..Decision::new(ms(10), 0, 1.0, 4)
+    };
+    let unpaced = Decision::new(Duration::ZERO, 0, 0.25, 4);
+    let raised = Decision::new(ms(15), 1, 0.25, 4);
+    let first = Decision {
+        first: true,
+        ..raised
+    };
+    // The cold start's end, and the first raise of an unpaced fleet.
+    assert!(hurries(Some(&cold), &raised, true));
+    assert!(hurries(Some(&unpaced), &first, true));
+    // Not for a sparse lane, nor alone, nor at a later raise or while cold.
+    assert!(!hurries(Some(&cold), &raised, false));
+    let alone = Decision {
+        local: true,
+        ..raised
+    };
+    assert!(!hurries(Some(&cold), &alone, true));
+    let later = Decision::new(ms(20), 2, 0.25, 4);
+    assert!(!hurries(Some(&raised), &later, true));
+    assert!(!hurries(Some(&cold), &cold, true));
+    assert!(!hurries(None, &raised, true));
+    // A cold start that grew past its shortest interval went unpaced, at epoch 0.
+    assert!(!hurries(Some(&cold), &unpaced, true));
+}
