@@ -354,6 +354,36 @@ mod tests {
     }
 
     #[test]
+    fn a_shorter_period_brings_the_next_tick_in_and_a_longer_one_waits_a_tick() {
+        let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
+        let runtime = manual.runtime().unwrap();
+        let t0 = clock.now();
+        let ticks = runtime.block_on(async {
+            let mut interval = clock.interval(50 * MS);
+            let mut ticks = Vec::new();
+            for i in 0..6 {
+                interval.tick().await;
+                ticks.push(clock.now() - t0);
+                match i {
+                    // 5 ms after the tick at 50: the next comes 10 ms from then.
+                    1 => {
+                        manual.advance(5 * MS);
+                        interval.set_period(10 * MS);
+                    }
+                    // Back to 50 at the tick at 75: the one at 85 stands.
+                    3 => interval.set_period(50 * MS),
+                    _ => {}
+                }
+            }
+            ticks
+        });
+        assert_eq!(
+            ticks,
+            [Duration::ZERO, 50 * MS, 65 * MS, 75 * MS, 85 * MS, 135 * MS]
+        );
+    }
+
+    #[test]
     fn a_dropped_sleep_is_forgotten() {
         let (clock, manual) = Clock::manual(SystemTime::UNIX_EPOCH);
         let runtime = manual.runtime().unwrap();

@@ -878,8 +878,8 @@ struct Round<'a> {
     sent: Vec<Sent>,
     /// Per lane, the earliest epoch raised from since the last sync ([`NONE`] if none).
     raised: Vec<u64>,
-    /// A tick's round, not one of raises between ticks: it counts as a sync for
-    /// the holds counted in syncs.
+    /// A full tick's round, not one of raises between ticks nor a minor tick: it
+    /// counts as a sync for the holds counted in syncs.
     ticked: bool,
 }
 
@@ -919,7 +919,7 @@ fn prepare<'a>(
         entries: Vec::new(),
         sent: Vec::new(),
         raised: Vec::new(),
-        ticked: matches!(trigger, Trigger::Tick { .. }),
+        ticked: matches!(trigger, Trigger::Tick { minor: false, .. }),
     };
     let Trigger::Tick { elapsed, at, minor } = trigger else {
         for lane in lanes {

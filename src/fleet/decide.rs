@@ -296,8 +296,9 @@ pub struct Answered<'a> {
     /// The syncs a lane back from going on alone holds its share down for
     /// ([`rejoin_syncs`]).
     pub rejoin: u32,
-    /// The round was a tick's, not one of raises between ticks: it counts as a sync
-    /// for the holds counted in syncs.
+    /// The round was a full tick's, not one of raises between ticks nor a minor
+    /// tick of hurried lanes (`fleet::Trigger::Tick`): it counts as a sync for the
+    /// holds counted in syncs, and a cold start grows at it.
     pub ticked: bool,
 }
 
@@ -306,7 +307,13 @@ pub struct Answered<'a> {
 /// decision's interval and epoch: what it proposes next is relative to them.
 pub fn from_answer(state: &mut LaneState, sync: &Answered<'_>) -> Option<Decision> {
     let answer = sync.answer;
-    let cold = cold_interval(sync.cold, state, answer.shared, sync.sent.wanted);
+    let cold = cold_interval(
+        sync.cold,
+        state,
+        answer.shared,
+        sync.sent.wanted,
+        sync.ticked,
+    );
     let cold_state = cold.map(|interval| Shared { interval, epoch: 0 });
     let shared = cold_state.or(answer.shared)?;
     let mut decision = decide(shared, sync.sent.claim, &answer.others);
@@ -408,12 +415,14 @@ pub fn go_local(state: &mut LaneState) -> Option<Decision> {
 /// as fast as its fastest member: it grows the rate when the member's demand
 /// (`wanted`, its arrivals and queue, whether or not they went) reached what the
 /// last decision allotted it (while the members' demands are met, a faster start
-/// would only throttle an unmet burst harder).
+/// would only throttle an unmet burst harder), at a full tick (`ticked`) only, so that
+/// the start grows once a sync however often its lane syncs.
 fn cold_interval(
     cold: Option<Duration>,
     state: &mut LaneState,
     shared: Option<Shared>,
     wanted: f64,
+    ticked: bool,
 ) -> Option<Duration> {
     let floor = cold?;
     let interval = match shared {
@@ -430,7 +439,7 @@ fn cold_interval(
         Some(shared) => {
             state.cold_read = shared.interval;
             match state.last {
-                Some(last) if last.cold && wanted >= last.share * last.rate => {
+                Some(last) if last.cold && ticked && wanted >= last.share * last.rate => {
                     shared.interval.div_f64(COLD_GROWTH)
                 }
                 _ => shared.interval,

@@ -103,9 +103,9 @@ fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
         epoch: 0,
     };
     let mut lane = LaneState::default();
-    assert_eq!(cold_interval(None, &mut lane, None, 5.0), None);
+    assert_eq!(cold_interval(None, &mut lane, None, 5.0, true), None);
     assert_eq!(
-        cold_interval(Some(floor), &mut lane, None, 5.0),
+        cold_interval(Some(floor), &mut lane, None, 5.0, true),
         Some(ms(100))
     );
     // A member that used its allotment (a tenth of 10/s) grows the fleet's 100 ms.
@@ -114,12 +114,16 @@ fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
     lane.last = Some(last);
     assert_eq!(last.share * last.rate, 1.0);
     let state = Some(cold(None));
-    let grown = cold_interval(Some(floor), &mut lane, state, 1.0);
+    let grown = cold_interval(Some(floor), &mut lane, state, 1.0, true);
     assert_eq!(grown, Some(ms(100).div_f64(COLD_GROWTH)));
     assert_eq!(lane.cold_read, ms(100));
-    // One that did not keeps it.
+    // One that did not keeps it, and so does one between full ticks.
     assert_eq!(
-        cold_interval(Some(floor), &mut lane, state, 0.5),
+        cold_interval(Some(floor), &mut lane, state, 0.5, true),
+        Some(ms(100))
+    );
+    assert_eq!(
+        cold_interval(Some(floor), &mut lane, state, 1.0, false),
         Some(ms(100))
     );
     // Past the shortest interval: unpaced, for good.
@@ -128,22 +132,31 @@ fn a_cold_lane_starts_at_ten_a_second_and_grows_while_its_share_is_used() {
         epoch: 0,
     });
     assert_eq!(
-        cold_interval(Some(floor), &mut lane, fast, 9.0),
+        cold_interval(Some(floor), &mut lane, fast, 9.0, true),
         Some(ms(0))
     );
-    assert_eq!(cold_interval(Some(floor), &mut lane, state, 9.0), None);
+    assert_eq!(
+        cold_interval(Some(floor), &mut lane, state, 9.0, true),
+        None
+    );
     // A raise ends the start; so does a fleet gone unpaced.
     let mut fresh = LaneState::default();
     assert_eq!(
-        cold_interval(Some(floor), &mut fresh, Some(shared(20)), 9.0),
+        cold_interval(Some(floor), &mut fresh, Some(shared(20)), 9.0, true),
         None
     );
     let unpaced = Some(Shared {
         interval: Duration::ZERO,
         epoch: 0,
     });
-    assert_eq!(cold_interval(Some(floor), &mut fresh, unpaced, 9.0), None);
-    assert_eq!(cold_interval(Some(floor), &mut fresh, None, 9.0), None);
+    assert_eq!(
+        cold_interval(Some(floor), &mut fresh, unpaced, 9.0, true),
+        None
+    );
+    assert_eq!(
+        cold_interval(Some(floor), &mut fresh, None, 9.0, true),
+        None
+    );
 }
 
 /// The throttle that ends a cold start takes the fleet back half a step
