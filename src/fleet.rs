@@ -663,6 +663,11 @@ async fn run(inner: Arc<Inner>, clock: Clock, mut stopped: watch::Receiver<bool>
         metrics.sync.observe(took.as_secs_f64());
         let most = due::spare(lanes.len(), settings.sync_interval, settings.member_ttl);
         room = due::room(room, took, settings.sync_interval, most);
+        if result.is_err() {
+            // Failures count by the round: at the hurried pace a Redis that stops
+            // answering would send the lanes alone within a fraction of the usual wait.
+            inner.hurried.store(0, Ordering::Relaxed);
+        }
         standing.settle(&inner, &mut store, &lanes, result, clock.now());
         tick.set_period(inner.tick_period());
     }
