@@ -384,8 +384,8 @@ impl Fleet {
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
     }
 
-    /// The time from one tick to the next now: a `sync_interval`, and a [`HURRY`]th
-    /// of it while a lane hurries (`decide::hurries`).
+    /// The time from one tick to the next now: a `sync_interval`, and a fifth of it
+    /// (`decide::HURRY`) while a lane hurries (`decide::hurries`).
     pub fn tick_period(&self) -> Duration {
         self.inner.tick_period()
     }
