@@ -378,7 +378,7 @@ impl Fleet {
         if round.lanes.is_empty() && !round.ticked {
             return;
         }
-        let times = timings(&inner.settings, inner.hurrying());
+        let times = timings(&inner.settings, inner.tick_period());
         let answers = memory.sync(&inner.member, &round.reports, now, times);
         // The memory answers every lane, so this cannot fail.
         let _ = conclude(inner, round, Ok(answers.into_iter().map(Ok).collect()));
@@ -819,7 +819,7 @@ async fn sync_round(
         store.sync(
             &inner.member,
             &round.reports,
-            timings(settings, inner.hurrying()),
+            timings(settings, inner.tick_period()),
         ),
     )
     .await;
@@ -890,20 +890,15 @@ struct Round<'a> {
 
 /// The times a sync passes to the store: a lane's summary is refreshed once a sync
 /// interval while its members' entries change, so what one member reports reaches
-/// the others within two syncs; once a hurried tick while this member's lanes
-/// hurry (`decide::hurries`).
-fn timings(settings: &FleetSettings, hurried: bool) -> Timings {
+/// the others within two syncs; once a tick (`period`, [`Fleet::tick_period`]) while
+/// this member's lanes hurry (`decide::hurries`).
+fn timings(settings: &FleetSettings, period: Duration) -> Timings {
     let ttl = settings.member_ttl;
-    let refresh = if hurried {
-        settings.sync_interval / HURRY
-    } else {
-        settings.sync_interval
-    };
     Timings {
         member_ttl: ttl,
         key_ttl: ttl * KEY_TTL_MEMBER_TTLS,
         hold: settings.sync_interval * HOLD_SYNCS,
-        refresh,
+        refresh: period,
     }
 }
 
