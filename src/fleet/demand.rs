@@ -186,6 +186,9 @@ pub struct Used {
     through: f64,
     /// Attempts that left the queue, per second, averaged as `through` is.
     attempts: f64,
+    /// Seconds of samples the two averages hold since a refusal reset them: until
+    /// they span about [`THROUGH_MEMORY`], each is the plain mean of those samples.
+    since_reset: Option<f64>,
 }
 
 /// How many attempts in [`THROUGH_MEMORY`] make what got through worth reading on
@@ -215,10 +218,22 @@ impl Used {
         self.waiting = waiting;
         let secs = elapsed.as_secs_f64();
         if secs > 0.0 {
-            let keep = (-secs / THROUGH_MEMORY.as_secs_f64()).exp();
             // A refusal says the upstream was at its capacity in this sync: what got
             // through in it is that capacity's sample, whatever got through before.
-            let keep = if refused > 0 { 0.0 } else { keep };
+            if refused > 0 {
+                self.since_reset = Some(0.0);
+            }
+            // The plain mean of the samples since the reset until they span the
+            // memory, then a moving average. The sample with the refusal is chosen
+            // for having one, so it reads low; as the first term of a moving average
+            // it outweighed the samples after it for a third of a second, members
+            // just refused read what got through low together, and the fleet's cut
+            // from their sum went to 0.7 of the capacity at times.
+            let mut keep = (-secs / THROUGH_MEMORY.as_secs_f64()).exp();
+            if let Some(span) = self.since_reset.as_mut() {
+                *span += secs;
+                keep = keep.min(1.0 - secs / *span);
+            }
             self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
             self.through = self.through * keep + left as f64 / secs * (1.0 - keep);
         }
@@ -227,7 +242,8 @@ impl Used {
     }
 
     /// What got through, per second: a plain moving average over
-    /// [`THROUGH_MEMORY`], and after a sync with a refusal that sync's count. The
+    /// [`THROUGH_MEMORY`], and after a sync with a refusal the mean of the syncs
+    /// since, that one included, until they span the memory. The
     /// fleet sums it to learn what gets through (`learning::cap_raise`), where the
     /// dispatch rate ([`Used::update`]) rises to each sample at once: that read a
     /// member at 6/s (1.5 requests a sync) at about 11/s, and a fleet whose table's
@@ -465,12 +481,15 @@ mod tests {
             u.through()
         );
         // 8 attempts, 6 throttled: 2 got through in a quarter second, whatever
-        // got through before; then an average again.
+        // got through before; then the mean of the syncs since, until they span
+        // the memory; then an average again.
         u.update(8, 6, 0, SYNC);
         assert_eq!((u.through(), u.tried()), (8.0, 32.0));
         u.update(5, 0, 0, SYNC);
-        assert!((u.through() - (8.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
-        assert!((u.tried() - (32.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
+        assert_eq!((u.through(), u.tried()), (14.0, 26.0));
+        u.update(5, 0, 0, SYNC);
+        assert!((u.through() - (14.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
+        assert!((u.tried() - (26.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
     }
 
     #[test]
