@@ -360,9 +360,9 @@ pub fn from_answer(state: &mut LaneState, sync: &Answered<'_>) -> Option<Decisio
 /// matches the capacity comes from the entries written next (a raise to what got
 /// through, [`proposal`]). At a sync every 250 ms that took 0.5 to 0.7 s at up to
 /// twice the capacity; a table holding a second of burst saw 60 to 90 throttles
-/// there, most of its minute's. Only a `dense` lane, whose counts over a fifth of a sync say
-/// anything, and only at a first raise: a fleet of thousands that hurried at every
-/// raise would multiply what Redis does at each.
+/// there, most of its minute's. Only a `dense` lane, whose counts over a fifth of a
+/// sync say anything, and only at a first raise: a fleet of thousands that hurried
+/// at every raise would multiply what Redis does at each.
 pub fn hurries(before: Option<&Decision>, after: &Decision, dense: bool) -> bool {
     let cold_end = before.is_some_and(|b| b.cold) && !after.cold && after.epoch > 0;
     dense && !after.local && (after.first || cold_end)

@@ -230,9 +230,12 @@ impl Used {
             // just refused read what got through low together, and the fleet's cut
             // from their sum went to 0.7 of the capacity at times.
             let mut keep = (-secs / THROUGH_MEMORY.as_secs_f64()).exp();
-            if let Some(span) = self.since_reset.as_mut() {
-                *span += secs;
-                keep = keep.min(1.0 - secs / *span);
+            if let Some(span) = self.since_reset {
+                let span = span + secs;
+                keep = keep.min(1.0 - secs / span);
+                // From a span of the memory on, the moving average weighs the new
+                // sample less than the mean would, whatever the sample's length.
+                self.since_reset = (span < THROUGH_MEMORY.as_secs_f64()).then_some(span);
             }
             self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
             self.through = self.through * keep + left as f64 / secs * (1.0 - keep);
