@@ -126,6 +126,12 @@ impl<R: Random> Controller<R> {
         self.sleeper.cold(interval, growth, now);
     }
 
+    /// The interval is a fleet's, of which this member sends `share` (see
+    /// [`Sleeper::share`]).
+    pub fn share(&mut self, share: f64) {
+        self.sleeper.share(share);
+    }
+
     /// The interval just adopted is the fleet's first raise: an estimate from one
     /// burst, as a raise from 0 is (see [`Sleeper::estimated`]).
     pub fn estimated(&mut self) {

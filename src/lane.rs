@@ -255,6 +255,7 @@ impl Lane {
             cold: decision.cold,
         };
         let adoption = rules::adoption(taken, member);
+        controller.share(decision.share);
         if decision.cold {
             controller.cold(decision.interval, COLD_GROWTH, now);
         } else {

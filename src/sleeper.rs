@@ -246,6 +246,17 @@ impl Sleeper {
         }
     }
 
+    /// The interval is a fleet's, of which this member sends `share` (its own is the
+    /// fleet's over `share`): the floor below which an interval returns to 0 bounds
+    /// the member's own. The other strategies have no floor.
+    pub fn share(&mut self, share: f64) {
+        match self {
+            Sleeper::Cubic(s) => s.share(share),
+            Sleeper::Responsive(s) => s.share(share),
+            _ => {}
+        }
+    }
+
     /// The interval just adopted is an estimate from one burst (a fleet's first raise),
     /// as a raise from 0 is: `cubic` keeps growing from it as after its own raise from
     /// 0; the other strategies step alike either way.

@@ -307,8 +307,11 @@ pub struct Answered<'a> {
 /// decision's interval and epoch: what it proposes next is relative to them.
 pub fn from_answer(state: &mut LaneState, sync: &Answered<'_>) -> Option<Decision> {
     let answer = sync.answer;
+    // The floor bounds a member's own interval: the fleet's reaches it at the
+    // members' count times the floor's rate.
+    let members = u32::try_from(answer.others.len() + 1).unwrap_or(u32::MAX);
     let cold = cold_interval(
-        sync.cold,
+        sync.cold.map(|floor| floor / members),
         state,
         answer.shared,
         sync.sent.wanted,

@@ -12,6 +12,8 @@ use super::{Random, Settings, Step, from_nanos_f64, randomize};
 #[derive(Clone, Debug)]
 pub struct Responsive {
     floor: Duration,
+    /// The member's share of the interval's rate (1 alone, see [`Responsive::share`]).
+    share: f64,
     max: Duration,
     max_randomization: Duration,
     up: f64,
@@ -27,6 +29,7 @@ impl Responsive {
     pub fn new(settings: &Settings) -> Responsive {
         Responsive {
             floor: settings.floor(),
+            share: 1.0,
             max: settings.max_interval,
             max_randomization: settings.max_randomization,
             up: settings.up_multiplier,
@@ -54,6 +57,14 @@ impl Responsive {
         Step::Up
     }
 
+    /// The interval is a fleet's, of which this member sends `share`: the floor
+    /// bounds the member's own interval (the fleet's over `share`).
+    pub fn share(&mut self, share: f64) {
+        if share.is_finite() && share > 0.0 {
+            self.share = share.min(1.0);
+        }
+    }
+
     /// Moves to `interval`, keeping the success count.
     pub fn adopt(&mut self, interval: Duration) {
         self.interval = interval.min(self.max);
@@ -70,7 +81,7 @@ impl Responsive {
         }
         self.successes = 0;
         let next = self.spread(self.interval.as_nanos() as f64 * self.down, rng);
-        self.interval = if next < self.floor.as_nanos() as f64 {
+        self.interval = if next < self.floor.as_nanos() as f64 * self.share {
             Duration::ZERO
         } else {
             // AutoSleeper does not cap decreases; with a large randomization factor one

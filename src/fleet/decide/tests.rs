@@ -477,3 +477,29 @@ fn a_dense_lane_hurries_its_syncs_after_the_fleets_first_raise_only() {
     // A cold start that grew past its shortest interval went unpaced, at epoch 0.
     assert!(!hurries(Some(&cold), &unpaced, true));
 }
+
+/// The floor bounds a member's own interval: a cold start shared by 16 grows to 16
+/// times the floor's rate before the lane goes unpaced.
+#[test]
+fn a_cold_start_goes_unpaced_only_past_the_floor_of_a_members_share() {
+    let cold = |members: usize| {
+        let answer = Answer {
+            shared: Some(Shared {
+                interval: Duration::from_micros(500),
+                epoch: 0,
+            }),
+            others: vec![1e9; members - 1],
+            others_through: vec![0.0; members - 1],
+            counted_in: 1,
+            ..Answer::default()
+        };
+        let sync = Answered {
+            cold: Some(Duration::from_millis(1)),
+            ..answered(&answer, true)
+        };
+        from_answer(&mut LaneState::default(), &sync).map(|d| d.interval)
+    };
+    // 2,000/s: past one sidecar's floor of 1 ms; a sixteenth of it is 8 ms.
+    assert_eq!(cold(1), Some(Duration::ZERO));
+    assert_eq!(cold(16), Some(Duration::from_micros(500)));
+}
