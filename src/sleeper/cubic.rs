@@ -7,7 +7,9 @@
 //! to `w_max` that flattens out near it, then convex probing beyond it. `c` is relative
 //! (`(1 − beta) / recovery³`), so the return takes `recovery` at any scale and a 5/s
 //! table behaves like a 5000/s one. Growth depends on time, not on counted successes,
-//! so a lucky run of successes does not push the rate past the capacity faster.
+//! so a lucky run of successes does not push the rate past the capacity faster. After a
+//! probe met the capacity, a fleet's member (one that adopted a fleet's interval)
+//! takes [`FLEET_RECOVERY`] times as long.
 //!
 //! Every throttle sets `w_max` halfway between the decrease and the rate in force
 //! (CUBIC's fast convergence, taken every time): a throttle comes late, once the
@@ -35,6 +37,21 @@ const START_DOUBLINGS: f64 = 3.0;
 /// the decrease before it, so probing past it costs at most about one throttle in this
 /// many at a low rate.
 const PROBE_REQUESTS: f64 = 150.0;
+
+/// How many times `recovery` a fleet's curve takes to return to `w_max` after a cut
+/// of one step of `beta` made once it was back at `w_max` (a probe that met the
+/// capacity), and so how much more gently it probes past it: one sidecar's next
+/// request tells it of a throttle, but a fleet takes a raise at its members' next
+/// syncs and drops the raises within the hold after one, so its probe goes on growing
+/// for up to half a second after it met the capacity; at twice the period the probe
+/// grows an eighth as fast, and meets the capacity once a cycle, not in a cluster of
+/// throttles. Any other cut (deeper, to what the fleet got through after a burst ran
+/// out, or one on the way back) returns in `recovery`: the capacity may lie well above.
+const FLEET_RECOVERY: f64 = 2.0;
+
+/// How close below `w_max` the rate counts as back at it: the curve is this flat
+/// from four fifths of its return on (with `beta` 0.92).
+const BACK: f64 = 1e-3;
 
 /// The rate multiplier for a throttle with no success since the last decrease: that
 /// decrease did not reach the capacity (the start-up ramp from full speed, a capacity
@@ -119,7 +136,7 @@ impl Cubic {
         if self.rate == 0.0 {
             let rate = 1.0 / start.min(self.max).as_secs_f64().max(1e-9);
             self.w_max = rate / self.beta;
-            self.decrease_to(rate, now);
+            self.decrease_to(rate, false, now);
             self.from_start = true;
             self.doubling = self.recovery / START_DOUBLINGS;
             return Step::Up;
@@ -130,6 +147,7 @@ impl Cubic {
         // and an estimate's doubling goes on, so a fleet cut far below the capacity is
         // back in seconds.
         let estimating = self.shared && self.same_burst(now);
+        let gentle = self.shared && self.back();
         self.from_start = false;
         let w = self.rate;
         if let Some(growth) = self.cold.take() {
@@ -138,7 +156,7 @@ impl Cubic {
             // and return toward halfway between the rates two steps and one step back.
             let back = w / (growth * growth);
             self.w_max = back * (1.0 + growth) / 2.0;
-            self.decrease_to(back, now);
+            self.decrease_to(back, false, now);
             self.from_start = true;
             self.doubling = self.recovery;
             return Step::Up;
@@ -156,7 +174,7 @@ impl Cubic {
         } else {
             OVERSHOOT
         };
-        self.decrease_to(w * factor, now);
+        self.decrease_to(w * factor, gentle, now);
         self.from_start = estimating;
         Step::Up
     }
@@ -193,6 +211,7 @@ impl Cubic {
     pub fn adopt(&mut self, interval: Duration, raised: bool, now: Duration) {
         self.shared = true;
         let cold = self.cold.take();
+        let back = self.back();
         if interval.is_zero() {
             self.rate = 0.0;
             self.interval = Duration::ZERO;
@@ -203,7 +222,7 @@ impl Cubic {
             // A cold start cut short (the member goes on alone): the fleet no longer
             // grows it, so the rate grows from here as from an estimate.
             self.w_max = rate;
-            self.decrease_to(rate, now);
+            self.decrease_to(rate, false, now);
             self.from_start = true;
             self.doubling = self.recovery / START_DOUBLINGS;
             return;
@@ -221,7 +240,9 @@ impl Cubic {
             None => self.rate.clamp(rate, rate / self.beta),
         };
         let estimating = self.same_burst(now);
-        self.decrease_to(rate, now);
+        // A probe that met the capacity, cut by one step of `beta` or less.
+        let gentle = cold.is_none() && back && self.rate * self.beta <= rate * (1.0 + 1e-9);
+        self.decrease_to(rate, gentle, now);
         if cold.is_some() {
             // The fleet's rate in force when it throttled may have been above the one
             // it reads (members whose shares were about to shrink): the rate also
@@ -298,6 +319,12 @@ impl Cubic {
             && now.saturating_sub(self.since).as_secs_f64() < self.recovery
     }
 
+    /// Whether the curve is back at `w_max` (see [`BACK`]), not on its way there nor
+    /// growing an estimate.
+    fn back(&self) -> bool {
+        !self.from_start && self.rate > 0.0 && self.rate >= self.w_max * (1.0 - BACK)
+    }
+
     /// The curve's rate at `now`.
     fn curve(&self, now: Duration) -> f64 {
         let t = now.saturating_sub(self.since).as_secs_f64();
@@ -309,7 +336,9 @@ impl Cubic {
         }
     }
 
-    fn decrease_to(&mut self, rate: f64, now: Duration) {
+    /// Cuts to `rate` at `now`; `gentle` after a fleet's probe met the capacity (see
+    /// [`FLEET_RECOVERY`]).
+    fn decrease_to(&mut self, rate: f64, gentle: bool, now: Duration) {
         self.set_rate(rate.max(self.min_rate));
         self.base = self.rate;
         // Signed: if `max_interval` held the rate above `w_max`, the curve starts in
@@ -317,9 +346,12 @@ impl Cubic {
         // At a low rate a probe every `recovery` would be a large share of the
         // requests (at 20/s, one in 60): the curve returns to `w_max` over at least
         // `PROBE_REQUESTS` requests instead.
-        let period = self
-            .recovery
-            .max(PROBE_REQUESTS / self.w_max.max(f64::MIN_POSITIVE));
+        let recovery = if gentle {
+            self.recovery * FLEET_RECOVERY
+        } else {
+            self.recovery
+        };
+        let period = recovery.max(PROBE_REQUESTS / self.w_max.max(f64::MIN_POSITIVE));
         self.c = (1.0 - self.beta) / period.powi(3);
         self.k = ((self.w_max - self.rate) / (self.c * self.w_max)).cbrt();
         self.since = now;
@@ -401,6 +433,39 @@ mod tests {
         // 100 × (1 + 0.0125 × (t − 2)³): concave up to 100 at 2 s, flat around it,
         // then convex.
         assert_eq!(seen, [95.781, 98.75, 99.844, 100.0, 100.156, 101.25, 110.0]);
+    }
+
+    #[test]
+    fn a_fleet_members_curve_takes_twice_recovery() {
+        let mut c = Cubic::new(&settings());
+        c.adopt(Duration::from_millis(10), false, secs(0.0));
+        // Another member's raise to 90/s, one step: back to 100/s, the same curve as
+        // alone (above) at half the pace.
+        c.adopt(Duration::from_nanos(11_111_111), true, secs(1.0));
+        let mut seen = Vec::new();
+        for t in [1.0, 2.0, 4.0, 5.0, 6.0, 8.0] {
+            c.on_success(secs(1.0 + t));
+            seen.push(rate(&c));
+        }
+        assert_eq!(seen, [95.781, 98.75, 100.0, 100.156, 101.25, 110.0]);
+        // A deeper cut, from 110/s to 80/s: back to 88.9/s (one step above it) in
+        // `recovery`.
+        c.adopt(Duration::from_micros(12_500), true, secs(10.0));
+        c.on_success(secs(12.0));
+        assert_eq!(rate(&c), 88.889);
+        // A cut of one step on the way back (at 95.8/s, a second after the first
+        // raise) returns in `recovery` too.
+        let mut c = Cubic::new(&settings());
+        c.adopt(Duration::from_millis(10), false, secs(0.0));
+        c.adopt(Duration::from_nanos(11_111_111), true, secs(1.0));
+        c.on_success(secs(2.0));
+        c.adopt(
+            Duration::from_secs_f64(1.0 / (95.78125 * 0.9)),
+            true,
+            secs(2.0),
+        );
+        c.on_success(secs(4.0));
+        assert_eq!(rate(&c), 95.781);
     }
 
     #[test]
