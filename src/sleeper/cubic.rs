@@ -43,11 +43,13 @@ const PROBE_REQUESTS: f64 = 150.0;
 /// capacity), and so how much more gently it probes past it: one sidecar's next
 /// request tells it of a throttle, but a fleet takes a raise at its members' next
 /// syncs and drops the raises within the hold after one, so its probe goes on growing
-/// for up to half a second after it met the capacity; at twice the period the probe
-/// grows an eighth as fast, and meets the capacity once a cycle, not in a cluster of
-/// throttles. Any other cut (deeper, to what the fleet got through after a burst ran
-/// out, or one on the way back) returns in `recovery`: the capacity may lie well above.
-const FLEET_RECOVERY: f64 = 2.0;
+/// for up to half a second after it met the capacity; at half as long again the probe
+/// grows less than a third as fast, and meets the capacity less often. Not twice:
+/// the second after the cut, a slower return's lowest, would average below 0.95 of
+/// the capacity. Any other cut (deeper, to what the fleet got through after a burst
+/// ran out, or one on the way back) returns in `recovery`: the capacity may lie well
+/// above.
+const FLEET_RECOVERY: f64 = 1.5;
 
 /// How close below `w_max` the rate counts as back at it: the curve is this flat
 /// from four fifths of its return on (with `beta` 0.92).
@@ -436,14 +438,14 @@ mod tests {
     }
 
     #[test]
-    fn a_fleet_members_curve_takes_twice_recovery() {
+    fn a_fleet_members_curve_takes_half_as_long_again_after_a_probe_met_the_capacity() {
         let mut c = Cubic::new(&settings());
         c.adopt(Duration::from_millis(10), false, secs(0.0));
         // Another member's raise to 90/s, one step: back to 100/s, the same curve as
-        // alone (above) at half the pace.
+        // alone (above) at two thirds of the pace.
         c.adopt(Duration::from_nanos(11_111_111), true, secs(1.0));
         let mut seen = Vec::new();
-        for t in [1.0, 2.0, 4.0, 5.0, 6.0, 8.0] {
+        for t in [0.75, 1.5, 3.0, 3.75, 4.5, 6.0] {
             c.on_success(secs(1.0 + t));
             seen.push(rate(&c));
         }
