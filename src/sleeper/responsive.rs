@@ -179,6 +179,45 @@ mod tests {
         assert_eq!(s.interval(), Duration::ZERO);
     }
 
+    /// A fleet member sending a quarter of the fleet's rate goes to 0 only when its
+    /// own interval, four times the fleet's, would be below the floor.
+    #[test]
+    fn a_fleet_member_returns_to_zero_only_past_the_floor_of_its_share() {
+        let rng = &mut Script::new(&[0.5]);
+        let mut alone = Responsive::new(&graph_settings());
+        let mut member = Responsive::new(&graph_settings());
+        member.share(0.25);
+        for s in [&mut alone, &mut member] {
+            s.adopt(Duration::from_micros(1_350));
+            for _ in 0..5 {
+                s.on_success(rng);
+            }
+        }
+        // 1.35 ms × 0.6 = 0.81 ms: below the 1 ms floor alone; the member's own
+        // interval, 3.24 ms, is not.
+        assert_eq!(alone.interval(), Duration::ZERO);
+        assert_eq!(member.interval(), ns(810_000));
+        for _ in 0..5 {
+            member.on_success(rng);
+        }
+        // 0.486 ms: the member's own interval, 1.944 ms, is still above the floor.
+        assert_eq!(member.interval(), ns(486_000));
+        for _ in 0..10 {
+            member.on_success(rng);
+        }
+        // 0.2916 ms → 1.1664 ms of its own, then 0.17496 ms → 0.69984 ms: below.
+        assert_eq!(member.interval(), Duration::ZERO);
+        // A share that makes no sense leaves the last one in force.
+        for share in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            member.share(share);
+        }
+        member.adopt(Duration::from_micros(1_350));
+        for _ in 0..5 {
+            member.on_success(rng);
+        }
+        assert_eq!(member.interval(), ns(810_000));
+    }
+
     #[test]
     fn successes_at_interval_zero_do_not_count() {
         let mut s = Responsive::new(&graph_settings());
