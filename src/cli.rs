@@ -213,6 +213,10 @@ pub struct SimulateArgs {
     /// From dispatch to answer.
     #[arg(long, default_value = "10ms", value_parser = parse_duration)]
     pub latency: Duration,
+    /// How late after its dispatch an attempt may reach the upstream, drawn evenly
+    /// from 0 to this for each attempt (timers, network, a busy host).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub jitter: Duration,
     /// easeoff instances sharing the upstream [default: 2 for shared, 16 for fleet, else 1].
     #[arg(long)]
     pub sidecars: Option<usize>,

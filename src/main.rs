@@ -388,6 +388,7 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
             .max(1),
         clients: args.clients,
         latency: args.latency,
+        jitter: args.jitter,
         sidecars: match args.scenario {
             // One sidecar; its two tables are reported apart.
             Scenario::Tables => 2,

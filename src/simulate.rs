@@ -3,10 +3,11 @@
 //! a modelled throttling upstream. Clients go through the same [`Control`] and
 //! [`Attempts`](attempt::Attempts) the proxy's request path uses (acquire a slot, pass the connection
 //! backoff, record the verdict, ask the policy and the retry budget); only the network
-//! is replaced: the upstream is the mock's token bucket, which decides at dispatch and
-//! answers `latency` later.
+//! is replaced: the upstream is the mock's token bucket, which decides at dispatch (or
+//! up to `jitter` after it) and answers `latency` later.
 //!
-//! Everything random comes from one seeded generator, and a current-thread runtime
+//! Everything random comes from the seed (one generator, and one more for the
+//! attempts' lateness when there is `jitter`), and a current-thread runtime
 //! runs the tasks in a fixed order, so a seed gives the same trace every time. What
 //! the trace means (summary, CSV) is in [`report`].
 
@@ -86,8 +87,14 @@ pub struct SimOptions {
     pub burst: u32,
     /// Clients per sidecar, each sending its next request as soon as one ends.
     pub clients: usize,
-    /// From dispatch to answer; the upstream decides at dispatch.
+    /// From dispatch to answer; the upstream decides at dispatch, or up to `jitter`
+    /// after it.
     pub latency: Duration,
+    /// How late after its dispatch an attempt may reach the upstream, drawn evenly
+    /// from 0 to this for each attempt: a sidecar's timers, the network and a busy
+    /// host do not keep a schedule to the microsecond, and a bucket just emptied
+    /// refuses the attempts that arrive bunched although the rate is below its own.
+    pub jitter: Duration,
     /// easeoff instances, each with its own controller, pacer and clients, sharing
     /// one upstream.
     pub sidecars: usize,
@@ -114,6 +121,13 @@ impl SimOptions {
         }
         if self.duration.is_zero() {
             return Err("--duration must be above 0".into());
+        }
+        if self.jitter > self.latency {
+            return Err(format!(
+                "--jitter must not exceed --latency ({:?}): an attempt reaches the \
+                 upstream before its answer comes back, got {:?}",
+                self.latency, self.jitter
+            ));
         }
         if !self.scale_factor.is_finite() || self.scale_factor < 1.0 {
             return Err(format!(
@@ -228,6 +242,10 @@ struct World {
     burst: u32,
     rate: f64,
     trace: Trace,
+    jitter: Duration,
+    /// Draws each attempt's lateness; its own generator, so that a run without
+    /// jitter draws what it drew before there was any.
+    late: fastrand::Rng,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -248,7 +266,12 @@ impl World {
             Some(table) => table,
             None => &mut self.bucket,
         };
-        let throttled = bucket.take(slot.dispatched_at).is_err();
+        let arrives = if self.jitter.is_zero() {
+            slot.dispatched_at
+        } else {
+            slot.dispatched_at + self.jitter.mul_f64(self.late.f64())
+        };
+        let throttled = bucket.take(arrives).is_err();
         let at = self.since_start(slot.dispatched_at);
         if self.bucket.rate() != self.rate {
             self.rate = self.bucket.rate();
@@ -284,6 +307,8 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     let end = start + options.duration;
     let (initial, steps) = options.schedule();
     let world: Shared = Arc::new(Mutex::new(World {
+        jitter: options.jitter,
+        late: fastrand::Rng::with_seed(options.seed ^ LATE_SEED),
         start,
         bucket: Bucket::new(initial, options.burst, options.autoscale(), start),
         tables: if options.scenario == Scenario::Tables {
@@ -456,6 +481,10 @@ pub const TABLES: [(&str, f64); 2] = [("slow", 0.2), ("fast", 1.0)];
 /// The least a turned-away client waits: a shed is answered at once, and in virtual
 /// time a client that asked again at once would never let the clock move.
 const MIN_HOLD_OFF: Duration = Duration::from_millis(1);
+
+/// Mixed into the seed of the generator that draws each attempt's lateness
+/// (`SimOptions::jitter`), so that it draws apart from the run's own.
+const LATE_SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// One client request through easeoff's decisions, by the attempt driver the proxy
 /// uses ([`Control::drive`]): wait for a slot, pass the connection backoff, let `send`

@@ -103,6 +103,7 @@ fn learned(sleeper: &str) -> (f64, bool) {
         burst: 10,
         clients: 16,
         latency,
+        jitter: Duration::ZERO,
         sidecars: 1,
         idle: Duration::ZERO,
         scale_after: Duration::from_secs(60),

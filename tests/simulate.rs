@@ -34,6 +34,7 @@ fn options(scenario: Scenario, seed: u64, duration: Duration) -> SimOptions {
         burst: 10,
         clients: 16,
         latency: Duration::from_millis(10),
+        jitter: Duration::ZERO,
         sidecars: if scenario == Scenario::Shared { 2 } else { 1 },
         idle: Duration::ZERO,
         scale_after: Duration::from_secs(60),
@@ -90,6 +91,32 @@ fn the_same_seed_gives_byte_identical_outputs_and_another_seed_does_not() {
         assert_ne!(csv_a, csv_c, "{scenario:?}");
         assert_ne!(summary_a, summary_c, "{scenario:?}");
     }
+}
+
+/// `--jitter` draws each attempt's lateness from the seed: the same seed gives the
+/// same run, the lateness changes what the bucket refuses, and a jitter past the
+/// latency (an attempt arriving after its answer) is refused.
+#[test]
+fn jitter_comes_from_the_seed_and_stays_within_the_latency() {
+    let plain = options(Scenario::Steady, 3, Duration::from_secs(30));
+    let late = SimOptions {
+        jitter: Duration::from_millis(10),
+        ..plain.clone()
+    };
+    assert_eq!(late.validate(), Ok(()));
+    let (summary, csv, _) = outputs(&late);
+    let (summary_again, csv_again, _) = outputs(&late);
+    assert_eq!((summary, &csv), (summary_again, &csv_again));
+    assert_ne!(outputs(&plain).1, csv);
+    let past = SimOptions {
+        jitter: Duration::from_millis(11),
+        ..plain
+    };
+    let refused = past.validate().unwrap_err();
+    assert!(
+        refused.contains("--jitter must not exceed --latency"),
+        "{refused}"
+    );
 }
 
 #[test]
