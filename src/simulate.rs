@@ -243,8 +243,8 @@ struct World {
     rate: f64,
     trace: Trace,
     jitter: Duration,
-    /// Draws each attempt's lateness; its own generator, so that a run without
-    /// jitter draws what it drew before there was any.
+    /// Draws each attempt's lateness: a generator of its own, so that jitter leaves
+    /// every other draw of the seed as it is (a run without it is the same run).
     late: fastrand::Rng,
 }
 
