@@ -320,6 +320,12 @@ pub fn randomize(value: f64, factor: f64, max_spread: f64, rng: &mut dyn Random)
     value - delta + 2.0 * delta * rng.unit()
 }
 
+/// A fleet member's share of the fleet's rate as a sleeper keeps it, in (0, 1]; `None`
+/// for a value that says nothing (0, negative, not finite), which leaves the last.
+fn member_share(share: f64) -> Option<f64> {
+    (share.is_finite() && share > 0.0).then(|| share.min(1.0))
+}
+
 /// `Duration` from float nanoseconds, saturating at the ends.
 #[allow(
     clippy::cast_possible_truncation,

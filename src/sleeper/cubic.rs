@@ -299,8 +299,8 @@ impl Cubic {
     /// times the floor's (16 members on a table of 3,000 writes a second, at about
     /// 190 each, stay paced).
     pub fn share(&mut self, share: f64) {
-        if share.is_finite() && share > 0.0 {
-            self.share = share.min(1.0);
+        if let Some(share) = super::member_share(share) {
+            self.share = share;
         }
     }
 

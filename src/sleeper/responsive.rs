@@ -60,8 +60,8 @@ impl Responsive {
     /// The interval is a fleet's, of which this member sends `share`: the floor
     /// bounds the member's own interval (the fleet's over `share`).
     pub fn share(&mut self, share: f64) {
-        if share.is_finite() && share > 0.0 {
-            self.share = share.min(1.0);
+        if let Some(share) = super::member_share(share) {
+            self.share = share;
         }
     }
 
