@@ -121,6 +121,8 @@ struct LaneCell {
     arrivals: AtomicU64,
     /// Attempts shed or throttled since the last sync.
     refused: AtomicU64,
+    /// Attempts answered as got through since the last sync.
+    through: AtomicU64,
     /// The fleet's [`Inner::raised`].
     raised: Arc<Notify>,
     waiting: AtomicUsize,
@@ -205,6 +207,13 @@ impl LaneLink {
     /// getting through, so it does not count in the dispatch rate the fleet reads.
     pub fn refused(&self) {
         self.cell.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt of the lane got through (its answer was a success); one relaxed
+    /// atomic add.
+    #[inline]
+    pub fn got_through(&self) {
+        self.cell.through.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Requests waiting in the lane's queue now.
@@ -495,6 +504,7 @@ impl Fleet {
                 .unwrap_or_default(),
             arrivals: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            through: AtomicU64::new(0),
             raised: Arc::clone(&self.inner.raised),
             waiting: AtomicUsize::new(0),
             interval: AtomicU64::new(NONE),
@@ -947,7 +957,11 @@ fn prepare<'a>(
         let warm = sync.state.last.is_some_and(|last| !last.cold);
         let demand = demand::floored(demand, sync.demand.floor(), warm);
         let refused = lane.refused.swap(0, Ordering::Relaxed);
-        let used = sync.used.update(arrivals, refused, waiting, elapsed);
+        let answered = demand::Answered {
+            through: lane.through.swap(0, Ordering::Relaxed),
+            refused,
+        };
+        let used = sync.used.update(arrivals, answered, waiting, elapsed);
         let used = demand::queued(used, waiting, sync.state.allotted());
         let (through, tried) = (sync.used.through(), sync.used.tried());
         sync.since = sync.since.saturating_add(elapsed);
@@ -1430,10 +1444,11 @@ mod tests {
         );
     }
 
-    /// What a member's entry says it dispatched leaves out what was shed or
-    /// throttled: while the fleet throttles, the entries sum to what got through.
+    /// What a member's entry says got through is what its answers said got through,
+    /// not what was shed or throttled: while the fleet throttles, the entries sum
+    /// to what got through.
     #[test]
-    fn the_others_read_a_members_dispatches_less_what_was_refused() {
+    fn the_others_read_what_got_through_of_a_members_attempts() {
         let settings = FleetSettings::default();
         let sync = settings.sync_interval;
         let (mut memory, members, _, mut now) = three_sharing(&settings);
@@ -1443,6 +1458,9 @@ mod tests {
         }
         for _ in 0..75 {
             members[1].1.refused();
+        }
+        for _ in 0..25 {
+            members[1].1.got_through();
         }
         members[1].1.waiting(1000);
         now += sync;
@@ -1579,6 +1597,7 @@ mod tests {
             *now += period;
             for link in &links {
                 (0..10).for_each(|_| link.arrived());
+                (0..10).for_each(|_| link.got_through());
             }
             fleet.sync_in(memory, *now, Some(period));
         };

@@ -622,6 +622,9 @@ impl Lane {
     /// Tells the controller of a success.
     fn succeeded(&self, slot: &Slot) {
         self.start.answered(false, true);
+        if let Some(link) = self.fleet() {
+            link.got_through();
+        }
         // Successes at interval 0 change nothing: no lock on the fast path.
         if self.pacer.interval().is_zero() {
             self.common.metrics.invocations.inc();

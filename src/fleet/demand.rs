@@ -175,16 +175,17 @@ pub fn parse(entry: &str) -> Option<Read<'_>> {
     })
 }
 
-/// A lane's recent dispatch rate and what got through of it, from arrivals, the
-/// change in its queue and the attempts shed or throttled. While a fleet throttles,
-/// the sum of what got through is about the capacity (what the upstream let
-/// through), where the members' dispatches may be many times it.
+/// A lane's recent dispatch rate, from arrivals, the change in its queue and the
+/// attempts shed or throttled, and what got through of its attempts, from their
+/// answers. While a fleet throttles, the sum of what got through is about the
+/// capacity (what the upstream let through), where the members' dispatches may be
+/// many times it.
 #[derive(Clone, Debug, Default)]
 pub struct Used {
     rate: f64,
     waiting: usize,
     through: f64,
-    /// Attempts that left the queue, per second, averaged as `through` is.
+    /// Attempts answered or shed, per second, averaged as `through` is.
     attempts: f64,
     /// Seconds of samples the two averages hold since a refusal reset them: until
     /// they span about [`THROUGH_MEMORY`], each is the plain mean of those samples.
@@ -199,18 +200,30 @@ pub const DENSE: f64 = 2.0;
 /// about two thirds, rise or fall alike.
 pub const THROUGH_MEMORY: Duration = Duration::from_millis(500);
 
+/// What came of a lane's attempts in one sync, counted as it came: answered as got
+/// through, and throttled or shed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Answered {
+    /// Attempts whose answer was a success.
+    pub through: u64,
+    /// Attempts throttled or shed.
+    pub refused: u64,
+}
+
 impl Used {
     /// The dispatch rate after `arrivals` in `elapsed` with `waiting` queued now and
-    /// `refused` attempts shed or throttled: what arrived and did not stay queued left
-    /// the queue (dispatched, or given up), and what was refused did not get through.
+    /// what came of the attempts (`answered`): what arrived and did not stay queued
+    /// left the queue (dispatched, or given up), and what was refused did not get
+    /// through.
     pub fn update(
         &mut self,
         arrivals: u64,
-        refused: u64,
+        answered: Answered,
         waiting: usize,
         elapsed: Duration,
     ) -> f64 {
         let queued = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let Answered { through, refused } = answered;
         let attempts = arrivals
             .saturating_add(queued(self.waiting))
             .saturating_sub(queued(waiting));
@@ -237,8 +250,14 @@ impl Used {
                 // sample less than the mean would, whatever the sample's length.
                 self.since_reset = (span < THROUGH_MEMORY.as_secs_f64()).then_some(span);
             }
-            self.attempts = self.attempts * keep + attempts as f64 / secs * (1.0 - keep);
-            self.through = self.through * keep + left as f64 / secs * (1.0 - keep);
+            // Both from the answers, as they come: attempts counted as they left the
+            // queue beside the refusals answered in the same sync mixed two times,
+            // and while the rate moved, the part that got through followed the move,
+            // not the upstream (read high while a fleet's rate grew into a table's
+            // burst running out, so its cut there came late).
+            let tried = through.saturating_add(refused);
+            self.attempts = self.attempts * keep + tried as f64 / secs * (1.0 - keep);
+            self.through = self.through * keep + through as f64 / secs * (1.0 - keep);
         }
         self.rate = follow(self.rate, left, elapsed);
         self.rate
@@ -258,7 +277,7 @@ impl Used {
         self.through
     }
 
-    /// The attempts that left the queue, per second, averaged and reset as
+    /// The attempts answered or shed, per second, averaged and reset as
     /// [`Used::through`] is: the fleet's sum of what got through over its sum of
     /// this is the part of its attempts the upstream let through, which does not
     /// lag a rate that grows as each sum does (`learning::capacity`).
@@ -329,6 +348,10 @@ mod tests {
     use super::*;
 
     const SYNC: Duration = Duration::from_millis(250);
+
+    fn ans(through: u64, refused: u64) -> Answered {
+        Answered { through, refused }
+    }
 
     #[test]
     fn the_floor_holds_past_a_cold_start_only() {
@@ -444,15 +467,15 @@ mod tests {
     fn the_dispatch_rate_counts_what_left_the_queue() {
         let mut u = Used::default();
         // 25 arrive, 5 stay queued: 20 left in a quarter second.
-        assert_eq!(u.update(25, 0, 5, SYNC), 80.0);
+        assert_eq!(u.update(25, ans(20, 0), 5, SYNC), 80.0);
         // None arrive, the queue empties: 5 left.
-        let after = u.update(0, 0, 0, SYNC);
+        let after = u.update(0, ans(5, 0), 0, SYNC);
         let keep = (-0.125f64).exp();
         assert!((after - (80.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
         // A queue that only grows dispatched nothing.
         let mut stuck = Used::default();
-        assert_eq!(stuck.update(25, 0, 25, SYNC), 0.0);
-        assert_eq!(stuck.update(25, 0, 50, SYNC), 0.0);
+        assert_eq!(stuck.update(25, ans(0, 0), 25, SYNC), 0.0);
+        assert_eq!(stuck.update(25, ans(0, 0), 50, SYNC), 0.0);
     }
 
     #[test]
@@ -463,7 +486,7 @@ mod tests {
         let mut u = Used::default();
         let (mut sum, mut rate) = (0.0, 0.0);
         for n in 0..400u64 {
-            rate = u.update(n % 4, 0, 0, SYNC);
+            rate = u.update(n % 4, ans(n % 4, 0), 0, SYNC);
             if n >= 200 {
                 sum += u.through();
             }
@@ -473,10 +496,10 @@ mod tests {
         // From 200/s to 100/s: within a tenth of 100/s after four syncs (a second).
         let mut u = Used::default();
         for _ in 0..40 {
-            u.update(50, 0, 0, SYNC);
+            u.update(50, ans(50, 0), 0, SYNC);
         }
         for _ in 0..4 {
-            u.update(25, 0, 0, SYNC);
+            u.update(25, ans(25, 0), 0, SYNC);
         }
         assert!(
             u.through() > 100.0 && u.through() < 115.0,
@@ -486,11 +509,11 @@ mod tests {
         // 8 attempts, 6 throttled: 2 got through in a quarter second, whatever
         // got through before; then the mean of the syncs since, until they span
         // the memory; then an average again.
-        u.update(8, 6, 0, SYNC);
+        u.update(8, ans(2, 6), 0, SYNC);
         assert_eq!((u.through(), u.tried()), (8.0, 32.0));
-        u.update(5, 0, 0, SYNC);
+        u.update(5, ans(5, 0), 0, SYNC);
         assert_eq!((u.through(), u.tried()), (14.0, 26.0));
-        u.update(5, 0, 0, SYNC);
+        u.update(5, ans(5, 0), 0, SYNC);
         assert!((u.through() - (14.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
         assert!((u.tried() - (26.0 * keep + 20.0 * (1.0 - keep))).abs() < 1e-9);
     }
@@ -500,34 +523,52 @@ mod tests {
         // 6/s (1 and 2 a sync in turn): 3 in half a second.
         let mut u = Used::default();
         for n in 0..40u64 {
-            u.update(1 + n % 2, 0, 0, SYNC);
+            u.update(1 + n % 2, ans(1 + n % 2, 0), 0, SYNC);
         }
         assert!(u.dense());
         // 3.6/s: not; nor a member that sends once in 10 s, just after it sent.
         let mut sparse = Used::default();
         for n in 0..400u64 {
-            sparse.update(u64::from(n % 10 != 0), 0, 0, SYNC);
+            let sent = u64::from(n % 10 != 0);
+            sparse.update(sent, ans(sent, 0), 0, SYNC);
         }
         assert!(!sparse.dense());
         let mut once = Used::default();
-        once.update(1, 0, 0, SYNC);
+        once.update(1, ans(1, 0), 0, SYNC);
         assert!(!once.dense());
         // Refused attempts count: they were made.
         let mut refused = Used::default();
         for _ in 0..40 {
-            refused.update(2, 2, 0, SYNC);
+            refused.update(2, ans(0, 2), 0, SYNC);
         }
         assert!(refused.dense());
+    }
+
+    #[test]
+    fn what_got_through_counts_answers_as_they_come() {
+        // 10 attempts leave the queue in one sync and are answered in the next,
+        // 4 got through and 6 throttled: the part that got through is 0.4 of the
+        // answered ones. Counted as the attempts left the queue, the first sync
+        // read 10 got through, and the second read nothing tried.
+        let mut u = Used::default();
+        u.update(10, ans(0, 0), 0, SYNC);
+        assert_eq!((u.through(), u.tried()), (0.0, 0.0));
+        u.update(0, ans(4, 6), 0, SYNC);
+        assert_eq!((u.through(), u.tried()), (16.0, 40.0));
+        // An attempt with no answer (its connection failed) is neither.
+        let mut lost = Used::default();
+        lost.update(3, ans(0, 0), 0, SYNC);
+        assert_eq!((lost.through(), lost.tried()), (0.0, 0.0));
     }
 
     #[test]
     fn shed_or_throttled_attempts_do_not_count_as_dispatched() {
         let mut u = Used::default();
         // 100 attempts in a quarter second, 75 shed or throttled: 25 got through.
-        assert_eq!(u.update(100, 75, 0, SYNC), 100.0);
+        assert_eq!(u.update(100, ans(25, 75), 0, SYNC), 100.0);
         // More refusals than arrivals (answers to earlier attempts): none.
         let mut storm = Used::default();
-        assert_eq!(storm.update(10, 40, 0, SYNC), 0.0);
+        assert_eq!(storm.update(10, ans(0, 40), 0, SYNC), 0.0);
     }
 
     #[test]
