@@ -546,6 +546,12 @@ impl Lane {
             Some(Verdict::Success) => {
                 self.overloads.success();
                 self.asked.forget();
+                // Counted by the verdict, not the reaction: in observe mode a throttle
+                // pacing would not have met is a success to the controller, yet it did
+                // not get through (`throttle_seen` counted it refused).
+                if let Some(link) = self.fleet() {
+                    link.got_through();
+                }
                 if let Some((goodput, origin)) = self.goodput.as_deref() {
                     goodput.succeeded(nanos_since(*origin, self.common.clock.now()));
                 }
@@ -622,9 +628,6 @@ impl Lane {
     /// Tells the controller of a success.
     fn succeeded(&self, slot: &Slot) {
         self.start.answered(false, true);
-        if let Some(link) = self.fleet() {
-            link.got_through();
-        }
         // Successes at interval 0 change nothing: no lock on the fast path.
         if self.pacer.interval().is_zero() {
             self.common.metrics.invocations.inc();
