@@ -393,7 +393,7 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
             // One sidecar; its two tables are reported apart.
             Scenario::Tables => 2,
             Scenario::Shared => args.sidecars.unwrap_or(2),
-            Scenario::Fleet => args.sidecars.unwrap_or(16),
+            Scenario::Fleet | Scenario::FleetStepUp => args.sidecars.unwrap_or(16),
             _ => args.sidecars.unwrap_or(1),
         },
         idle: args.idle,
@@ -424,7 +424,7 @@ fn run_simulate(path: Option<PathBuf>, args: SimulateArgs) -> ExitCode {
         }
     }
     print!("{}", simulate::report::summary(&options, &trace, &bins));
-    if options.scenario == Scenario::Fleet {
+    if options.scenario.fleet() {
         match simulate::compare_fleet(&options, &trace) {
             Ok(table) => print!("{table}"),
             Err(error) => {

@@ -55,6 +55,9 @@ pub enum Scenario {
     /// share what they learn as a `[fleet]` does, through a store in memory; compared
     /// with the same sidecars on their own.
     Fleet,
+    /// A fleet (as `fleet`) on half the capacity for the first third, then all of it:
+    /// an on-demand table taking twice its previous peak, or a provisioned one raised.
+    FleetStepUp,
 }
 
 impl Scenario {
@@ -68,7 +71,13 @@ impl Scenario {
             Scenario::Shared => "shared",
             Scenario::Tables => "tables",
             Scenario::Fleet => "fleet",
+            Scenario::FleetStepUp => "fleet-step-up",
         }
+    }
+
+    /// Whether the sidecars share what they learn as a `[fleet]` does.
+    pub fn fleet(self) -> bool {
+        matches!(self, Scenario::Fleet | Scenario::FleetStepUp)
     }
 }
 
@@ -147,7 +156,7 @@ impl SimOptions {
                 (c, Vec::new())
             }
             Scenario::StepDown => (c, vec![(third, c / 2.0)]),
-            Scenario::StepUp => (c / 2.0, vec![(third, c)]),
+            Scenario::StepUp | Scenario::FleetStepUp => (c / 2.0, vec![(third, c)]),
             Scenario::Autoscale => (c / 2.0, Vec::new()),
         }
     }
@@ -336,7 +345,7 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
     let mut shared: Option<Arc<Control>> = None;
     // A fleet's sidecars sync as they start, before their clients' first requests (a
     // pod's containers start together; the writers once their sidecar is ready).
-    let ready = if options.scenario == Scenario::Fleet {
+    let ready = if options.scenario.fleet() {
         FleetSettings::default().sync_interval * 2
     } else {
         Duration::ZERO
@@ -355,7 +364,7 @@ async fn simulate(options: &SimOptions, clock: Clock) -> Result<Trace, SimError>
                     rng.fork(),
                     clock.clone(),
                 ));
-                if options.scenario == Scenario::Fleet {
+                if options.scenario.fleet() {
                     let settings = FleetSettings::default();
                     let every = settings.sync_interval;
                     let member = Fleet::driven(settings, &metrics, format!("sidecar-{sidecar}"));
@@ -427,11 +436,15 @@ async fn sync(
     }
 }
 
-/// For the fleet scenario: the same sidecars on their own (the `shared` scenario),
-/// then beside `fleet`'s run, as the comparison the summary ends with.
+/// For a fleet scenario: the same sidecars on their own (the `shared` or `step-up`
+/// scenario), then beside the fleet's run, as the comparison the summary ends with.
 pub fn compare_fleet(options: &SimOptions, fleet: &Trace) -> Result<String, SimError> {
     let alone = SimOptions {
-        scenario: Scenario::Shared,
+        scenario: if options.scenario == Scenario::FleetStepUp {
+            Scenario::StepUp
+        } else {
+            Scenario::Shared
+        },
         ..options.clone()
     };
     let independent = run(&alone)?;

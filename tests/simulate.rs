@@ -467,6 +467,35 @@ fn sixteen_sidecars_sharing_as_a_fleet_meet_the_fleet_targets_and_share_more_fai
     assert!(table.contains("fleet"), "{table}");
 }
 
+/// A fleet on a table whose capacity doubles (50/s, then 100/s from 20 s on): its
+/// probe past the rate it had learned finds the new capacity within 20 s, although it
+/// starts along a straight line (the bound on a fleet's probe doubles its slope every
+/// two `recovery`s), and once found holds it.
+#[test]
+fn a_fleet_finds_a_capacity_that_doubled_within_twenty_seconds() {
+    let options = SimOptions {
+        sidecars: 16,
+        clients: 4,
+        ..options(Scenario::FleetStepUp, 1, Duration::from_secs(60))
+    };
+    let trace = simulate::run(&options).unwrap();
+    let mut per_second = [0_u32; 60];
+    for attempt in trace.attempts.iter().filter(|a| !a.throttled) {
+        let second = usize::try_from(attempt.at.as_secs()).unwrap();
+        if let Some(second) = per_second.get_mut(second) {
+            *second += 1;
+        }
+    }
+    let found = (20..60).find(|&s| per_second[s] >= 95);
+    assert!(
+        found.is_some_and(|s| s < 40),
+        "first second at 95/s or more: {found:?} ({per_second:?})"
+    );
+    let held = per_second[45..60].iter().sum::<u32>() as f64 / 15.0;
+    assert!(held >= 95.0, "{held}/s from 45 s on ({per_second:?})");
+    assert_eq!(client_errors(&trace), 0, "client-visible errors");
+}
+
 /// `sidecars` with `clients` writers each that start together on one 100/s table
 /// (seed 1, 40 s from the first request): a goodput of 0.97 or more, 1 % throttled at
 /// most, Jain 0.98 or more and no error a client sees.

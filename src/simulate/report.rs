@@ -253,8 +253,13 @@ fn header_lines(out: &mut String, options: &SimOptions) {
             Scenario::Tables =>
                 " for `fast`, a fifth for `slow`; one sidecar, each \"sidecar\" a table's clients"
                     .to_string(),
-            Scenario::Fleet => format!(
-                ", one bucket; the sidecars share what they learn as a [fleet] does (sync every {} ms)",
+            Scenario::Fleet | Scenario::FleetStepUp => format!(
+                "{}, one bucket; the sidecars share what they learn as a [fleet] does (sync every {} ms)",
+                if options.scenario == Scenario::FleetStepUp {
+                    " from a third of the time on, half before"
+                } else {
+                    ""
+                },
                 crate::config::FleetSettings::default()
                     .sync_interval
                     .as_millis()

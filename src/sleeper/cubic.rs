@@ -51,6 +51,22 @@ const PROBE_REQUESTS: f64 = 150.0;
 /// above.
 const FLEET_RECOVERY: f64 = 1.5;
 
+/// How steep a fleet member's probe past `w_max` may be at first, as a share of the
+/// average slope of a return from one step of `beta` over `recovery` (with `beta`
+/// 0.92 and 3 s, 2 % of `w_max` a second); the bound's slope doubles every
+/// [`PROBE_DOUBLING`] times `recovery`. A fleet's probe often starts below the
+/// capacity (a cut to what got through as a burst ran out), and while the fleet sends
+/// less than the capacity the upstream's burst refills: the cube, steepening with the
+/// time, is far past the capacity when that burst is spent, and the fleet learns of it
+/// a sync later. Held to a straight line at first, the probe is a little past it.
+/// Doubling, the bound still finds a capacity that doubled (an on-demand table
+/// taking twice its peak, a raised provisioned one) in about 17 s rather than 10.
+const PROBE_SLOPE: f64 = 0.75;
+
+/// Every how many times `recovery` the bound on a fleet's probe doubles its slope (see
+/// [`PROBE_SLOPE`]).
+const PROBE_DOUBLING: f64 = 2.0;
+
 /// How close below `w_max` the rate counts as back at it: the curve is this flat
 /// from four fifths of its return on (with `beta` 0.92).
 const BACK: f64 = 1e-3;
@@ -333,9 +349,20 @@ impl Cubic {
         let cubic = self.w_max * (1.0 + self.c * (t - self.k).powi(3));
         if self.from_start {
             cubic.max(self.base * (t / self.doubling).exp2())
+        } else if self.shared && t > self.k {
+            cubic.min(self.w_max * (1.0 + self.probe_bound(t - self.k)))
         } else {
             cubic
         }
+    }
+
+    /// The most a fleet member's probe may have grown past `w_max`, as a share of it,
+    /// `past` seconds after the curve was back at it (see [`PROBE_SLOPE`]): a slope
+    /// that doubles every `doubling` seconds, integrated.
+    fn probe_bound(&self, past: f64) -> f64 {
+        let slope = PROBE_SLOPE * (1.0 - self.beta) / self.recovery;
+        let doubling = PROBE_DOUBLING * self.recovery;
+        slope * doubling / std::f64::consts::LN_2 * ((past / doubling).exp2() - 1.0)
     }
 
     /// Cuts to `rate` at `now`; `gentle` after a fleet's probe met the capacity (see
@@ -468,6 +495,28 @@ mod tests {
         );
         c.on_success(secs(4.0));
         assert_eq!(rate(&c), 95.781);
+    }
+
+    /// Past `w_max` a fleet member's probe is held to a slope of 3.75 % of `w_max` a
+    /// second at first (three quarters of 10 % over 2 s), doubling every 4 s.
+    #[test]
+    fn a_fleet_members_probe_past_w_max_is_held_to_a_slope_that_doubles() {
+        let mut c = Cubic::new(&settings());
+        c.adopt(Duration::from_millis(10), false, secs(0.0));
+        // A raise to 90/s once back at 100/s: w_max 100, back at it after 3 s.
+        c.adopt(Duration::from_nanos(11_111_111), true, secs(0.0));
+        let mut seen = Vec::new();
+        for past in [1.0, 3.0, 4.0, 6.0, 10.0] {
+            c.on_success(secs(3.0 + past));
+            seen.push(rate(&c));
+        }
+        // The cube, 100 × (1 + 0.1 × (t / 3)³), to 110 at 3 s past; from there the
+        // bound, 100 × (1 + 0.0375 × 4 / ln 2 × (2^(t / 4) − 1)): 121.6 where the
+        // cube would be at 123.7, 139.6 for 180, and twice `w_max` 10 s past it.
+        assert_eq!(seen, [100.37, 110.0, 121.64, 139.568, 200.776]);
+        // A sidecar alone probes along the cube: 470.4 there.
+        c.shared = false;
+        assert!((c.curve(secs(13.0)) - 100.0 * (1.0 + 100.0 / 27.0)).abs() < 1e-3);
     }
 
     #[test]
