@@ -216,6 +216,15 @@ impl LaneLink {
         self.cell.through.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// What the lane counted since its last sync: refused, and got through.
+    #[cfg(test)]
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.cell.refused.load(Ordering::Relaxed),
+            self.cell.through.load(Ordering::Relaxed),
+        )
+    }
+
     /// Requests waiting in the lane's queue now.
     pub fn waiting(&self, n: usize) {
         self.cell.waiting.store(n, Ordering::Relaxed);

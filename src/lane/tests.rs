@@ -470,6 +470,47 @@ fn a_token_window_spaces_a_token_lane_per_token_and_a_request_window_per_request
     assert_eq!(per_request.as_micros(), 111_111, "60 s / 540");
 }
 
+/// In observe mode a throttle that pacing would have avoided is a success to the
+/// controller, but the fleet's count of what got through goes by the answer: it was
+/// refused.
+#[test]
+fn an_observed_throttle_pacing_would_have_avoided_did_not_get_through() {
+    let (control, metrics, runtime, manual) = control_with(UpstreamSettings {
+        name: "api".into(),
+        sleeper: crate::sleeper::Settings {
+            mode: crate::sleeper::Mode::Observe,
+            ..crate::sleeper::Settings::seed_defaults()
+        },
+        ..UpstreamSettings::default()
+    });
+    let _inside = runtime.enter();
+    let fleet = Arc::new(Fleet::driven(
+        FleetSettings::default(),
+        &metrics,
+        "m".into(),
+    ));
+    control.join_fleet(Arc::clone(&fleet));
+    let head = tenant("x");
+    let answer = |verdict| {
+        manual.advance(Duration::from_millis(10));
+        attempt(&control, &runtime, &head, b"", verdict);
+    };
+    (0..10).for_each(|_| answer(Verdict::Success));
+    // At interval 0 pacing would have met it: the lane learns an interval.
+    answer(Verdict::Throttle(Signal::Status));
+    assert!(!control.interval().is_zero());
+    (0..10).for_each(|_| answer(Verdict::Success));
+    // Now the interval is above the successes' spacing: pacing would have avoided it.
+    answer(Verdict::Throttle(Signal::Status));
+    let link = control
+        .lanes
+        .default_lane()
+        .fleet
+        .get()
+        .map(|link| link.counts());
+    assert_eq!(link, Some((2, 20)), "(refused, got through)");
+}
+
 /// In a fleet, a lane that learns starts cold (paced at the cold start's rate until
 /// the fleet has a measure), unless a learned cap bounds its first wave already.
 #[test]
