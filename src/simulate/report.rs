@@ -250,6 +250,8 @@ fn header_lines(out: &mut String, options: &SimOptions) {
                 options.scale_factor,
                 options.scale_after.as_secs_f64()
             ),
+            Scenario::StepDown => " for the first third of the time, half after".to_string(),
+            Scenario::StepUp => " from a third of the time on, half before".to_string(),
             Scenario::Tables =>
                 " for `fast`, a fifth for `slow`; one sidecar, each \"sidecar\" a table's clients"
                     .to_string(),
