@@ -9,7 +9,8 @@
 //! table behaves like a 5000/s one. Growth depends on time, not on counted successes,
 //! so a lucky run of successes does not push the rate past the capacity faster. After a
 //! probe met the capacity, a fleet's member (one that adopted a fleet's interval)
-//! takes [`FLEET_RECOVERY`] times as long.
+//! takes [`FLEET_RECOVERY`] times as long, and its probe past `w_max` is held to a
+//! line at first ([`PROBE_SLOPE`]).
 //!
 //! Every throttle sets `w_max` halfway between the decrease and the rate in force
 //! (CUBIC's fast convergence, taken every time): a throttle comes late, once the
