@@ -224,6 +224,9 @@ pub fn summary(options: &SimOptions, trace: &Trace, bins: &[Bin]) -> String {
     out
 }
 
+/// When the capacity of `step-up` and `fleet-step-up` changes, as the header says it.
+const STEP_UP: &str = " from a third of the time on, half before";
+
 /// What was simulated: the upstream, its sleeper, the scenario and the model.
 fn header_lines(out: &mut String, options: &SimOptions) {
     let s = &options.settings;
@@ -251,14 +254,14 @@ fn header_lines(out: &mut String, options: &SimOptions) {
                 options.scale_after.as_secs_f64()
             ),
             Scenario::StepDown => " for the first third of the time, half after".to_string(),
-            Scenario::StepUp => " from a third of the time on, half before".to_string(),
+            Scenario::StepUp => STEP_UP.to_string(),
             Scenario::Tables =>
                 " for `fast`, a fifth for `slow`; one sidecar, each \"sidecar\" a table's clients"
                     .to_string(),
             Scenario::Fleet | Scenario::FleetStepUp => format!(
                 "{}, one bucket; the sidecars share what they learn as a [fleet] does (sync every {} ms)",
                 if options.scenario == Scenario::FleetStepUp {
-                    " from a third of the time on, half before"
+                    STEP_UP
                 } else {
                     ""
                 },
